@@ -1,0 +1,1 @@
+"""Example workflows and the example tools they use (loaded via STEPWISE_TOOL_MODULES)."""

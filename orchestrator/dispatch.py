@@ -1,0 +1,58 @@
+"""Sending work to the broker — always after the transaction that decided it commits.
+
+Every function here registers a `transaction.on_commit` callback; nothing is sent if the
+transaction rolls back, and a message is only ever a reference (ids), never state.
+"""
+from django.db import transaction
+
+
+def queue_for(spec: dict) -> str:
+    """The queue a step (or a map item body) runs on: agent.<model>, tools or orchestrator."""
+    if spec["type"] == "agent":
+        return f"agent.{spec['model']}"
+    if spec["type"] == "tool":
+        return "tools"
+    return "orchestrator"
+
+
+def step_dispatch_on_commit(step_id: int, queue: str) -> None:
+    from .tasks import execute_step
+
+    transaction.on_commit(lambda: execute_step.apply_async((step_id,), queue=queue))
+
+
+def retry_due_on_commit(step_id: int, delay_s: float) -> None:
+    """A short retry delay may wait in the broker; the reaper's sweep is the backstop."""
+    from .tasks import retry_due
+
+    transaction.on_commit(
+        lambda: retry_due.apply_async((step_id,), countdown=delay_s, queue="orchestrator")
+    )
+
+
+def map_dispatch_on_commit(step_id: int, indexes: list[int], item_queue: str) -> None:
+    """Fan a map step out as a Celery chord: one task per item, the join as the chord body."""
+    from celery import chord
+
+    from .tasks import map_item, map_join
+
+    def send() -> None:
+        header = [map_item.si(step_id, i).set(queue=item_queue) for i in indexes]
+        chord(header)(map_join.si(step_id).set(queue="orchestrator"))
+
+    transaction.on_commit(send)
+
+
+def map_items_redispatch_on_commit(step_id: int, indexes: list[int], item_queue: str) -> None:
+    """Re-send lost item tasks without a chord; the reaper joins when they are all done."""
+    from .tasks import map_item
+
+    transaction.on_commit(
+        lambda: [map_item.apply_async((step_id, i), queue=item_queue) for i in indexes]
+    )
+
+
+def child_finished_on_commit(parent_step_id: int) -> None:
+    from .tasks import child_finished
+
+    transaction.on_commit(lambda: child_finished.apply_async((parent_step_id,), queue="orchestrator"))

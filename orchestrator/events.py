@@ -1,0 +1,23 @@
+"""The outbox: one `Event` row per state change, written inside the change's transaction.
+
+`event_record` must be called inside `transaction.atomic()`; it refuses otherwise, because an
+event written outside the transaction of its change could survive a rollback of that change.
+"""
+from django.db import connection
+
+from .models import Event, Run, StepRun
+
+
+def event_record(*, run: Run, kind: str, step: StepRun | None = None, payload: dict | None = None,
+                 actor: str = "service:stepwise") -> Event:
+    """Append an event for `run` (and `step`). Raises RuntimeError outside a transaction."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("event_record must run inside the transaction of the change it records")
+    return Event.objects.create(run=run, step=step, kind=kind, actor=actor, payload=payload or {})
+
+
+def events_record(events: list[Event]) -> None:
+    """Append several events at once (the scheduler's batch of transitions)."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("events_record must run inside the transaction of the change it records")
+    Event.objects.bulk_create(events)

@@ -1,0 +1,44 @@
+"""Output validation shared by executors: extra fields are rejected, every error is reported."""
+import copy
+from functools import lru_cache
+import json
+
+from jsonschema import Draft202012Validator
+
+from ..retry import StepError
+
+
+def strict(schema: dict) -> dict:
+    """A copy of `schema` where every object that lists properties forbids unlisted ones."""
+    schema = copy.deepcopy(schema)
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "properties" in node and "additionalProperties" not in node:
+                node["additionalProperties"] = False
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return schema
+
+
+@lru_cache(maxsize=256)
+def _validator(schema_json: str) -> Draft202012Validator:
+    return Draft202012Validator(strict(json.loads(schema_json)))
+
+
+def validate_output(schema: dict | None, output: object) -> None:
+    """Raise StepError('invalid_output') listing every violation of `schema` by `output`."""
+    if not schema:
+        return
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    errors = sorted(validator.iter_errors(output), key=lambda e: list(e.absolute_path))
+    if errors:
+        detail = "; ".join(
+            f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errors[:10]
+        )
+        raise StepError("invalid_output", f"output does not match output_schema: {detail}")

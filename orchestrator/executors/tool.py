@@ -1,0 +1,32 @@
+"""Tool steps: render params, validate them against the tool's schema, call the tool."""
+from jsonschema import Draft202012Validator
+
+from ..definitions import TemplateError, render_value
+from ..retry import StepError
+from ..tools.registry import ToolContext, get_tool
+from . import ExecContext, Result
+from .schemas import validate_output
+
+
+def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
+    try:
+        tool = get_tool(spec["tool"])
+    except KeyError:
+        raise StepError("permanent", f"tool '{spec['tool']}' is not registered") from None
+    try:
+        params = render_value(spec.get("params") or {}, step_input)
+    except TemplateError as exc:
+        raise StepError("validation", f"params could not be rendered: {exc}") from exc
+    errors = sorted(Draft202012Validator(tool.params_schema).iter_errors(params), key=str)
+    if errors:
+        raise StepError("validation", "; ".join(e.message for e in errors[:10]))
+    tool_ctx = ToolContext(ctx.run_id, ctx.step_name, ctx.attempt, ctx.idempotency_key,
+                           side_effect=bool(spec.get("side_effect")))
+    try:
+        output = tool.fn(params, tool_ctx)
+    except StepError:
+        raise
+    except Exception as exc:  # a tool bug is a permanent failure of this attempt, not a crash
+        raise StepError("permanent", f"{type(exc).__name__}: {exc}") from exc
+    validate_output(spec.get("output_schema") or tool.output_schema, output)
+    return Result(output)

@@ -1,0 +1,384 @@
+"""Workflows, runs, steps and their state machines: the persisted truth of Stepwise.
+
+Models hold data, invariants and declared transitions. A transition body touches only its own
+row; the services in `orchestrator.services` wrap transition + save + event in one
+transaction. Nothing here makes a network call, dispatches a task or writes another row.
+"""
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django_fsm import ConcurrentTransitionMixin, FSMField, transition
+
+from .clock import now
+
+
+class Team(models.Model):
+    """Workflows and runs belong to a team; an API user sees its teams' objects only."""
+
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="teams", blank=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Workflow(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="workflows")
+    name = models.CharField(max_length=100)
+    created_at = models.DateTimeField(default=now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="workflow_name_per_team")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.team}/{self.name}"
+
+
+class WorkflowVersion(models.Model):
+    """An immutable definition. Saving a changed definition creates the next version."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="versions")
+    number = models.PositiveIntegerField()
+    definition = models.JSONField(help_text="The definition as submitted.")
+    normalized = models.JSONField(help_text="The definition with every default filled in.")
+    digest = models.CharField(max_length=64, help_text="SHA-256 of the canonical definition.")
+    created_at = models.DateTimeField(default=now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "number"], name="version_number_unique"),
+        ]
+        ordering = ["workflow", "-number"]
+
+    def __str__(self) -> str:
+        return f"{self.workflow.name} v{self.number}"
+
+
+class RunState(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING = "waiting"
+    PAUSED = "paused"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+
+
+RUN_TERMINAL = frozenset({RunState.CANCELLED, RunState.COMPLETED, RunState.FAILED, RunState.TIMED_OUT})
+RUN_LIVE = [RunState.RUNNING, RunState.WAITING, RunState.PAUSED]
+
+
+class Run(ConcurrentTransitionMixin, models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="runs")
+    version = models.ForeignKey(WorkflowVersion, on_delete=models.PROTECT, related_name="runs")
+    state = FSMField(default=RunState.PENDING, choices=RunState.choices, protected=True)
+    input = models.JSONField(default=dict)
+    output = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    trigger = models.CharField(max_length=32, default="api")
+    parent_step = models.OneToOneField(
+        "StepRun", null=True, blank=True, on_delete=models.PROTECT, related_name="child_run"
+    )
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    request_digest = models.CharField(max_length=64, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=now, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Bumped by every change the scheduler makes; the reaper flags runs that stop moving.
+    progressed_at = models.DateTimeField(default=now)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="run_idempotency_key_per_team",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["state", "progressed_at"], name="run_state_progress"),
+            models.Index(fields=["version", "created_at"], name="run_version_created"),
+        ]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"run {self.id} ({self.state})"
+
+    @property
+    def workflow_name(self) -> str:
+        return self.version.workflow.name
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in RUN_TERMINAL
+
+    @transition(field=state, source=RunState.PENDING, target=RunState.RUNNING)
+    def start(self) -> None:
+        self.started_at = self.progressed_at = now()
+
+    @transition(field=state, source=RunState.RUNNING, target=RunState.WAITING)
+    def wait(self) -> None:
+        self.progressed_at = now()
+
+    @transition(field=state, source=[RunState.WAITING, RunState.PAUSED], target=RunState.RUNNING)
+    def resume(self) -> None:
+        self.progressed_at = now()
+
+    @transition(field=state, source=[RunState.RUNNING, RunState.WAITING], target=RunState.PAUSED)
+    def pause(self, *, reason: dict) -> None:
+        self.error = reason
+        self.progressed_at = now()
+
+    @transition(field=state, source=RUN_LIVE, target=RunState.CANCELLING)
+    def request_cancel(self) -> None:
+        self.progressed_at = now()
+
+    @transition(field=state, source=[RunState.PENDING, RunState.CANCELLING], target=RunState.CANCELLED)
+    def cancel(self) -> None:
+        self.finished_at = self.progressed_at = now()
+
+    @transition(field=state, source=RunState.RUNNING, target=RunState.COMPLETED)
+    def complete(self, *, output: dict) -> None:
+        self.output = output
+        self.finished_at = self.progressed_at = now()
+
+    @transition(field=state, source=[*RUN_LIVE, RunState.PENDING], target=RunState.FAILED)
+    def fail(self, *, error: dict) -> None:
+        self.error = error
+        self.finished_at = self.progressed_at = now()
+
+    @transition(field=state, source=RUN_LIVE, target=RunState.TIMED_OUT)
+    def time_out(self, *, error: dict) -> None:
+        self.error = error
+        self.finished_at = self.progressed_at = now()
+
+
+class StepState(models.TextChoices):
+    BLOCKED = "blocked"
+    READY = "ready"
+    QUEUED = "queued"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+STEP_DONE = frozenset({StepState.COMPLETED, StepState.SKIPPED})
+STEP_BROKEN = frozenset({StepState.FAILED, StepState.TIMED_OUT, StepState.CANCELLED})
+STEP_TERMINAL = STEP_DONE | STEP_BROKEN
+STEP_ACTIVE = frozenset({StepState.QUEUED, StepState.RUNNING, StepState.RETRYING})
+STEP_OPEN = [StepState.BLOCKED, StepState.READY, StepState.QUEUED, StepState.RETRYING,
+             StepState.RUNNING, StepState.WAITING]
+
+
+class StepKind(models.TextChoices):
+    AGENT = "agent"
+    TOOL = "tool"
+    ROUTER = "router"
+    MAP = "map"
+    HUMAN_GATE = "human_gate"
+    SUB_WORKFLOW = "sub_workflow"
+
+
+class StepRun(ConcurrentTransitionMixin, models.Model):
+    """One step of one run. Its row is the only owner of the step's state."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, choices=StepKind.choices)
+    position = models.PositiveIntegerField(help_text="Index in the definition's step list.")
+    state = FSMField(default=StepState.BLOCKED, choices=StepState.choices, protected=True)
+    queue = models.CharField(max_length=100, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    input = models.JSONField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    skip_reason = models.CharField(max_length=200, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True, help_text="When the reaper times it out.")
+    ready_at = models.DateTimeField(null=True, blank=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "name"], name="step_name_per_run")]
+        indexes = [
+            models.Index(fields=["state", "lease_expires_at"], name="step_state_lease"),
+            models.Index(fields=["state", "next_attempt_at"], name="step_state_next_attempt"),
+            models.Index(fields=["state", "deadline_at"], name="step_state_deadline"),
+        ]
+        ordering = ["run", "position"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.state})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in STEP_TERMINAL
+
+    @transition(field=state, source=StepState.BLOCKED, target=StepState.READY)
+    def make_ready(self, *, step_input: dict) -> None:
+        self.input = step_input
+        self.ready_at = now()
+
+    @transition(field=state, source=[StepState.BLOCKED, StepState.READY], target=StepState.SKIPPED)
+    def skip(self, *, reason: str) -> None:
+        self.skip_reason = reason[:200]
+        self.finished_at = now()
+
+    @transition(field=state, source=[StepState.READY, StepState.RETRYING], target=StepState.QUEUED)
+    def enqueue(self, *, queue: str) -> None:
+        self.queue = queue
+        self.queued_at = now()
+        self.next_attempt_at = None
+
+    @transition(field=state, source=StepState.QUEUED, target=StepState.RUNNING)
+    def claim(self, *, worker: str, timeout_s: int, lease_s: int) -> None:
+        self.attempts += 1
+        self.lease_owner = worker
+        self.started_at = now()
+        self.deadline_at = self.started_at + timedelta(seconds=timeout_s)
+        self.lease_expires_at = self.started_at + timedelta(seconds=lease_s)
+
+    @transition(field=state, source=[StepState.READY, StepState.RUNNING], target=StepState.WAITING)
+    def await_event(self, *, timeout_s: int) -> None:
+        self.started_at = now()
+        self.deadline_at = self.started_at + timedelta(seconds=timeout_s)
+
+    @transition(field=state, source=[StepState.RUNNING, StepState.WAITING], target=StepState.COMPLETED)
+    def complete(self, *, output) -> None:
+        self.output = output
+        self.error = None
+        self.finished_at = now()
+        self.lease_owner, self.lease_expires_at = "", None
+
+    @transition(field=state, source=[StepState.RUNNING, StepState.WAITING], target=StepState.RETRYING)
+    def schedule_retry(self, *, error: dict, at) -> None:
+        self.error = error
+        self.next_attempt_at = at
+        self.lease_owner, self.lease_expires_at = "", None
+
+    @transition(
+        field=state,
+        source=[StepState.READY, StepState.QUEUED, StepState.RUNNING, StepState.WAITING,
+                StepState.RETRYING],
+        target=StepState.FAILED,
+    )
+    def fail(self, *, error: dict) -> None:
+        self.error = error
+        self.finished_at = now()
+        self.lease_owner, self.lease_expires_at = "", None
+
+    @transition(
+        field=state,
+        source=[StepState.QUEUED, StepState.RUNNING, StepState.WAITING, StepState.RETRYING],
+        target=StepState.TIMED_OUT,
+    )
+    def time_out(self, *, error: dict) -> None:
+        self.error = error
+        self.finished_at = now()
+        self.lease_owner, self.lease_expires_at = "", None
+
+    @transition(field=state, source=STEP_OPEN, target=StepState.CANCELLED)
+    def cancel(self, *, reason: str) -> None:
+        self.skip_reason = reason[:200]
+        self.finished_at = now()
+        self.lease_owner, self.lease_expires_at = "", None
+
+
+class StepAttempt(models.Model):
+    """One execution of a step by a worker: who, when, what it cost and how it ended."""
+
+    step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="attempt_records")
+    number = models.PositiveIntegerField()
+    worker = models.CharField(max_length=200)
+    started_at = models.DateTimeField(default=now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, blank=True, help_text="succeeded, failed or lost")
+    error_class = models.CharField(max_length=32, blank=True)
+    error_message = models.TextField(blank=True)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    idempotency_key = models.CharField(max_length=255)
+    model = models.CharField(max_length=100, blank=True)
+    provider = models.CharField(max_length=50, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["step", "number"], name="attempt_number_unique")]
+        ordering = ["step", "number"]
+
+
+class MapItem(models.Model):
+    """One item of a map step's fan-out; its result is persisted before the chord joins."""
+
+    step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="map_items")
+    index = models.PositiveIntegerField()
+    item = models.JSONField(null=True)
+    done = models.BooleanField(default=False)
+    output = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["step", "index"], name="map_item_unique")]
+        ordering = ["step", "index"]
+
+
+class Event(models.Model):
+    """The transactional outbox: one row per transition, written in the same transaction.
+
+    The audit ledger, the live dashboard and notifications read from here.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    step = models.ForeignKey(StepRun, null=True, blank=True, on_delete=models.CASCADE)
+    kind = models.CharField(max_length=64)
+    actor = models.CharField(max_length=200, default="service:stepwise")
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=now, db_index=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} @ {self.created_at:%H:%M:%S.%f}"
+
+
+class WorkerHeartbeat(models.Model):
+    """Workers say they are alive here, whatever the broker (health's "workers seen")."""
+
+    hostname = models.CharField(max_length=200, unique=True)
+    queues = models.JSONField(default=list)
+    pid = models.PositiveIntegerField(default=0)
+    last_seen = models.DateTimeField(default=now)

@@ -1,0 +1,225 @@
+"""The scheduler: a pure function of (definition, persisted run state) -> next actions.
+
+It reads no database, sends no message and knows no clock. `orchestrator.services.advance`
+loads the state, calls `plan`, and applies the result in one transaction. Keeping it pure is
+what lets the same persisted state always select the same next transitions, and lets the
+tests walk every branch without a worker.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .definitions import ExpressionError, evaluate_expression
+
+BLOCKED, READY, QUEUED, RUNNING = "blocked", "ready", "queued", "running"
+RETRYING, WAITING, COMPLETED, FAILED = "retrying", "waiting", "completed", "failed"
+SKIPPED, TIMED_OUT, CANCELLED = "skipped", "timed_out", "cancelled"
+DONE = frozenset({COMPLETED, SKIPPED})
+BROKEN = frozenset({FAILED, TIMED_OUT, CANCELLED})
+TERMINAL = DONE | BROKEN
+ACTIVE = frozenset({QUEUED, RUNNING, RETRYING})
+PENDING = "pending"  # effective state of a broken step whose fallback has not finished
+
+
+@dataclass(frozen=True)
+class StepView:
+    state: str
+    output: object = None
+
+
+@dataclass
+class Plan:
+    """What should happen next. Lists are in definition order."""
+
+    ready: list[tuple[str, dict]] = field(default_factory=list)  # blocked -> ready, with input
+    skip: list[tuple[str, str]] = field(default_factory=list)  # blocked -> skipped, with reason
+    invalid: list[tuple[str, str]] = field(default_factory=list)  # condition could not be evaluated
+    enqueue: list[str] = field(default_factory=list)  # ready -> queued (within max_parallel)
+    outcome: str | None = None  # complete | fail | pause | wait | resume
+    detail: dict = field(default_factory=dict)  # output for complete, error for fail/pause
+
+
+@dataclass(frozen=True)
+class Graph:
+    order: tuple[str, ...]  # topological, stable w.r.t. the definition's order
+    steps: Mapping[str, dict]
+    ancestors: Mapping[str, frozenset[str]]
+    fallback_of: Mapping[str, str]  # primary -> its fallback step
+    fallback_for: Mapping[str, str]  # fallback step -> its primary
+    sinks: tuple[str, ...]
+
+
+def graph_of(definition: dict) -> Graph:
+    """Derive the DAG structure of a normalized definition."""
+    steps = {s["name"]: s for s in definition["steps"]}
+    order: list[str] = []
+    placed: set[str] = set()
+    remaining = [s["name"] for s in definition["steps"]]
+    while remaining:
+        progressed = [n for n in remaining if set(steps[n]["after"]) <= placed]
+        if not progressed:  # validation rejects cycles; refuse rather than loop forever
+            raise ValueError(f"definition has a cycle among {remaining}")
+        for n in progressed:
+            order.append(n)
+            placed.add(n)
+        remaining = [n for n in remaining if n not in placed]
+    ancestors: dict[str, frozenset[str]] = {}
+    for n in order:
+        acc: set[str] = set()
+        for dep in steps[n]["after"]:
+            acc.add(dep)
+            acc |= ancestors[dep]
+        ancestors[n] = frozenset(acc)
+    fallback_of = {n: s["fallback"] for n, s in steps.items() if s.get("fallback")}
+    fallback_for = {fb: n for n, fb in fallback_of.items()}
+    depended = {d for s in steps.values() for d in s["after"]}
+    sinks = tuple(n for n in order if n not in depended and n not in fallback_for)
+    return Graph(tuple(order), steps, ancestors, fallback_of, fallback_for, sinks)
+
+
+def step_input(graph: Graph, name: str, run_input: dict, views: Mapping[str, StepView]) -> dict:
+    """The input of a step: the run input plus every upstream step's output, by name."""
+    upstream = {}
+    for anc in sorted(graph.ancestors[name]):
+        state, output = _effective(graph, anc, views)
+        upstream[anc] = {"state": state, "output": output}
+    return {"input": run_input, "steps": upstream}
+
+
+def _effective(graph: Graph, name: str, views: Mapping[str, StepView]) -> tuple[str, object]:
+    """A broken step rescued by its fallback counts as completed with the fallback's output."""
+    view = views[name]
+    fallback = graph.fallback_of.get(name)
+    if view.state in BROKEN and fallback:
+        fb = views[fallback]
+        if fb.state == COMPLETED:
+            return COMPLETED, fb.output
+        return (view.state, None) if fb.state in TERMINAL else (PENDING, None)
+    return view.state, view.output
+
+
+def _route_skip_reason(graph: Graph, name: str, views: Mapping[str, StepView]) -> str | None:
+    for dep in graph.steps[name]["after"]:
+        router = graph.steps[dep]
+        if router["type"] != "router" or views[dep].state != COMPLETED:
+            continue
+        routes = [*router["routes"], router["default"]]
+        targeted = {t for r in routes for t in r["then"]}
+        if name not in targeted:
+            continue
+        chosen = (views[dep].output or {}).get("route")
+        chosen_then = next((r["then"] for r in routes if r["name"] == chosen), [])
+        if name not in chosen_then:
+            return f"not on route '{chosen}' chosen by '{dep}'"
+    return None
+
+
+def _readiness(graph: Graph, name: str, on_error: str, views: Mapping[str, StepView]):
+    """Return ("wait"|"skip"|"go", reason) for a blocked step."""
+    primary = graph.fallback_for.get(name)
+    if primary is not None:
+        p = views[primary].state
+        if p == COMPLETED or p == SKIPPED:
+            return "skip", f"primary step '{primary}' did not fail"
+        if p not in BROKEN:
+            return "wait", ""
+    deps = graph.steps[name]["after"]
+    effective = {d: _effective(graph, d, views)[0] for d in deps}
+    if any(s not in TERMINAL for s in effective.values()):
+        return "wait", ""
+    broken = [d for d, s in effective.items() if s in BROKEN]
+    if broken and on_error != "continue":
+        return "wait", ""  # the run's error policy decides; nothing downstream starts
+    completed = [d for d, s in effective.items() if s == COMPLETED]
+    if graph.steps[name]["join"] == "any":
+        if deps and not completed:
+            return "skip", "no upstream step completed"
+    elif len(completed) != len(deps):
+        missing = next(d for d in deps if d not in completed)
+        return "skip", f"upstream step '{missing}' did not complete"
+    reason = _route_skip_reason(graph, name, views)
+    if reason:
+        return "skip", reason
+    return "go", ""
+
+
+def plan(definition: dict, run_input: dict, views: Mapping[str, StepView], *, graph: Graph | None = None) -> Plan:
+    """Compute the next actions for a running (or waiting) run.
+
+    `views` maps every step name to its persisted state and output. Never raises for a
+    `when` that cannot be evaluated: that step is reported in `Plan.invalid`.
+    """
+    graph = graph or graph_of(definition)
+    on_error = definition["on_error"]
+    working = dict(views)
+    result = Plan()
+    for name in graph.order:
+        if working[name].state != BLOCKED:
+            continue
+        verdict, reason = _readiness(graph, name, on_error, working)
+        if verdict == "wait":
+            continue
+        if verdict == "skip":
+            result.skip.append((name, reason))
+            working[name] = StepView(SKIPPED)
+            continue
+        inp = step_input(graph, name, run_input, working)
+        condition = graph.steps[name].get("when")
+        if condition:
+            try:
+                holds = evaluate_expression(condition, inp)
+            except ExpressionError as exc:
+                result.invalid.append((name, f"condition could not be evaluated: {exc}"))
+                working[name] = StepView(FAILED)
+                continue
+            if holds is not True:
+                result.skip.append((name, f"condition is false: {condition}"))
+                working[name] = StepView(SKIPPED)
+                continue
+        result.ready.append((name, inp))
+        working[name] = StepView(READY)
+
+    active = sum(1 for v in working.values() if v.state in ACTIVE)
+    room = max(definition["max_parallel"] - active, 0)
+    result.enqueue = [n for n in graph.order if working[n].state == READY][:room]
+    for n in result.enqueue:
+        working[n] = StepView(QUEUED)
+
+    _decide_outcome(graph, on_error, working, result)
+    return result
+
+
+def _decide_outcome(graph: Graph, on_error: str, working: Mapping[str, StepView], result: Plan) -> None:
+    broken = [
+        n for n in graph.order
+        if working[n].state in BROKEN and _effective(graph, n, working)[0] in BROKEN
+        and n not in graph.fallback_for  # a failed fallback is reported through its primary
+    ]
+    if broken and on_error == "fail":
+        first = broken[0]
+        result.outcome = "fail"
+        result.detail = {
+            "class": "step_failed",
+            "message": f"step '{first}' ended {working[first].state}",
+            "step": first,
+        }
+        return
+    if broken and on_error == "pause":
+        first = broken[0]
+        result.outcome = "pause"
+        result.detail = {"class": "step_failed", "message": f"step '{first}' ended {working[first].state}; run paused for an operator", "step": first}
+        return
+    states = {v.state for v in working.values()}
+    if states <= TERMINAL:
+        result.outcome = "complete"
+        result.detail = {n: working[n].output for n in graph.sinks if working[n].state == COMPLETED}
+        return
+    if states & (ACTIVE | {READY}):
+        result.outcome = "resume"
+        return
+    if WAITING in states:
+        result.outcome = "wait"
+        return
+    result.outcome = "fail"
+    result.detail = {"class": "deadlock", "message": "no step can make progress"}

@@ -1,0 +1,21 @@
+"""Errors the services raise to their callers (API views turn them into 4xx responses)."""
+
+
+class ServiceError(Exception):
+    """Base class; `problems` is a list of {"path", "message"}."""
+
+    def __init__(self, message: str, problems: list[dict] | None = None):
+        super().__init__(message)
+        self.problems = problems or [{"path": "", "message": message}]
+
+
+class InputInvalid(ServiceError):
+    """The run input does not satisfy the workflow's input_schema. No run was created."""
+
+
+class IdempotencyConflict(ServiceError):
+    """The Idempotency-Key was used before with a different request body."""
+
+
+class NotAllowed(ServiceError):
+    """The object is not in a state that allows this operation."""

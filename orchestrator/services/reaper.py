@@ -1,0 +1,79 @@
+"""The reaper: a periodic sweep (Celery beat) over persisted state.
+
+It enforces what no stuck worker can: step timeouts, expired leases, due retries, lost
+messages, lost chord callbacks, finished children, approval deadlines, and flags runs that
+stopped moving. Every action goes through the same service a worker would call, so a sweep
+racing a worker is harmless: one of them finds the state already moved and does nothing.
+"""
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+
+from ..clock import now
+from ..dispatch import map_items_redispatch_on_commit, queue_for
+from ..events import event_record
+from ..models import Event, Run, RunState, StepRun, StepState
+from . import fanout, steps
+from .versions import definition_of, runs_with_version
+
+BATCH = 200
+STUCK_AFTER = timedelta(minutes=5)
+
+
+def reap() -> dict[str, int]:
+    """One sweep. Returns how many of each thing it acted on."""
+    at = now()
+    report = {"timed_out": 0, "leases": 0, "retries": 0, "redispatched": 0, "joined": 0,
+              "items_resent": 0, "children": 0, "stuck": 0}
+    for step_id in _ids(state__in=[StepState.RUNNING, StepState.WAITING], deadline_at__lt=at):
+        report["timed_out"] += steps.step_time_out(step_id=step_id, reason="step timeout elapsed")
+    for step_id in _ids(state=StepState.RUNNING, lease_expires_at__lt=at):
+        report["leases"] += steps.step_lease_expired(step_id=step_id)
+    for step_id in _ids(state=StepState.RETRYING, next_attempt_at__lte=at):
+        report["retries"] += steps.step_retry_due(step_id=step_id)
+    stale = at - timedelta(seconds=settings.STEPWISE_REDISPATCH_AFTER_S)
+    for step_id in _ids(state=StepState.QUEUED, queued_at__lt=stale):
+        report["redispatched"] += steps.step_redispatch(step_id=step_id)
+    _sweep_maps(stale, report)
+    _sweep_children(report)
+    _flag_stuck(at, report)
+    return report
+
+
+def _ids(**filters) -> list[int]:
+    return list(StepRun.objects.filter(**filters).values_list("id", flat=True)[:BATCH])
+
+
+def _sweep_maps(stale, report: dict) -> None:
+    for step in StepRun.objects.filter(kind="map", state=StepState.WAITING)[:BATCH]:
+        pending = list(step.map_items.filter(done=False).values_list("index", flat=True))
+        if not pending:
+            report["joined"] += fanout.map_join(step_id=step.id, actor="service:reaper")
+        elif step.started_at and step.started_at < stale:
+            run = runs_with_version().get(id=step.run_id)
+            _, graph = definition_of(run)
+            with transaction.atomic():
+                map_items_redispatch_on_commit(step.id, pending, queue_for(graph.steps[step.name]["item"]))
+            report["items_resent"] += len(pending)
+
+
+def _sweep_children(report: dict) -> None:
+    finished = Run.objects.filter(parent_step=OuterRef("pk"), state__in=[
+        RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT])
+    waiting = StepRun.objects.filter(kind="sub_workflow", state=StepState.WAITING).filter(Exists(finished))
+    for step_id in waiting.values_list("id", flat=True)[:BATCH]:
+        report["children"] += fanout.child_finished(parent_step_id=step_id)
+
+
+def _flag_stuck(at, report: dict) -> None:
+    """A running run with no progress past the threshold gets one `run.stuck` event."""
+    flagged = Event.objects.filter(run=OuterRef("pk"), kind="run.stuck")
+    stuck = Run.objects.filter(state=RunState.RUNNING, progressed_at__lt=at - STUCK_AFTER).exclude(Exists(flagged))
+    for run in stuck[:BATCH]:
+        with transaction.atomic():
+            event_record(run=run, kind="run.stuck", actor="service:reaper",
+                         payload={"since": run.progressed_at.isoformat()})
+        report["stuck"] += 1
+

@@ -1,0 +1,62 @@
+"""Saving workflow definitions as immutable, validated versions."""
+import hashlib
+import json
+
+from django.conf import settings
+from django.db import transaction
+
+from ..definitions import DefinitionInvalid, Problem, normalize_definition, validate_definition
+from ..models import Team, Workflow, WorkflowVersion
+from ..tools.registry import tool_param_schemas
+
+
+def canonical_json(value: object) -> str:
+    """The canonical JSON text used for digests and hashes (sorted keys, no spaces)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def digest_of(value: object) -> str:
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def definition_problems(definition: object, *, team: Team) -> list[Problem]:
+    """Every problem with `definition`, checked against this team's saved workflows."""
+
+    def workflows(name: str) -> dict | None:
+        version = latest_version(team=team, name=name)
+        return version.normalized["input_schema"] if version else None
+
+    return validate_definition(
+        definition, tools=tool_param_schemas(), models=settings.STEPWISE_MODELS.keys(),
+        workflows=workflows,
+    )
+
+
+def latest_version(*, team: Team, name: str) -> WorkflowVersion | None:
+    return (
+        WorkflowVersion.objects.filter(workflow__team=team, workflow__name=name)
+        .order_by("-number").first()
+    )
+
+
+def workflow_save(*, team: Team, definition: dict, user=None) -> tuple[WorkflowVersion, bool]:
+    """Validate and store `definition`; return (version, created).
+
+    An unchanged definition returns the existing latest version (created=False); a changed one
+    becomes the next version. Raises DefinitionInvalid listing every problem.
+    """
+    problems = definition_problems(definition, team=team)
+    if problems:
+        raise DefinitionInvalid(problems)
+    digest = digest_of(definition)
+    with transaction.atomic():
+        workflow, _ = Workflow.objects.get_or_create(team=team, name=definition["name"])
+        latest = workflow.versions.select_for_update().order_by("-number").first()
+        if latest is not None and latest.digest == digest:
+            return latest, False
+        number = (latest.number if latest else 0) + 1
+        version = WorkflowVersion.objects.create(
+            workflow=workflow, number=number, definition=definition,
+            normalized=normalize_definition(definition), digest=digest, created_by=user,
+        )
+    return version, True

@@ -1,0 +1,211 @@
+"""Django settings for Stepwise.
+
+Two ways to run, one code path:
+- embedded default (nothing configured): SQLite under var/ (WAL, busy timeout, IMMEDIATE
+  transactions) and Kombu's filesystem transport, so no server is needed;
+- production: DATABASE_URL (PostgreSQL via psycopg 3), CELERY_BROKER_URL and REDIS_URL.
+"""
+import json
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("STEPWISE_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    return default if value is None else value.lower() in {"1", "true", "yes", "on"}
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "stepwise-insecure-development-key")
+DEBUG = _env_bool("DJANGO_DEBUG", True)
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",")
+CSRF_TRUSTED_ORIGINS = [
+    o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "django_celery_beat",
+    "django_celery_results",
+    "channels",
+    "orchestrator",
+    "approvals",
+    "audit",
+    "budgets",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "orchestrator.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+WSGI_APPLICATION = None
+ASGI_APPLICATION = "orchestrator.asgi.application"
+
+# --- database -----------------------------------------------------------------------------
+if os.environ.get("DATABASE_URL"):
+    DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=60)}
+    DATABASES["default"].setdefault("TEST", {})
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "stepwise.sqlite3",
+            # Workers are separate processes: a file database, WAL so readers never block the
+            # writer, IMMEDIATE so a transaction takes the write lock up front instead of
+            # failing on upgrade, and a generous busy timeout instead of "database is locked".
+            "OPTIONS": {
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+            },
+            # Integration tests run real worker processes, which need a file they can open.
+            "TEST": {"NAME": str(VAR_DIR / "test_stepwise.sqlite3")},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = []
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+
+# --- Redis / channels -----------------------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- Celery ---------------------------------------------------------------------------------
+BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for sub in ("queue", "control"):
+        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "control_folder": str(BROKER_DIR / "control"),
+        # The virtual transport polls; 1 s (its default) would dominate step latency.
+        "polling_interval": 0.01,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_RESULT_BACKEND = os.environ.get(
+    "CELERY_RESULT_BACKEND", REDIS_URL if REDIS_URL else "django-db"
+)
+CELERY_RESULT_EXTENDED = False
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+# A message may be a replay: ack after the work, give it back if the worker dies, and take
+# one message at a time so a dying worker strands nothing but the step it was running.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "orchestrator"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_WORKER_SEND_TASK_EVENTS = False
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SCHEDULE = {
+    "stepwise-reap": {
+        "task": "orchestrator.tasks.reap",
+        "schedule": float(os.environ.get("STEPWISE_REAP_INTERVAL_S", "2")),
+        "options": {"queue": "orchestrator", "expires": 10},
+    },
+}
+
+# --- Stepwise -------------------------------------------------------------------------------
+# The model registry: a step names a model; the registry says which provider serves it and
+# what a token costs. Override with STEPWISE_MODELS (JSON) or STEPWISE_MODELS_FILE.
+STEPWISE_MODELS = {
+    "fast": {"provider": "scripted", "input_usd_per_mtok": 0.25, "output_usd_per_mtok": 1.25},
+    "deep": {"provider": "scripted", "input_usd_per_mtok": 3.0, "output_usd_per_mtok": 15.0},
+}
+if os.environ.get("STEPWISE_MODELS_FILE"):
+    STEPWISE_MODELS = json.loads(Path(os.environ["STEPWISE_MODELS_FILE"]).read_text())
+elif os.environ.get("STEPWISE_MODELS"):
+    STEPWISE_MODELS = json.loads(os.environ["STEPWISE_MODELS"])
+
+# Python modules whose @tool functions are registered at start-up (comma separated).
+STEPWISE_TOOL_MODULES = [
+    m.strip() for m in os.environ.get("STEPWISE_TOOL_MODULES", "examples.tools").split(",") if m
+]
+# How long a worker's claim on a step lasts beyond the step's own timeout.
+STEPWISE_LEASE_GRACE_S = int(os.environ.get("STEPWISE_LEASE_GRACE_S", "30"))
+# A queued step nobody claimed for this long is dispatched again (its message was lost).
+STEPWISE_REDISPATCH_AFTER_S = int(os.environ.get("STEPWISE_REDISPATCH_AFTER_S", "60"))
+# A workflow's budget default when a step has no price history: the design's $0.10.
+STEPWISE_DEFAULT_STEP_COST_USD = os.environ.get("STEPWISE_DEFAULT_STEP_COST_USD", "0.10")
+
+# --- API ------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Stepwise API",
+    "DESCRIPTION": "Durable, budgeted, audited AI workflows.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("STEPWISE_LOG_LEVEL", "INFO")},
+}

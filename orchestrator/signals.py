@@ -1,0 +1,38 @@
+"""Worker heartbeats: each worker process says it is alive in the database every few seconds.
+
+Health checks read this table, so "workers seen" works on every broker, including the
+embedded filesystem transport that has no broadcast.
+"""
+import os
+import threading
+
+from celery.signals import worker_ready, worker_shutdown
+
+HEARTBEAT_S = 5
+_stop = threading.Event()
+
+
+def _beat(hostname: str, queues: list[str]) -> None:
+    from django.db import close_old_connections
+
+    from .clock import now
+    from .models import WorkerHeartbeat
+
+    while not _stop.is_set():
+        try:
+            WorkerHeartbeat.objects.update_or_create(
+                hostname=hostname, defaults={"queues": queues, "pid": os.getpid(), "last_seen": now()})
+        except Exception:  # the database may be restarting; try again next beat
+            close_old_connections()
+        _stop.wait(HEARTBEAT_S)
+
+
+@worker_ready.connect
+def start_heartbeat(sender=None, **kwargs) -> None:
+    queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) if sender else []
+    threading.Thread(target=_beat, args=(sender.hostname, queues), daemon=True).start()
+
+
+@worker_shutdown.connect
+def stop_heartbeat(**kwargs) -> None:
+    _stop.set()

@@ -1,0 +1,1 @@
+"""Typed tools: functions with a JSON Schema for their params, registered by name."""

@@ -1,0 +1,58 @@
+"""Shared fixtures: personas (requester, approver, operator, outsider) and API clients."""
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from .factories import TeamFactory, UserFactory, member
+
+
+@pytest.fixture
+def team(db):
+    return TeamFactory(slug="support", name="Support")
+
+
+@pytest.fixture
+def requester(team):
+    """Starts runs and edits workflows of the support team."""
+    return member(team, "requester")
+
+
+@pytest.fixture
+def approver(team):
+    """A support lead: may approve the support workflow's gate."""
+    return member(team, "approver", groups=("support_leads",))
+
+
+@pytest.fixture
+def operator(team):
+    """Staff: sees and operates everything."""
+    return member(team, "operator", staff=True)
+
+
+@pytest.fixture
+def outsider(db):
+    """A user of another team: must see nothing of the support team."""
+    other = TeamFactory(slug="other", name="Other")
+    return member(other, "outsider")
+
+
+def client_for(user) -> APIClient:
+    client = APIClient()
+    token, _ = Token.objects.get_or_create(user=user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+@pytest.fixture
+def api(requester):
+    return client_for(requester)
+
+
+@pytest.fixture
+def approver_api(approver):
+    return client_for(approver)
+
+
+@pytest.fixture
+def outsider_api(outsider):
+    return client_for(outsider)
