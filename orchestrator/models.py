@@ -90,7 +90,8 @@ class Run(ConcurrentTransitionMixin, models.Model):
     parent_step = models.OneToOneField(
         "StepRun", null=True, blank=True, on_delete=models.PROTECT, related_name="child_run"
     )
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    # NULL, not "", when absent: the unique constraint must ignore runs without a key.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     request_digest = models.CharField(max_length=64, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
@@ -335,6 +336,9 @@ class StepAttempt(models.Model):
         constraints = [models.UniqueConstraint(fields=["step", "number"], name="attempt_number_unique")]
         ordering = ["step", "number"]
 
+    def __str__(self) -> str:
+        return f"attempt {self.number} of step {self.step_id} ({self.outcome or 'running'})"
+
 
 class MapItem(models.Model):
     """One item of a map step's fan-out; its result is persisted before the chord joins."""
@@ -353,6 +357,9 @@ class MapItem(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["step", "index"], name="map_item_unique")]
         ordering = ["step", "index"]
+
+    def __str__(self) -> str:
+        return f"item {self.index} of step {self.step_id}"
 
 
 class Event(models.Model):
@@ -382,3 +389,6 @@ class WorkerHeartbeat(models.Model):
     queues = models.JSONField(default=list)
     pid = models.PositiveIntegerField(default=0)
     last_seen = models.DateTimeField(default=now)
+
+    def __str__(self) -> str:
+        return f"{self.hostname} ({self.last_seen:%H:%M:%S})"

@@ -14,6 +14,17 @@ import dj_database_url
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STEPWISE_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+# Under pytest-xdist each test worker (and the Celery workers it starts, which inherit this
+# variable) gets its own broker folder / Redis database, so parallel tests never share queues.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+XDIST_INDEX = int(XDIST_WORKER[2:]) if XDIST_WORKER.startswith("gw") else -1
+
+
+def _isolated_redis(url: str) -> str:
+    if not url.startswith("redis") or XDIST_INDEX < 0:
+        return url
+    base = url.rsplit("/", 1)[0] if url.count("/") > 2 else url
+    return f"{base}/{1 + XDIST_INDEX % 15}"
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -85,7 +96,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "stepwise.sqlite3",
+            "NAME": os.environ.get("STEPWISE_SQLITE_PATH", str(VAR_DIR / "stepwise.sqlite3")),
             # Workers are separate processes: a file database, WAL so readers never block the
             # writer, IMMEDIATE so a transaction takes the write lock up front instead of
             # failing on upgrade, and a generous busy timeout instead of "database is locked".
@@ -111,7 +122,7 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 
 # --- Redis / channels -----------------------------------------------------------------------
-REDIS_URL = os.environ.get("REDIS_URL", "")
+REDIS_URL = _isolated_redis(os.environ.get("REDIS_URL", ""))
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -123,8 +134,8 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 # --- Celery ---------------------------------------------------------------------------------
-BROKER_DIR = VAR_DIR / "broker"
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+BROKER_DIR = VAR_DIR / (f"broker-{XDIST_WORKER}" if XDIST_WORKER else "broker")
+CELERY_BROKER_URL = _isolated_redis(os.environ.get("CELERY_BROKER_URL", "filesystem://"))
 if CELERY_BROKER_URL.startswith("filesystem://"):
     for sub in ("queue", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)

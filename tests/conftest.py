@@ -3,7 +3,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from .factories import TeamFactory, UserFactory, member
+from .factories import TeamFactory, member
 
 
 @pytest.fixture
@@ -56,3 +56,20 @@ def approver_api(approver):
 @pytest.fixture
 def outsider_api(outsider):
     return client_for(outsider)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """Remove a stale SQLite WAL/SHM pair before the test database is created.
+
+    Django deletes an old test database file but not its -wal/-shm companions; a new database
+    beside a stale pair fails with "disk I/O error" in the worker processes.
+    """
+    from pathlib import Path
+
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3") and db.get("TEST", {}).get("NAME"):
+        for suffix in ("-wal", "-shm", ""):
+            Path(f"{db['TEST']['NAME']}{suffix}").unlink(missing_ok=True)

@@ -1,7 +1,7 @@
 """Output validation shared by executors: extra fields are rejected, every error is reported."""
 import copy
-from functools import lru_cache
 import json
+from functools import lru_cache
 
 from jsonschema import Draft202012Validator
 

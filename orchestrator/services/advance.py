@@ -65,9 +65,10 @@ def run_advance(run: Run, *, actor: str = "service:scheduler") -> None:
     for step in dirty.values():
         step.save()
     events_record(events)
-    settled_now = any(steps[n].is_terminal for n in decided.enqueue)
-    if settled_now and outcome != "pause":
-        # A control step finished as it started (an empty map, a bad child input): plan again.
+    started_control = any(graph.steps[n]["type"] in CONTROL_KINDS for n in decided.enqueue)
+    if started_control and outcome != "pause":
+        # A control step is now waiting, or finished as it started (an empty map, a bad child
+        # input): the outcome computed before it started is stale, so plan again.
         run_advance(run, actor=actor)
         return
     _apply_outcome(run, outcome, detail, actor=actor)

@@ -27,7 +27,7 @@ def classify_status(status: int, retry_after: str | None) -> StepError | None:
         return None
     if status == 429:
         delay = float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None
-        return StepError("rate_limit", f"HTTP 429 Too Many Requests", delay)
+        return StepError("rate_limit", "HTTP 429 Too Many Requests", delay)
     if status in (401, 403):
         return StepError("auth", f"HTTP {status}")
     if status in (408, 504):

@@ -1,0 +1,220 @@
+"""Admin screens for workflows, runs, steps and events: a window, not a control panel.
+
+Runs, steps, attempts, events and versions are written only by the services, so their screens
+are read-only (no add, change or delete) and every state field is read-only. The one thing an
+operator can do here is what the API allows too: "Cancel selected runs" calls `run_cancel`,
+the same service the API and the reaper use.
+"""
+import json
+
+from django.contrib import admin, messages
+from django.db.models import Max, QuerySet
+from django.utils.html import format_html
+
+from .models import (
+    Event,
+    Run,
+    StepAttempt,
+    StepRun,
+    Team,
+    WorkerHeartbeat,
+    Workflow,
+    WorkflowVersion,
+)
+from .services.errors import NotAllowed
+from .services.runs import run_cancel
+
+
+def pretty_json(value) -> str:
+    return format_html(
+        '<pre style="white-space: pre-wrap; margin: 0">{}</pre>',
+        json.dumps(value, indent=2, sort_keys=False, ensure_ascii=False, default=str),
+    )
+
+
+class ReadOnlyAdminMixin:
+    """Viewable by whoever has the view (or change) permission; never added, changed, deleted."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.fields
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name"]
+    search_fields = ["slug", "name"]
+    filter_horizontal = ["members"]
+
+
+class WorkflowVersionInline(ReadOnlyInline):
+    model = WorkflowVersion
+    fields = ["number", "digest", "created_at", "created_by"]
+    ordering = ["-number"]
+
+
+@admin.register(Workflow)
+class WorkflowAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["name", "team", "latest_version", "created_at"]
+    list_filter = ["team"]
+    search_fields = ["name"]
+    list_select_related = ["team"]
+    fields = readonly_fields = ["team", "name", "created_at"]
+    inlines = [WorkflowVersionInline]
+
+    def get_queryset(self, request) -> QuerySet[Workflow]:
+        return super().get_queryset(request).annotate(latest_number=Max("versions__number"))
+
+    @admin.display(description="latest version", ordering="latest_number")
+    def latest_version(self, workflow: Workflow) -> int | None:
+        return workflow.latest_number
+
+
+@admin.register(WorkflowVersion)
+class WorkflowVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["workflow", "number", "digest", "created_at", "created_by"]
+    list_filter = ["workflow__team", "workflow__name"]
+    list_select_related = ["workflow__team", "created_by"]
+    search_fields = ["workflow__name", "digest"]
+    fields = readonly_fields = ["workflow", "number", "digest", "created_at", "created_by",
+                                "definition_pretty", "normalized_pretty"]
+
+    def get_queryset(self, request) -> QuerySet[WorkflowVersion]:
+        queryset = super().get_queryset(request)
+        if request.resolver_match and request.resolver_match.url_name.endswith("changelist"):
+            queryset = queryset.defer("definition", "normalized")
+        return queryset
+
+    @admin.display(description="definition")
+    def definition_pretty(self, version: WorkflowVersion) -> str:
+        return pretty_json(version.definition)
+
+    @admin.display(description="normalized (defaults filled in)")
+    def normalized_pretty(self, version: WorkflowVersion) -> str:
+        return pretty_json(version.normalized)
+
+
+class StepRunInline(ReadOnlyInline):
+    model = StepRun
+    fields = ["position", "name", "kind", "state", "attempts", "cost_usd", "tokens_in",
+              "tokens_out", "queued_at", "started_at", "finished_at", "skip_reason", "error"]
+    ordering = ["position"]
+
+
+class EventInline(ReadOnlyInline):
+    model = Event
+    fields = ["created_at", "kind", "step", "actor", "payload"]
+    show_change_link = False
+
+    def get_queryset(self, request) -> QuerySet[Event]:
+        return super().get_queryset(request).select_related("step")
+
+
+_RUN_FIELDS = ["id", "team", "version", "state", "trigger", "created_by", "idempotency_key",
+               "parent_step", "created_at", "started_at", "finished_at", "progressed_at",
+               "cost_usd", "tokens_in", "tokens_out", "input_pretty", "output_pretty",
+               "error_pretty"]
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["id", "workflow", "version_number", "team", "state", "cost_usd", "created_at"]
+    list_filter = ["state", "version__workflow__name", "team"]
+    list_select_related = ["team", "version__workflow"]
+    search_fields = ["id", "idempotency_key", "version__workflow__name"]
+    date_hierarchy = "created_at"
+    fields = readonly_fields = _RUN_FIELDS
+    inlines = [StepRunInline, EventInline]
+    actions = ["cancel_runs"]
+
+    def get_queryset(self, request) -> QuerySet[Run]:
+        return super().get_queryset(request).defer("version__definition", "version__normalized")
+
+    @admin.display(description="workflow", ordering="version__workflow__name")
+    def workflow(self, run: Run) -> str:
+        return run.version.workflow.name
+
+    @admin.display(description="version", ordering="version__number")
+    def version_number(self, run: Run) -> int:
+        return run.version.number
+
+    @admin.display(description="input")
+    def input_pretty(self, run: Run) -> str:
+        return pretty_json(run.input)
+
+    @admin.display(description="output")
+    def output_pretty(self, run: Run) -> str:
+        return pretty_json(run.output)
+
+    @admin.display(description="error")
+    def error_pretty(self, run: Run) -> str:
+        return pretty_json(run.error)
+
+    def has_cancel_permission(self, request) -> bool:
+        return request.user.has_perm("orchestrator.change_run")
+
+    @admin.action(description="Cancel selected runs", permissions=["cancel"])
+    def cancel_runs(self, request, queryset: QuerySet[Run]) -> None:
+        actor = f"user:{request.user.username}"
+        cancelled = 0
+        for run_id in queryset.values_list("id", flat=True):
+            try:
+                run_cancel(run_id=run_id, actor=actor)
+                cancelled += 1
+            except NotAllowed as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+        if cancelled:
+            self.message_user(request, f"Cancelled (or cancelling) {cancelled} run(s).",
+                              messages.SUCCESS)
+
+
+class StepAttemptInline(ReadOnlyInline):
+    model = StepAttempt
+    fields = ["number", "worker", "started_at", "finished_at", "outcome", "error_class",
+              "error_message", "tokens_in", "tokens_out", "cost_usd", "model", "idempotency_key"]
+    show_change_link = False
+
+
+@admin.register(StepRun)
+class StepRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["name", "run", "kind", "state", "attempts", "cost_usd", "started_at",
+                    "finished_at"]
+    list_filter = ["state", "kind"]
+    list_select_related = ["run"]
+    search_fields = ["name", "run__id"]
+    fields = readonly_fields = [
+        "run", "name", "kind", "position", "state", "queue", "attempts", "lease_owner",
+        "lease_expires_at", "deadline_at", "next_attempt_at", "ready_at", "queued_at",
+        "started_at", "finished_at", "cost_usd", "tokens_in", "tokens_out", "skip_reason",
+        "input", "output", "error",
+    ]
+    inlines = [StepAttemptInline]
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["created_at", "kind", "run", "step", "actor"]
+    list_filter = ["kind"]
+    list_select_related = ["run", "step"]
+    search_fields = ["run__id", "kind", "actor"]
+    fields = readonly_fields = ["created_at", "run", "step", "kind", "actor", "payload"]
+
+
+@admin.register(WorkerHeartbeat)
+class WorkerHeartbeatAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["hostname", "queues", "pid", "last_seen"]
+    fields = readonly_fields = ["hostname", "queues", "pid", "last_seen"]

@@ -1,0 +1,13 @@
+"""The REST API (/api/v1/): thin views over the services, scoped to the caller's teams.
+
+Modules, one concern each:
+
+* `parsers` - request body parsers (YAML definitions).
+* `errors` - how service exceptions become HTTP responses.
+* `permissions` - who sees what: team scoping and the approval decision check.
+* `filters` - django-filter FilterSets for the list endpoints.
+* `serializers` - request shapes and response representations (no business logic).
+* `views` - the endpoints; each parses the request, calls one service, serializes.
+* `health` - the unauthenticated health and definition-schema endpoints.
+* `urls` - the routes.
+"""

@@ -1,0 +1,248 @@
+"""Request shapes and response representations. No business logic lives here.
+
+Request serializers only check the shape of a body (types, known keys); what a definition or a
+run input must satisfy is decided by the services. Response serializers read what the views
+hand them (querysets prefetched by the views) and never query per row.
+"""
+from django.core.exceptions import ObjectDoesNotExist
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from approvals.models import ApprovalRequest
+
+from ..models import Run, StepAttempt, StepRun, Workflow, WorkflowVersion
+
+
+def _absolute(serializer: serializers.Serializer, path: str) -> str:
+    request = serializer.context.get("request")
+    return request.build_absolute_uri(path) if request else path
+
+
+def workflow_path(workflow: Workflow, view: str = "workflow-detail", **kwargs) -> str:
+    """A workflow URL; `?team=` keeps it unambiguous when a user sees two of the same name."""
+    path = reverse(f"api:{view}", kwargs={"name": workflow.name, **kwargs})
+    return f"{path}?team={workflow.team.slug}"
+
+
+class ErrorSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text='Where the problem is, e.g. "steps[2].after[0]".')
+    message = serializers.CharField()
+
+
+class ErrorsSerializer(serializers.Serializer):
+    """Every error response: all the problems at once."""
+
+    errors = ErrorSerializer(many=True)
+
+
+class ValidationResultSerializer(serializers.Serializer):
+    valid = serializers.BooleanField()
+    errors = ErrorSerializer(many=True)
+
+
+# --- requests ----------------------------------------------------------------------------
+
+
+class DefinitionRequestSerializer(serializers.Serializer):
+    """The wrapped form of a definition body. A bare definition object or YAML text also works."""
+
+    definition = serializers.JSONField(help_text="The definition (an object, or YAML/JSON text).")
+    team = serializers.SlugField(
+        required=False, help_text="Team slug; needed only when you belong to several teams."
+    )
+
+
+class RunStartRequestSerializer(serializers.Serializer):
+    input = serializers.DictField(
+        required=False, default=dict, help_text="Must satisfy the workflow's input_schema."
+    )
+    version = serializers.IntegerField(
+        required=False, min_value=1, help_text="Pin an older version (default: the latest)."
+    )
+
+    def validate(self, attrs: dict) -> dict:
+        unknown = set(self.initial_data) - set(self.fields)
+        if unknown:
+            raise serializers.ValidationError(
+                f"unknown field(s): {', '.join(sorted(unknown))}; put the run input under 'input'"
+            )
+        return attrs
+
+
+class ApprovalDecisionSerializer(serializers.Serializer):
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=10000)
+
+
+# --- workflows ---------------------------------------------------------------------------
+
+
+class WorkflowVersionSummarySerializer(serializers.ModelSerializer):
+    url = serializers.SerializerMethodField()
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = WorkflowVersion
+        fields = ["number", "url", "digest", "created_at", "created_by"]
+
+    def get_url(self, version: WorkflowVersion) -> str:
+        return _absolute(self, workflow_path(version.workflow, "workflow-version",
+                                             number=version.number))
+
+
+class WorkflowVersionSerializer(WorkflowVersionSummarySerializer):
+    """One immutable version; `created` says whether this request made it."""
+
+    workflow = serializers.CharField(source="workflow.name", read_only=True)
+    team = serializers.CharField(source="workflow.team.slug", read_only=True)
+    workflow_url = serializers.SerializerMethodField()
+    created = serializers.SerializerMethodField()
+
+    class Meta(WorkflowVersionSummarySerializer.Meta):
+        fields = ["workflow", "team", "number", "created", "url", "workflow_url", "digest",
+                  "created_at", "created_by", "definition", "normalized"]
+
+    def get_workflow_url(self, version: WorkflowVersion) -> str:
+        return _absolute(self, workflow_path(version.workflow))
+
+    def get_created(self, version: WorkflowVersion) -> bool | None:
+        return self.context.get("created")
+
+
+class WorkflowListSerializer(serializers.ModelSerializer):
+    """A list row; the view annotates `latest_number` and `updated_at`."""
+
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    url = serializers.SerializerMethodField()
+    latest_version = serializers.IntegerField(source="latest_number", read_only=True)
+    updated_at = serializers.DateTimeField(read_only=True)
+
+    class Meta:
+        model = Workflow
+        fields = ["name", "team", "url", "latest_version", "created_at", "updated_at"]
+
+    def get_url(self, workflow: Workflow) -> str:
+        return _absolute(self, workflow_path(workflow))
+
+
+class WorkflowDetailSerializer(serializers.ModelSerializer):
+    """A workflow with its latest version's definition; the view sets `latest` and `all_versions`."""
+
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    url = serializers.SerializerMethodField()
+    version = serializers.IntegerField(source="latest.number", read_only=True)
+    version_created_at = serializers.DateTimeField(source="latest.created_at", read_only=True)
+    digest = serializers.CharField(source="latest.digest", read_only=True)
+    definition = serializers.JSONField(source="latest.definition", read_only=True)
+    versions_url = serializers.SerializerMethodField()
+    runs_url = serializers.SerializerMethodField()
+    versions = WorkflowVersionSummarySerializer(source="all_versions", many=True, read_only=True)
+
+    class Meta:
+        model = Workflow
+        fields = ["name", "team", "url", "created_at", "version", "version_created_at", "digest",
+                  "definition", "versions_url", "runs_url", "versions"]
+
+    def get_url(self, workflow: Workflow) -> str:
+        return _absolute(self, workflow_path(workflow))
+
+    def get_versions_url(self, workflow: Workflow) -> str:
+        return _absolute(self, workflow_path(workflow, "workflow-versions"))
+
+    def get_runs_url(self, workflow: Workflow) -> str:
+        """POST here to start a run."""
+        return _absolute(self, workflow_path(workflow, "workflow-runs"))
+
+
+# --- runs --------------------------------------------------------------------------------
+
+
+class StepAttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = StepAttempt
+        fields = ["number", "worker", "started_at", "finished_at", "outcome", "error_class",
+                  "error_message", "tokens_in", "tokens_out", "cost_usd", "model", "provider",
+                  "idempotency_key"]
+
+
+class StepApprovalSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="api:approval-detail")
+
+    class Meta:
+        model = ApprovalRequest
+        fields = ["id", "url", "state"]
+
+
+class StepRunSerializer(serializers.ModelSerializer):
+    attempt_records = StepAttemptSerializer(many=True, read_only=True)
+    approval = serializers.SerializerMethodField()
+
+    class Meta:
+        model = StepRun
+        fields = ["name", "kind", "position", "state", "queue", "attempts", "input", "output",
+                  "error", "skip_reason", "tokens_in", "tokens_out", "cost_usd", "ready_at",
+                  "queued_at", "started_at", "finished_at", "deadline_at", "next_attempt_at",
+                  "approval", "attempt_records"]
+
+    @extend_schema_field(StepApprovalSerializer(allow_null=True))
+    def get_approval(self, step: StepRun) -> dict | None:
+        try:
+            approval = step.approval  # select_related by the view: no query
+        except ObjectDoesNotExist:
+            return None
+        return StepApprovalSerializer(approval, context=self.context).data
+
+
+class RunSerializer(serializers.ModelSerializer):
+    """A run in a list, or as the answer to start/cancel."""
+
+    url = serializers.HyperlinkedIdentityField(view_name="api:run-detail")
+    workflow = serializers.CharField(source="version.workflow.name", read_only=True)
+    version = serializers.IntegerField(source="version.number", read_only=True)
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    duration_s = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = ["id", "url", "workflow", "version", "team", "state", "trigger", "created_by",
+                  "created_at", "started_at", "finished_at", "duration_s", "cost_usd",
+                  "tokens_in", "tokens_out"]
+
+    def get_duration_s(self, run: Run) -> float | None:
+        """Seconds from start to finish; null until the run has finished."""
+        if run.started_at and run.finished_at:
+            return round((run.finished_at - run.started_at).total_seconds(), 3)
+        return None
+
+
+class RunDetailSerializer(RunSerializer):
+    steps = StepRunSerializer(many=True, read_only=True)
+    parent_run = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "input", "output", "error", "idempotency_key",
+                  "parent_run", "steps"]
+
+    def get_parent_run(self, run: Run) -> str | None:
+        """The run whose sub_workflow step started this one."""
+        return str(run.parent_step.run_id) if run.parent_step_id else None
+
+
+# --- approvals ---------------------------------------------------------------------------
+
+
+class ApprovalSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="api:approval-detail")
+    run_url = serializers.HyperlinkedRelatedField(
+        source="run", view_name="api:run-detail", read_only=True
+    )
+    workflow = serializers.CharField(source="run.version.workflow.name", read_only=True)
+    step = serializers.CharField(source="step.name", read_only=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ApprovalRequest
+        fields = ["id", "url", "state", "run", "run_url", "workflow", "step", "approvers",
+                  "instructions", "context", "proposal_hash", "requested_at", "deadline_at",
+                  "decided_at", "decided_by", "note"]

@@ -1,0 +1,22 @@
+"""Routes of the API, mounted at /api/v1/ under the `api` namespace."""
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from .health import DefinitionSchemaView, HealthView
+from .views import ApprovalViewSet, RunViewSet, WorkflowViewSet
+
+app_name = "api"
+
+router = DefaultRouter()
+router.register("workflows", WorkflowViewSet, basename="workflow")
+router.register("runs", RunViewSet, basename="run")
+router.register("approvals", ApprovalViewSet, basename="approval")
+
+urlpatterns = [
+    path("health/", HealthView.as_view(), name="health"),
+    path("schema/definition.json", DefinitionSchemaView.as_view(), name="definition-schema"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    *router.urls,
+]

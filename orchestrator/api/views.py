@@ -1,0 +1,288 @@
+"""The API endpoints: parse the request, call one service, serialize the answer.
+
+Every queryset is scoped to the caller's teams (`permissions.scoped`), so an object of another
+team is a 404. Service exceptions propagate to `ServiceErrorsMixin`, which maps them to
+400/409 with an `errors` list; views do not catch them one by one.
+"""
+from django.db.models import Max, Prefetch, QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+
+from approvals.models import ApprovalRequest
+from approvals.services import approval_grant, approval_reject
+
+from ..definitions import DefinitionInvalid, parse_definition_text
+from ..models import Run, StepRun, Workflow, WorkflowVersion
+from ..services.runs import run_cancel, run_start
+from ..services.versions import runs_with_version
+from ..services.workflows import definition_problems, latest_version, workflow_save
+from . import serializers as s
+from .errors import ServiceErrorsMixin, error_body, errors_of, problems_body, valid_data
+from .filters import ApprovalFilter, RunFilter, WorkflowFilter
+from .parsers import TextYAMLParser, YAMLParser
+from .permissions import MayDecide, scoped, team_for_write
+
+_ERRORS = OpenApiResponse(s.ErrorsSerializer, description="Every problem, each with its path.")
+_DEFINITION_BODY = {
+    "application/json": s.DefinitionRequestSerializer,
+    "application/yaml": OpenApiTypes.STR,
+    "text/yaml": OpenApiTypes.STR,
+}
+_TEAM_PARAM = OpenApiParameter(
+    "team", str, description="Team slug: needed when you belong to several teams."
+)
+
+
+def read_definition(request) -> tuple[object, str | None]:
+    """(definition, team slug) from a bare definition, `{"definition", "team"}`, or YAML text.
+
+    Raises DefinitionInvalid when a wrapped `definition` is text that does not parse.
+    """
+    data = request.data
+    team = request.query_params.get("team")
+    if isinstance(data, dict) and "definition" in data and set(data) <= {"definition", "team"}:
+        team = data.get("team") or team
+        data = data["definition"]
+        if isinstance(data, str):
+            data = parse_definition_text(data)
+    return data, team
+
+
+class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
+    """Workflows of your teams, addressed by name (add `?team=` if two teams share a name)."""
+
+    lookup_field = "name"
+    lookup_value_regex = r"[a-z][a-z0-9_-]*"
+    filterset_class = WorkflowFilter
+    parser_classes = [JSONParser, YAMLParser, TextYAMLParser]
+    serializer_class = s.WorkflowListSerializer
+
+    def get_queryset(self) -> QuerySet[Workflow]:
+        workflows = scoped(Workflow.objects.select_related("team"), self.request.user)
+        if self.action == "list":
+            workflows = workflows.annotate(
+                latest_number=Max("versions__number"), updated_at=Max("versions__created_at")
+            )
+        return workflows.order_by("name", "team__slug")
+
+    def get_object(self) -> Workflow:
+        name = self.kwargs["name"]
+        found = list(self.filter_queryset(self.get_queryset()).filter(name=name)[:10])
+        if not found:
+            raise NotFound(f"workflow '{name}' not found")
+        if len(found) > 1:
+            slugs = ", ".join(w.team.slug for w in found)
+            raise ValidationError(error_body(
+                f"workflow '{name}' exists in several of your teams ({slugs}); add ?team=<slug>",
+                "team",
+            ))
+        return found[0]
+
+    @extend_schema(parameters=[_TEAM_PARAM])
+    def list(self, request):
+        """Workflows of your teams, with their latest version number."""
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    @extend_schema(parameters=[_TEAM_PARAM], responses={200: s.WorkflowDetailSerializer, 400: _ERRORS})
+    def retrieve(self, request, name=None):
+        """The latest version's definition, and every version's number and URL."""
+        workflow = self.get_object()
+        workflow.latest = latest_version(team=workflow.team, name=workflow.name)
+        workflow.all_versions = list(
+            workflow.versions.select_related("created_by").defer("definition", "normalized")
+            .order_by("-number")
+        )
+        return Response(s.WorkflowDetailSerializer(workflow, context=self.get_serializer_context()).data)
+
+    @extend_schema(
+        request=_DEFINITION_BODY,
+        parameters=[_TEAM_PARAM],
+        responses={
+            201: OpenApiResponse(s.WorkflowVersionSerializer, description="A new version."),
+            200: OpenApiResponse(s.WorkflowVersionSerializer, description="Unchanged."),
+            400: _ERRORS,
+        },
+        description="Save a definition: a bare definition object, `{\"definition\": ..., "
+        "\"team\": ...}`, or YAML text. A changed definition becomes the next version.",
+    )
+    def create(self, request):
+        definition, slug = read_definition(request)
+        team = team_for_write(request.user, slug)
+        version, created = workflow_save(team=team, definition=definition, user=request.user)
+        context = {**self.get_serializer_context(), "created": created}
+        return Response(s.WorkflowVersionSerializer(version, context=context).data,
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(
+        request=_DEFINITION_BODY,
+        parameters=[_TEAM_PARAM],
+        responses={200: s.ValidationResultSerializer, 400: s.ValidationResultSerializer},
+        description="Check a definition the way saving would, listing every problem. "
+        "Saves nothing.",
+    )
+    @action(detail=False, methods=["post"])
+    def validate(self, request):
+        try:
+            definition, slug = read_definition(request)
+            team = team_for_write(request.user, slug)
+            problems = problems_body(definition_problems(definition, team=team))["errors"]
+        except DefinitionInvalid as exc:
+            problems = problems_body(exc.problems)["errors"]
+        except APIException as exc:  # unreadable body or no team
+            problems = errors_of(exc)
+        return Response({"valid": not problems, "errors": problems},
+                        status=status.HTTP_400_BAD_REQUEST if problems else status.HTTP_200_OK)
+
+    @extend_schema(parameters=[_TEAM_PARAM], responses=s.WorkflowVersionSummarySerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def versions(self, request, name=None):
+        """Every version of the workflow, newest first."""
+        workflow = self.get_object()
+        versions = (workflow.versions.select_related("created_by")
+                    .defer("definition", "normalized").order_by("-number"))
+        page = self.paginate_queryset(versions)
+        return self.get_paginated_response(
+            s.WorkflowVersionSummarySerializer(page, many=True, context=self.get_serializer_context()).data
+        )
+
+    @extend_schema(parameters=[_TEAM_PARAM], responses=s.WorkflowVersionSerializer)
+    @action(detail=True, methods=["get"], url_path=r"versions/(?P<number>[0-9]+)", url_name="version")
+    def version(self, request, name=None, number=None):
+        """One version: the definition as submitted and as normalized."""
+        workflow = self.get_object()
+        version = workflow.versions.select_related("created_by").filter(number=number).first()
+        if version is None:
+            raise NotFound(f"workflow '{workflow.name}' has no version {number}")
+        return Response(s.WorkflowVersionSerializer(version, context=self.get_serializer_context()).data)
+
+    @extend_schema(
+        request=s.RunStartRequestSerializer,
+        parameters=[
+            _TEAM_PARAM,
+            OpenApiParameter(
+                "Idempotency-Key", str, OpenApiParameter.HEADER,
+                description="Replaying a request with the same key and body returns the same "
+                "run; the same key with another body is a 409.",
+            ),
+        ],
+        responses={
+            202: OpenApiResponse(s.RunSerializer, description="The run was created and started."),
+            200: OpenApiResponse(s.RunSerializer, description="A replay: the existing run."),
+            400: _ERRORS,
+            409: _ERRORS,
+        },
+        description="Start a run of the latest version (or of `version`).",
+    )
+    @action(detail=True, methods=["post"], parser_classes=[JSONParser])
+    def runs(self, request, name=None):
+        workflow = self.get_object()
+        body = valid_data(s.RunStartRequestSerializer(data=request.data))
+        run = run_start(
+            version=self._version_to_run(workflow, body.get("version")), input=body["input"],
+            user=request.user, idempotency_key=request.headers.get("Idempotency-Key"),
+            trigger="api",
+        )
+        return Response(s.RunSerializer(run, context=self.get_serializer_context()).data,
+                        status=status.HTTP_202_ACCEPTED if run._created else status.HTTP_200_OK)
+
+    @staticmethod
+    def _version_to_run(workflow: Workflow, number: int | None) -> WorkflowVersion:
+        if number is None:
+            version = latest_version(team=workflow.team, name=workflow.name)
+        else:
+            version = workflow.versions.filter(number=number).first()
+        if version is None:
+            raise ValidationError(
+                error_body(f"workflow '{workflow.name}' has no version {number}", "version")
+            )
+        return version
+
+
+@extend_schema_view(
+    list=extend_schema(description="Runs of your teams, newest first."),
+    retrieve=extend_schema(description="A run with every step in order, each step's attempts, "
+                           "and the approval of each human gate."),
+)
+class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                 viewsets.GenericViewSet):
+    """Runs of your teams, newest first."""
+
+    filterset_class = RunFilter
+
+    def get_queryset(self) -> QuerySet[Run]:
+        runs = scoped(runs_with_version().select_related("team", "created_by"), self.request.user)
+        if self.action == "retrieve":
+            runs = with_steps(runs)
+        return runs.order_by("-created_at")
+
+    def get_serializer_class(self):
+        return s.RunSerializer if self.action == "list" else s.RunDetailSerializer
+
+    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 409: _ERRORS},
+                   description="Cancel the run: nothing new starts, running steps finish, then "
+                   "the run is `cancelled`. 409 if it has already ended.")
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        run = self.get_object()
+        run_cancel(run_id=run.id, actor=f"user:{request.user.username}")
+        run = with_steps(self.get_queryset()).get(pk=run.pk)
+        return Response(self.get_serializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+def with_steps(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """Runs with every step, its attempts and its approval: three queries, however many steps."""
+    steps = (StepRun.objects.select_related("approval").prefetch_related("attempt_records")
+             .order_by("position"))
+    return runs.select_related("parent_step").prefetch_related(Prefetch("steps", queryset=steps))
+
+
+@extend_schema_view(
+    list=extend_schema(description="Approval requests of your teams' runs (staff: all)."),
+    retrieve=extend_schema(description="One approval request, with the context it approves."),
+)
+class ApprovalViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                      viewsets.GenericViewSet):
+    """Approval requests of your teams' runs (staff: all). Filter with `?state=pending`."""
+
+    filterset_class = ApprovalFilter
+    serializer_class = s.ApprovalSerializer
+
+    def get_queryset(self) -> QuerySet[ApprovalRequest]:
+        approvals = ApprovalRequest.objects.select_related(
+            "run__team", "run__version__workflow", "step", "decided_by"
+        ).defer("run__version__definition", "run__version__normalized")
+        return scoped(approvals, self.request.user, team_field="run__team").order_by("-requested_at")
+
+    @extend_schema(request=s.ApprovalDecisionSerializer,
+                   responses={200: s.ApprovalSerializer, 403: None, 409: _ERRORS},
+                   description="Approve: the gate completes with {approved, note, decided_by} "
+                   "and the run moves on. 403 unless you are one of the approvers.")
+    @action(detail=True, methods=["post"], permission_classes=[IsAuthenticated, MayDecide])
+    def approve(self, request, pk=None):
+        approval = self.get_object()
+        body = valid_data(s.ApprovalDecisionSerializer(data=request.data))
+        approval_grant(approval_id=approval.id, user=request.user, note=body["note"])
+        return Response(self.get_serializer(self.get_queryset().get(pk=approval.pk)).data)
+
+    @extend_schema(request=s.ApprovalDecisionSerializer,
+                   responses={200: s.ApprovalSerializer, 403: None, 409: _ERRORS},
+                   description="Reject: the gate fails (class `rejected`) and the workflow's "
+                   "on_error policy applies. 403 unless you are one of the approvers.")
+    @action(detail=True, methods=["post"], permission_classes=[IsAuthenticated, MayDecide])
+    def reject(self, request, pk=None):
+        approval = self.get_object()
+        body = valid_data(s.ApprovalDecisionSerializer(data=request.data))
+        approval_reject(approval_id=approval.id, user=request.user, note=body["note"])
+        return Response(self.get_serializer(self.get_queryset().get(pk=approval.pk)).data)

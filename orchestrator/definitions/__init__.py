@@ -1,0 +1,47 @@
+"""Workflow definitions: the format, parsing, validation, normalization, expressions, templates.
+
+The public API the rest of Stepwise uses; import from here, not from the modules:
+
+* `parse_definition_text` (loader.py) - YAML/JSON text to a dict.
+* `definition_format_schema` (format.py) - the JSON Schema of the format.
+* `validate_definition` (validation.py) - every problem, each with its path.
+* `normalize_definition` (normalize.py) - a valid definition with defaults filled in.
+* `compile_expression`, `evaluate_expression`, `expression_roots`, `referenced_steps`
+  (expressions.py) - CEL.
+* `compile_template`, `render_template`, `render_value` (templates.py) - sandboxed Jinja2.
+* `schema_accepts` (compat.py) - whether one step's output satisfies another's input.
+"""
+
+from .compat import schema_accepts
+from .expressions import (
+    ExpressionError,
+    compile_expression,
+    evaluate_expression,
+    expression_roots,
+    referenced_steps,
+)
+from .format import definition_format_schema
+from .loader import parse_definition_text
+from .normalize import normalize_definition
+from .problems import DefinitionInvalid, Problem
+from .templates import TemplateError, compile_template, render_template, render_value
+from .validation import validate_definition
+
+__all__ = [
+    "DefinitionInvalid",
+    "ExpressionError",
+    "Problem",
+    "TemplateError",
+    "compile_expression",
+    "compile_template",
+    "definition_format_schema",
+    "evaluate_expression",
+    "expression_roots",
+    "normalize_definition",
+    "parse_definition_text",
+    "referenced_steps",
+    "render_template",
+    "render_value",
+    "schema_accepts",
+    "validate_definition",
+]

@@ -1,0 +1,563 @@
+"""The workflow definition format: its vocabulary, its defaults and its JSON Schema.
+
+Owns the single description of what a definition may contain. The structural validator
+checks documents against `definition_format_schema()`, the API serves the same schema,
+and `normalize.py` fills the defaults declared here. It must not contain any check that
+needs more than one field at a time (references, graph, expressions); those live in
+`validation.py`.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from typing import Any
+
+SCHEMA_ID = "https://stepwise.dev/schema/definition.json"
+
+WORKFLOW_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,99}$"
+STEP_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+
+STEP_TYPES = ("agent", "tool", "router", "map", "human_gate", "sub_workflow")
+MAP_ITEM_TYPES = ("agent", "tool")
+ON_ERROR_CHOICES = ("fail", "pause", "continue")
+JOIN_CHOICES = ("all", "any")
+BACKOFF_CHOICES = ("exponential", "linear", "fixed")
+ROUTER_STRATEGIES = ("rules", "score")
+MERGE_STRATEGIES = ("list", "dict_merge", "first_success")
+RETRYABLE_ERRORS = ("timeout", "rate_limit", "transient", "invalid_output")
+SCRIPTED_ERRORS = (*RETRYABLE_ERRORS, "auth", "permanent")
+
+DEFAULT_ON_ERROR = "fail"
+DEFAULT_MAX_PARALLEL = 10
+DEFAULT_JOIN = "all"
+DEFAULT_TIMEOUT_S = 300
+HUMAN_GATE_TIMEOUT_S = 86400
+DEFAULT_STRATEGY = "rules"
+DEFAULT_MERGE = "list"
+RETRY_DEFAULTS: dict[str, Any] = {
+    "max_attempts": 1,
+    "backoff": "exponential",
+    "base_s": 2,
+    "max_s": 60,
+    "jitter": True,
+    "retry_on": ["timeout", "rate_limit", "transient"],
+}
+
+# Names an expression or a template may start from. `item` and `index` exist only
+# inside a map step's `item`.
+CONTEXT_ROOTS = frozenset({"input", "steps"})
+MAP_ITEM_ROOTS = frozenset({"item", "index"})
+
+
+def default_timeout_s(step_type: str) -> int:
+    return HUMAN_GATE_TIMEOUT_S if step_type == "human_gate" else DEFAULT_TIMEOUT_S
+
+
+def definition_format_schema() -> dict:
+    """Return the JSON Schema (draft 2020-12) of a workflow definition.
+
+    A fresh deep copy on every call, so callers may mutate it.
+    """
+    return copy.deepcopy(shared_format_schema())
+
+
+def step_type_schema_ref(step_type: str) -> str:
+    return f"#/$defs/{step_type}_step"
+
+
+# --- building blocks -------------------------------------------------------------------
+
+
+def _ref(name: str) -> dict:
+    return {"$ref": f"#/$defs/{name}"}
+
+
+def _only_with(description: str) -> dict:
+    # `not: {}` rejects any value; the description becomes the error message.
+    return {"not": {}, "description": description}
+
+
+_EXPRESSION = {
+    "type": "string",
+    "minLength": 1,
+    "description": (
+        "A CEL expression (https://github.com/google/cel-spec). Variables: `input` (the run "
+        "input), `steps` (step name -> {output, state}); inside a map item also `item` and "
+        "`index`. It may only read `steps.X` for steps X that are ancestors of this step."
+    ),
+}
+
+_TEMPLATE = {
+    "type": "string",
+    "description": (
+        "A Jinja2 template rendered in a sandbox with the same variables as expressions "
+        "(`input`, `steps`, and in a map item `item`, `index`); an undefined variable is an error."
+    ),
+}
+
+_JSON_SCHEMA = {
+    "type": ["object", "boolean"],
+    "description": "A JSON Schema (draft 2020-12).",
+}
+
+_STEP_REF = {"type": "string", "description": "The name of another step of this workflow."}
+
+_NULLABLE_EXPRESSION = {
+    **_EXPRESSION,
+    "type": ["string", "null"],
+    "description": "When present and false, the step is skipped (null: always run). "
+    + _EXPRESSION["description"],
+}
+
+
+def _retry_schema() -> dict:
+    return {
+        "title": "retry policy",
+        "type": "object",
+        "description": "How a failed attempt is retried before the step fails.",
+        "additionalProperties": False,
+        "properties": {
+            "max_attempts": {
+                "type": "integer",
+                "minimum": 1,
+                "default": RETRY_DEFAULTS["max_attempts"],
+                "description": "Total attempts, including the first.",
+            },
+            "backoff": {
+                "enum": list(BACKOFF_CHOICES),
+                "default": RETRY_DEFAULTS["backoff"],
+                "description": "How the delay grows between attempts.",
+            },
+            "base_s": {
+                "type": "number",
+                "minimum": 0,
+                "default": RETRY_DEFAULTS["base_s"],
+                "description": "Delay before the first retry, in seconds.",
+            },
+            "max_s": {
+                "type": "number",
+                "minimum": 0,
+                "default": RETRY_DEFAULTS["max_s"],
+                "description": "Upper bound of any delay, in seconds.",
+            },
+            "jitter": {
+                "type": "boolean",
+                "default": RETRY_DEFAULTS["jitter"],
+                "description": "Randomise each delay to spread retries out.",
+            },
+            "retry_on": {
+                "type": "array",
+                "items": {"enum": list(RETRYABLE_ERRORS)},
+                "uniqueItems": True,
+                "default": list(RETRY_DEFAULTS["retry_on"]),
+                "description": "Failure classes that are retried; any other failure is final.",
+            },
+        },
+    }
+
+
+def _common_step_properties() -> dict:
+    return {
+        "name": {
+            "type": "string",
+            "pattern": STEP_NAME_PATTERN,
+            "description": "Unique within the workflow: a lowercase letter, then up to 63 of a-z, 0-9, _.",
+        },
+        "type": {"enum": list(STEP_TYPES), "description": "What the step does."},
+        "description": {"type": "string", "default": "", "description": "Free text for people."},
+        "after": {
+            "type": "array",
+            "items": _STEP_REF,
+            "default": [],
+            "description": "Steps that must finish before this one starts.",
+        },
+        "when": _NULLABLE_EXPRESSION,
+        "join": {
+            "enum": list(JOIN_CHOICES),
+            "default": DEFAULT_JOIN,
+            "description": (
+                "all: a skipped dependency skips this step. any: the step runs if at least "
+                "one dependency completed."
+            ),
+        },
+        "timeout_s": {
+            "type": "integer",
+            "exclusiveMinimum": 0,
+            "description": (
+                f"Seconds an attempt may take (default {DEFAULT_TIMEOUT_S}; "
+                f"{HUMAN_GATE_TIMEOUT_S} for human_gate)."
+            ),
+        },
+        "retry": _ref("retry"),
+        "fallback": {
+            "type": ["string", "null"],
+            "description": (
+                "A step to run if this one fails after its retries; it must not be an "
+                "ancestor of this step."
+            ),
+        },
+        "input_schema": {
+            **_JSON_SCHEMA,
+            "description": (
+                "A JSON Schema of type object whose properties are names of ancestor steps, "
+                "each the schema this step requires of that step's output. Checked against "
+                "the producers' output_schema when the definition is saved."
+            ),
+        },
+        "output_schema": {**_JSON_SCHEMA, "description": "JSON Schema of this step's output."},
+    }
+
+
+def _agent_properties() -> dict:
+    return {
+        "model": {"type": "string", "description": "A registered model name."},
+        "prompt": {**_TEMPLATE, "description": "The user prompt. " + _TEMPLATE["description"]},
+        "system": {**_TEMPLATE, "description": "The system prompt. " + _TEMPLATE["description"]},
+        "temperature": {"type": "number", "minimum": 0, "description": "Sampling temperature."},
+        "max_tokens": {
+            "type": "integer",
+            "exclusiveMinimum": 0,
+            "description": "Upper bound on output tokens.",
+        },
+        "script": {
+            "type": "array",
+            "items": _ref("scripted_reply"),
+            "default": [],
+            "description": (
+                "Replies of the offline 'scripted' provider, tried in order; the first whose "
+                "`when` holds (or that has none) is used."
+            ),
+        },
+    }
+
+
+def _tool_properties() -> dict:
+    return {
+        "tool": {"type": "string", "description": "A registered tool name."},
+        "params": {
+            "type": "object",
+            "default": {},
+            "description": (
+                "Tool parameters; every string is a template. Without templates they are "
+                "validated against the tool's params schema when the definition is saved."
+            ),
+        },
+        "side_effect": {
+            "type": "boolean",
+            "default": False,
+            "description": "The tool changes the world; it runs at most once per idempotency key.",
+        },
+        "compensate": _ref("compensation"),
+    }
+
+
+def _closed_step(title: str, properties: dict, required: list[str]) -> dict:
+    return {
+        "title": title,
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def _map_item_properties() -> dict:
+    common = _common_step_properties()
+    kept = ("type", "description", "timeout_s", "retry", "input_schema", "output_schema")
+    properties = {key: common[key] for key in kept}
+    properties["type"] = {"enum": list(MAP_ITEM_TYPES), "description": "What each item runs."}
+    return properties
+
+
+@cache
+def shared_format_schema() -> dict:
+    """The format schema, built once and shared: callers must not mutate it."""
+    common = _common_step_properties()
+    agent = _agent_properties()
+    tool = _tool_properties()
+    item_base = _map_item_properties()
+    step_ref_list = {"type": "array", "items": _STEP_REF}
+
+    defs: dict[str, Any] = {
+        "expression": _EXPRESSION,
+        "template": _TEMPLATE,
+        "retry": _retry_schema(),
+        "compensation": {
+            "title": "compensation",
+            "type": "object",
+            "description": "A tool call that undoes this step's side effect, run when the run is rolled back.",
+            "required": ["tool"],
+            "additionalProperties": False,
+            "properties": {
+                "tool": {"type": "string", "description": "A registered tool name."},
+                "params": {"type": "object", "default": {}, "description": "Templated parameters."},
+            },
+        },
+        "scripted_reply": {
+            "title": "scripted reply",
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "when": {
+                    **_EXPRESSION,
+                    "description": "Use this reply only if it holds. " + _EXPRESSION["description"],
+                },
+                "output": {
+                    "description": "The reply; must match the step's output_schema unless `error` is set."
+                },
+                "tokens_in": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Reported input tokens.",
+                },
+                "tokens_out": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Reported output tokens.",
+                },
+                "delay_ms": {"type": "integer", "minimum": 0, "description": "Simulated latency."},
+                "error": {
+                    "enum": list(SCRIPTED_ERRORS),
+                    "description": "Fail the attempt with this class instead of replying.",
+                },
+            },
+            # `output` is required unless the reply is a scripted failure.
+            "if": {"required": ["error"]},
+            "else": {"required": ["output"]},
+        },
+        "rules_route": {
+            "title": "route",
+            "type": "object",
+            "required": ["name", "when", "then"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Unique within the router.",
+                },
+                "when": {
+                    **_EXPRESSION,
+                    "description": "The first route whose expression holds is taken. "
+                    + _EXPRESSION["description"],
+                },
+                "min": _only_with("'min' is only used with strategy: score"),
+                "then": {**step_ref_list, "description": "Steps that run if this route is taken."},
+            },
+        },
+        "score_route": {
+            "title": "route",
+            "type": "object",
+            "required": ["name", "min", "then"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Unique within the router.",
+                },
+                "when": _only_with("'when' on a route is only used with strategy: rules"),
+                "min": {
+                    "type": "number",
+                    "description": "Taken when the score is >= min; the route with the highest matching min wins.",
+                },
+                "then": {**step_ref_list, "description": "Steps that run if this route is taken."},
+            },
+        },
+        "default_route": {
+            "title": "default route",
+            "type": "object",
+            "required": ["name", "then"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Distinct from the route names.",
+                },
+                "then": {**step_ref_list, "description": "Steps that run if no route is taken."},
+            },
+        },
+        "agent_step": _closed_step(
+            "agent step", {**common, **agent}, ["name", "type", "model", "prompt", "output_schema"]
+        ),
+        "tool_step": _closed_step("tool step", {**common, **tool}, ["name", "type", "tool"]),
+        "router_step": {
+            **_closed_step(
+                "router step",
+                {
+                    **common,
+                    "strategy": {
+                        "enum": list(ROUTER_STRATEGIES),
+                        "default": DEFAULT_STRATEGY,
+                        "description": "rules: first route whose `when` holds. score: evaluate `score`, take the route with the highest `min` <= score.",
+                    },
+                    "routes": {"type": "array", "minItems": 1, "description": "The branches."},
+                    "default": _ref("default_route"),
+                    "score": {
+                        **_EXPRESSION,
+                        "description": "A number (strategy: score). " + _EXPRESSION["description"],
+                    },
+                },
+                ["name", "type", "routes", "default"],
+            ),
+            "if": {"properties": {"strategy": {"const": "score"}}, "required": ["strategy"]},
+            "then": {
+                "required": ["score"],
+                "properties": {"routes": {"items": _ref("score_route")}},
+            },
+            "else": {
+                "properties": {
+                    "routes": {"items": _ref("rules_route")},
+                    "score": _only_with("'score' is only used with strategy: score"),
+                }
+            },
+        },
+        "map_step": _closed_step(
+            "map step",
+            {
+                **common,
+                "over": {
+                    **_EXPRESSION,
+                    "description": "A list; one item run per element. "
+                    + _EXPRESSION["description"],
+                },
+                "item": _ref("map_item"),
+                "merge": {
+                    "enum": list(MERGE_STRATEGIES),
+                    "default": DEFAULT_MERGE,
+                    "description": "list: outputs in item order. dict_merge: outputs (objects) merged in order. first_success: the first item that succeeded.",
+                },
+            },
+            ["name", "type", "over", "item"],
+        ),
+        "map_item": {
+            "title": "map item",
+            "type": "object",
+            "required": ["type"],
+            "description": "What runs for each element: an agent or tool step body without name/after/when/join/fallback.",
+            "properties": {"type": item_base["type"]},
+            "allOf": [
+                {
+                    "if": {"properties": {"type": {"const": "agent"}}, "required": ["type"]},
+                    "then": _closed_step(
+                        "agent map item",
+                        {**item_base, **agent},
+                        ["type", "model", "prompt", "output_schema"],
+                    ),
+                },
+                {
+                    "if": {"properties": {"type": {"const": "tool"}}, "required": ["type"]},
+                    "then": _closed_step("tool map item", {**item_base, **tool}, ["type", "tool"]),
+                },
+            ],
+        },
+        "human_gate_step": _closed_step(
+            "human_gate step",
+            {
+                **common,
+                "approvers": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The group whose members may approve.",
+                },
+                "instructions": {
+                    **_TEMPLATE,
+                    "description": "Shown to approvers. " + _TEMPLATE["description"],
+                },
+            },
+            ["name", "type", "approvers"],
+        ),
+        "sub_workflow_step": _closed_step(
+            "sub_workflow step",
+            {
+                **common,
+                "workflow": {
+                    "type": "string",
+                    "description": "The name of a saved workflow; its latest version runs.",
+                },
+                "input": {
+                    "type": "object",
+                    "default": {},
+                    "description": "The child run's input; every string is a template.",
+                },
+            },
+            ["name", "type", "workflow"],
+        ),
+        "step": {
+            "title": "step",
+            "type": "object",
+            "required": ["name", "type"],
+            "properties": {"name": common["name"], "type": common["type"]},
+            "allOf": [
+                {
+                    "if": {"properties": {"type": {"const": step_type}}, "required": ["type"]},
+                    "then": {"$ref": step_type_schema_ref(step_type)},
+                }
+                for step_type in STEP_TYPES
+            ],
+        },
+    }
+
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "Stepwise workflow definition",
+        "description": "A workflow: a DAG of steps run durably by Stepwise. YAML or JSON.",
+        "type": "object",
+        "required": ["name", "input_schema", "steps"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {
+                "type": "string",
+                "pattern": WORKFLOW_NAME_PATTERN,
+                "description": "A lowercase letter, then up to 99 of a-z, 0-9, _, -.",
+            },
+            "description": {
+                "type": "string",
+                "default": "",
+                "description": "Free text for people.",
+            },
+            "input_schema": {
+                **_JSON_SCHEMA,
+                "description": "JSON Schema every run input must satisfy.",
+            },
+            "budget": {
+                "title": "budget",
+                "type": "object",
+                "additionalProperties": False,
+                "description": "Limits for one run; dispatch stops before a step would exceed them.",
+                "properties": {
+                    "max_cost_usd": {
+                        "type": ["number", "null"],
+                        "minimum": 0,
+                        "description": "Total model and tool cost (null: no limit).",
+                    },
+                    "max_duration_s": {
+                        "type": ["integer", "null"],
+                        "exclusiveMinimum": 0,
+                        "description": "Wall-clock seconds (null: no limit).",
+                    },
+                },
+            },
+            "on_error": {
+                "enum": list(ON_ERROR_CHOICES),
+                "default": DEFAULT_ON_ERROR,
+                "description": "When a step fails for good: fail the run, pause it for an operator, or continue with the steps that do not depend on it.",
+            },
+            "max_parallel": {
+                "type": "integer",
+                "minimum": 1,
+                "default": DEFAULT_MAX_PARALLEL,
+                "description": "At most this many steps of one run run at once.",
+            },
+            "steps": {
+                "type": "array",
+                "minItems": 1,
+                "items": _ref("step"),
+                "description": "The steps, in any order; `after` orders them.",
+            },
+        },
+        "$defs": defs,
+    }

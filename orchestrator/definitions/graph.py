@@ -1,0 +1,200 @@
+"""The step dependency graph of a definition: ancestry, cycles and steps that can never run.
+
+Owns the graph reasoning the validator needs, over plain names: which steps are ancestors
+of which, every elementary cycle, and which steps can never run (a `when` that is the
+literal false, a dependency on a cycle or on a step that never runs, or a `join: all` over
+mutually exclusive router routes). It must not read raw documents or build messages
+about fields; `validation.py` turns its findings into problems.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+# Enumerating elementary cycles is exponential in the worst case; a definition with more
+# than this many is reported by its first ones.
+MAX_CYCLES = 20
+_MAX_SEARCH_STEPS = 100_000
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    after: tuple[str, ...]  # known step names only, each once
+    join: str = "all"
+    always_false: bool = False
+
+
+@dataclass
+class Graph:
+    nodes: Sequence[Node]
+    # router name -> route name -> names of the steps its `then` lists
+    routes: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.by_name = {node.name: node for node in self.nodes}
+        self.order = {node.name: index for index, node in enumerate(self.nodes)}
+        self.dependents: dict[str, list[str]] = {node.name: [] for node in self.nodes}
+        for node in self.nodes:
+            for dep in node.after:
+                self.dependents[dep].append(node.name)
+
+    def ancestors(self) -> dict[str, frozenset[str]]:
+        """Every step -> the steps it transitively waits for (itself only via a cycle)."""
+        found: dict[str, frozenset[str]] = {}
+        for node in self.nodes:
+            seen: set[str] = set()
+            stack = list(node.after)
+            while stack:
+                current = stack.pop()
+                if current not in seen:
+                    seen.add(current)
+                    stack.extend(self.by_name[current].after)
+            found[node.name] = frozenset(seen)
+        return found
+
+    def cycles(self) -> list[list[str]]:
+        """Elementary cycles in run order (each step runs after the one before it).
+
+        Each cycle is listed once, starting at its earliest step in document order.
+        """
+        found: list[list[str]] = []
+        budget = [_MAX_SEARCH_STEPS]
+
+        def search(start: str, path: list[str], on_path: set[str]) -> None:
+            for nxt in self.dependents[path[-1]]:
+                budget[0] -= 1
+                if len(found) >= MAX_CYCLES or budget[0] <= 0:
+                    return
+                if nxt == start:
+                    found.append([*path, start])
+                elif nxt not in on_path and self.order[nxt] > self.order[start]:
+                    on_path.add(nxt)
+                    path.append(nxt)
+                    search(start, path, on_path)
+                    path.pop()
+                    on_path.discard(nxt)
+
+        for node in self.nodes:
+            search(node.name, [node.name], {node.name})
+        return found
+
+    def never_runs(self, cycles: list[list[str]]) -> dict[str, tuple[str, str]]:
+        """Steps outside cycles that can never run -> (field that causes it, reason)."""
+        in_cycle = {name for cycle in cycles for name in cycle}
+        never: dict[str, tuple[str, str] | None] = {name: None for name in in_cycle}
+        allowed: dict[str, dict[str, frozenset[str]]] = {}
+
+        for name in self._topological_order():
+            node = self.by_name[name]
+            if name in never:
+                continue
+            if node.always_false:
+                never[name] = ("when", "unreachable: its `when` is always false")
+                continue
+            reason = self._blocked_by(node, never, in_cycle)
+            if reason is None:
+                allowed[name], reason = self._route_requirements(node, allowed)
+            if reason is not None:
+                never[name] = ("after", reason)
+
+        # Steps downstream of a cycle never get a topological position; settle them here.
+        changed = True
+        while changed:
+            changed = False
+            for node in self.nodes:
+                if node.name in never or node.name in allowed:
+                    continue
+                reason = self._blocked_by(node, never, in_cycle)
+                if reason is not None:
+                    never[node.name] = ("after", reason)
+                    changed = True
+        return {name: cause for name, cause in never.items() if cause is not None}
+
+    def _topological_order(self) -> list[str]:
+        waiting = {node.name: len(node.after) for node in self.nodes}
+        ready = [node.name for node in self.nodes if not node.after]
+        order = []
+        while ready:
+            name = ready.pop(0)
+            order.append(name)
+            for dependent in self.dependents[name]:
+                waiting[dependent] -= 1
+                if waiting[dependent] == 0:
+                    ready.append(dependent)
+        return order
+
+    def _blocked_by(self, node: Node, never: Mapping, in_cycle: set[str]) -> str | None:
+        def why(dep: str) -> str:
+            return "is part of a cycle" if dep in in_cycle else "never runs"
+
+        blocked = [dep for dep in node.after if dep in never]
+        if not blocked:
+            return None
+        if node.join == "all":
+            return f"unreachable: depends on {blocked[0]!r}, which {why(blocked[0])}"
+        if len(blocked) == len(node.after):
+            names = ", ".join(repr(dep) for dep in blocked)
+            return f"unreachable: none of its dependencies ({names}) can run"
+        return None
+
+    def _route_requirements(
+        self, node: Node, allowed: Mapping[str, Mapping[str, frozenset[str]]]
+    ) -> tuple[dict[str, frozenset[str]], str | None]:
+        """Which routes of which routers this step needs taken, or why that is impossible.
+
+        A step listed in a route's `then` runs only if the router takes that route; with
+        `join: all` it inherits every dependency's requirement, with `join: any` only the
+        requirements all dependencies share.
+        """
+        own = {}
+        for router, routes in self.routes.items():
+            taken = frozenset(route for route, steps in routes.items() if node.name in steps)
+            if taken:
+                own[router] = taken
+        sources: list[tuple[str | None, Mapping[str, frozenset[str]]]] = [(None, own)]
+        if node.join == "all":
+            sources += [(dep, allowed.get(dep, {})) for dep in node.after]
+        elif node.after:
+            shared = set.intersection(*(set(allowed.get(dep, {})) for dep in node.after))
+            inherited = {
+                router: frozenset().union(*(allowed[dep][router] for dep in node.after))
+                for router in shared
+            }
+            sources.append((None, inherited))
+
+        combined: dict[str, frozenset[str]] = {}
+        for _, requirement in sources:
+            for router, routes in requirement.items():
+                combined[router] = combined.get(router, routes) & routes
+                if not combined[router]:
+                    return combined, self._conflict(router, sources)
+        return combined, None
+
+    @staticmethod
+    def _conflict(router: str, sources) -> str:
+        wanting = [(who, req[router]) for who, req in sources if router in req]
+        for i, (first, first_routes) in enumerate(wanting):
+            for second, second_routes in wanting[i + 1 :]:
+                if first_routes & second_routes:
+                    continue
+                if first is None:
+                    return (
+                        f"unreachable: it runs only on route {_routes(first_routes)} of router "
+                        f"{router!r} but depends on {second!r}, which runs only on route "
+                        f"{_routes(second_routes)}"
+                    )
+                return (
+                    f"unreachable: with join: all it needs both {first!r} (route "
+                    f"{_routes(first_routes)} of router {router!r}) and {second!r} (route "
+                    f"{_routes(second_routes)}), which can never both complete"
+                )
+        return (
+            f"unreachable: its dependencies need routes of router {router!r} "
+            "that are never taken together"
+        )
+
+
+def _routes(routes: frozenset[str]) -> str:
+    return " or ".join(repr(route) for route in sorted(routes))

@@ -1,0 +1,69 @@
+"""Normalization: a valid definition with every default written out.
+
+Owns `normalize_definition`, so the scheduler and executors read fields directly instead
+of repeating defaults with `.get(..., default)`. The defaults themselves are declared in
+`format.py` (and published in the format schema). It must only be called on a definition
+that `validate_definition` accepted, and must not change any value the author wrote.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from .format import (
+    DEFAULT_JOIN,
+    DEFAULT_MAX_PARALLEL,
+    DEFAULT_MERGE,
+    DEFAULT_ON_ERROR,
+    DEFAULT_STRATEGY,
+    RETRY_DEFAULTS,
+    default_timeout_s,
+)
+
+
+def normalize_definition(doc: dict) -> dict:
+    """Return a deep copy of valid `doc` with every default filled in.
+
+    The result is itself a valid definition, and normalizing it again changes nothing.
+    """
+    result = copy.deepcopy(doc)
+    result.setdefault("description", "")
+    result.setdefault("on_error", DEFAULT_ON_ERROR)
+    result.setdefault("max_parallel", DEFAULT_MAX_PARALLEL)
+    budget = result.setdefault("budget", {})
+    budget.setdefault("max_cost_usd", None)
+    budget.setdefault("max_duration_s", None)
+    for step in result["steps"]:
+        _fill_step(step)
+    return result
+
+
+def _fill_step(step: dict) -> None:
+    step.setdefault("after", [])
+    step.setdefault("when", None)
+    step.setdefault("join", DEFAULT_JOIN)
+    step.setdefault("fallback", None)
+    _fill_body(step)
+    if step["type"] == "router":
+        step.setdefault("strategy", DEFAULT_STRATEGY)
+    elif step["type"] == "map":
+        step.setdefault("merge", DEFAULT_MERGE)
+        _fill_body(step["item"])
+    elif step["type"] == "sub_workflow":
+        step.setdefault("input", {})
+
+
+def _fill_body(body: dict) -> None:
+    """Defaults shared by top-level steps and map items."""
+    body.setdefault("description", "")
+    body.setdefault("timeout_s", default_timeout_s(body["type"]))
+    retry = body.setdefault("retry", {})
+    for key, value in RETRY_DEFAULTS.items():
+        retry.setdefault(key, copy.deepcopy(value))
+    if body["type"] == "agent":
+        body.setdefault("script", [])
+    elif body["type"] == "tool":
+        body.setdefault("params", {})
+        body.setdefault("side_effect", False)
+        if "compensate" in body:
+            body["compensate"].setdefault("params", {})

@@ -1,0 +1,487 @@
+"""Definition validation: every problem with a definition, each with its path, in one pass.
+
+Owns `validate_definition`. It runs the structural check (`structure.py`) and then every
+check that relates fields to each other or to the outside world: step references,
+cycles and unreachable steps (`graph.py`), registered tools, models and workflows,
+expressions, templates, embedded JSON Schemas, scripted replies and schema compatibility
+between steps (`compat.py`). Each check reads only the parts of the document that have
+the right shape, so a document with structural errors still gets its other problems
+reported. It must never raise for a bad document and never stop at the first problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from .compat import schema_accepts
+from .expressions import ExpressionError, expression_roots, referenced_steps
+from .format import CONTEXT_ROOTS, MAP_ITEM_ROOTS
+from .graph import Graph, Node
+from .problems import PathPart, Problem, ProblemLog
+from .structure import describe_type, is_valid_schema, schema_problems, structure_problems
+from .templates import (
+    TemplateError,
+    contains_template,
+    is_template,
+    template_names,
+    template_step_references,
+)
+
+Parts = tuple[PathPart, ...]
+
+
+def validate_definition(
+    doc: object,
+    *,
+    tools: Mapping[str, dict],
+    models: Collection[str],
+    workflows: Callable[[str], dict | None] = lambda name: None,
+) -> list[Problem]:
+    """Return every problem with `doc` in document order; [] means it is valid.
+
+    `tools` maps each registered tool to its params JSON Schema, `models` names the
+    registered models, and `workflows(name)` returns a saved workflow's latest input
+    schema (None if there is no such workflow). Never raises for a bad `doc`.
+    """
+    if not isinstance(doc, dict):
+        return [Problem("", f"a definition must be a mapping, not {describe_type(doc)}")]
+    log = ProblemLog()
+    for parts, message in _not_json(doc, ()):
+        log.add(parts, message)
+    if len(log):
+        # Nothing else can be checked reliably until the document is plain JSON data.
+        return log.in_document_order(doc)
+    for parts, message in structure_problems(doc):
+        log.add(parts, message)
+    _Check(doc, tools=tools, models=models, workflows=workflows, log=log).run()
+    return log.in_document_order(doc)
+
+
+def _not_json(value: object, parts: Parts) -> Iterator[tuple[Parts, str]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                yield parts, f"mapping key {key!r} must be a string, not {describe_type(key)}"
+            else:
+                yield from _not_json(item, (*parts, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _not_json(item, (*parts, index))
+    elif not (value is None or isinstance(value, str | int | float | bool)):
+        yield parts, f"{type(value).__name__} values are not allowed; use plain JSON data"
+
+
+def _known(kind: str, names: Collection[str]) -> str:
+    if not names:
+        return f"no {kind}s are registered"
+    return f"known {kind}s: {', '.join(sorted(names))}"
+
+
+class _Check:
+    """The cross-field checks over one document; results go to `log`."""
+
+    def __init__(self, doc: dict, *, tools, models, workflows, log: ProblemLog):
+        self.doc = doc
+        self.tools = tools
+        self.models = models
+        self.workflows = workflows
+        self.log = log
+        raw_steps = doc.get("steps")
+        self.steps: list[tuple[int, dict]] = [
+            (index, step)
+            for index, step in enumerate(raw_steps if isinstance(raw_steps, list) else [])
+            if isinstance(step, dict)
+        ]
+        # Step name -> the steps it transitively waits for; filled once the graph is built.
+        self.ancestors: dict[str, frozenset[str]] = {}
+        # Step name -> index of its first definition; later duplicates are problems.
+        self.index_of: dict[str, int] = {}
+        for index, step in self.steps:
+            name = step.get("name")
+            if isinstance(name, str):
+                self.index_of.setdefault(name, index)
+
+    def add(self, parts: Parts, message: str) -> None:
+        self.log.add(parts, message)
+
+    # --- the passes ---------------------------------------------------------------
+
+    def run(self) -> None:
+        self.check_schema_field(("input_schema",), self.doc.get("input_schema"))
+        self.check_names()
+        self.check_after()
+        graph = self.build_graph()
+        cycles = graph.cycles()
+        for cycle in cycles:
+            self.add(("steps", self.index_of[cycle[0]], "after"), "cycle: " + " -> ".join(cycle))
+        for name, (field, reason) in graph.never_runs(cycles).items():
+            self.add(("steps", self.index_of[name], field), reason)
+        self.ancestors = graph.ancestors()
+        for index, step in self.steps:
+            self.check_step(index, step)
+
+    def check_names(self) -> None:
+        for index, step in self.steps:
+            name = step.get("name")
+            if isinstance(name, str) and self.index_of[name] != index:
+                first = self.index_of[name]
+                self.add(
+                    ("steps", index, "name"),
+                    f"duplicate step name {name!r} (already used by steps[{first}])",
+                )
+
+    def check_after(self) -> None:
+        for index, step in self.steps:
+            seen = set()
+            for position, dep in enumerate(self.list_of_str(step.get("after"))):
+                if dep is None:
+                    continue
+                parts = ("steps", index, "after", position)
+                if dep not in self.index_of:
+                    self.add(parts, f"unknown step {dep!r} in after")
+                elif dep in seen:
+                    self.add(parts, f"step {dep!r} is listed twice")
+                seen.add(dep)
+
+    def build_graph(self) -> Graph:
+        nodes = []
+        routes: dict[str, dict[str, frozenset[str]]] = {}
+        for index, step in self.steps:
+            name = step.get("name")
+            if not isinstance(name, str) or self.index_of[name] != index:
+                continue
+            after = tuple(
+                dict.fromkeys(
+                    dep for dep in self.list_of_str(step.get("after")) if dep in self.index_of
+                )
+            )
+            when = step.get("when")
+            nodes.append(
+                Node(
+                    name=name,
+                    after=after,
+                    join="any" if step.get("join") == "any" else "all",
+                    always_false=isinstance(when, str) and when.strip() == "false",
+                )
+            )
+            if step.get("type") == "router":
+                routes[name] = {
+                    route_name: frozenset(s for s in then if s in self.index_of)
+                    for route_name, then, _ in self.router_branches(step)
+                }
+        return Graph(nodes, routes)
+
+    # --- one step -------------------------------------------------------------------
+
+    def check_step(self, index: int, step: dict) -> None:
+        at: Parts = ("steps", index)
+        name = step.get("name") if isinstance(step.get("name"), str) else None
+        upstream = self.ancestors.get(name, frozenset()) if name else frozenset()
+        self.check_expression((*at, "when"), step.get("when"), name, upstream, CONTEXT_ROOTS)
+        self.check_fallback(at, step, name, upstream)
+        self.check_retry(at, step.get("retry"))
+        self.check_schema_field((*at, "output_schema"), step.get("output_schema"))
+        self.check_step_input_schema(at, step.get("input_schema"), name, upstream)
+
+        step_type = step.get("type")
+        if step_type in ("agent", "tool"):
+            self.check_body(at, step, name, upstream, CONTEXT_ROOTS)
+        elif step_type == "router":
+            self.check_router(at, step, name, upstream)
+        elif step_type == "map":
+            self.check_map(at, step, name, upstream)
+        elif step_type == "human_gate":
+            self.check_template(
+                (*at, "instructions"), step.get("instructions"), name, upstream, CONTEXT_ROOTS
+            )
+        elif step_type == "sub_workflow":
+            self.check_sub_workflow(at, step, name, upstream)
+
+    def check_body(self, at: Parts, body: dict, name, upstream, roots) -> None:
+        """The fields an agent or tool step shares with an agent or tool map item."""
+        if body.get("type") == "agent":
+            self.check_agent(at, body, name, upstream, roots)
+        elif body.get("type") == "tool":
+            self.check_tool(at, body, name, upstream, roots)
+
+    def check_fallback(self, at: Parts, step: dict, name, upstream) -> None:
+        fallback = step.get("fallback")
+        if not isinstance(fallback, str):
+            return
+        if fallback not in self.index_of:
+            self.add((*at, "fallback"), f"unknown step {fallback!r} as fallback")
+        elif fallback == name:
+            self.add((*at, "fallback"), "a step cannot be its own fallback")
+        elif fallback in upstream:
+            self.add(
+                (*at, "fallback"),
+                f"fallback {fallback!r} is an ancestor of {name!r}; it has already run when {name!r} fails",
+            )
+
+    def check_retry(self, at: Parts, retry: object) -> None:
+        if not isinstance(retry, dict):
+            return
+        base, cap = retry.get("base_s", 2), retry.get("max_s", 60)
+        if _is_number(base) and _is_number(cap) and cap < base:
+            self.add((*at, "retry", "max_s"), f"max_s ({cap}) must be >= base_s ({base})")
+
+    def check_agent(self, at: Parts, step: dict, name, upstream, roots) -> None:
+        model = step.get("model")
+        if isinstance(model, str) and model not in self.models:
+            self.add((*at, "model"), f"unknown model {model!r}; {_known('model', self.models)}")
+        for field in ("prompt", "system"):
+            self.check_template((*at, field), step.get(field), name, upstream, roots)
+        script = step.get("script")
+        if not isinstance(script, list):
+            return
+        output_schema = step.get("output_schema")
+        validator = Draft202012Validator(output_schema) if is_valid_schema(output_schema) else None
+        for position, reply in enumerate(script):
+            if not isinstance(reply, dict):
+                continue
+            reply_at = (*at, "script", position)
+            self.check_expression((*reply_at, "when"), reply.get("when"), name, upstream, roots)
+            if validator is None or "error" in reply or "output" not in reply:
+                continue
+            for error in _schema_errors(validator, reply["output"]):
+                self.add(
+                    (*reply_at, "output", *error.absolute_path),
+                    f"scripted output does not match output_schema: {error.message}",
+                )
+
+    def check_tool(self, at: Parts, step: dict, name, upstream, roots) -> None:
+        self.check_tool_call(
+            at, step.get("tool"), step.get("params"), "params", name, upstream, roots
+        )
+        compensate = step.get("compensate")
+        if isinstance(compensate, dict):
+            # A compensation undoes this step, so it may read this step's own output.
+            self.check_tool_call(
+                (*at, "compensate"),
+                compensate.get("tool"),
+                compensate.get("params"),
+                "params",
+                name,
+                upstream | ({name} if name else set()),
+                roots,
+            )
+
+    def check_tool_call(self, at: Parts, tool, params, field, name, upstream, roots) -> None:
+        self.check_templates_in((*at, field), params, name, upstream, roots)
+        if not isinstance(tool, str):
+            return
+        if tool not in self.tools:
+            self.add((*at, "tool"), f"unknown tool {tool!r}; {_known('tool', self.tools)}")
+            return
+        self.check_against_schema(
+            (*at, field), params if params is not None else {}, self.tools[tool], f"tool {tool!r}"
+        )
+
+    def check_sub_workflow(self, at: Parts, step: dict, name, upstream) -> None:
+        self.check_templates_in((*at, "input"), step.get("input"), name, upstream, CONTEXT_ROOTS)
+        workflow = step.get("workflow")
+        if not isinstance(workflow, str):
+            return
+        if workflow == self.doc.get("name"):
+            self.add(
+                (*at, "workflow"), f"workflow {workflow!r} cannot run itself as a sub-workflow"
+            )
+            return
+        child_schema = self.workflows(workflow)
+        if child_schema is None:
+            self.add((*at, "workflow"), f"unknown workflow {workflow!r}")
+            return
+        child_input = step.get("input")
+        self.check_against_schema(
+            (*at, "input"),
+            child_input if child_input is not None else {},
+            child_schema,
+            f"workflow {workflow!r}",
+        )
+
+    def check_against_schema(self, at: Parts, value: object, schema: object, owner: str) -> None:
+        """Validate literal `value` now; with templates inside, only its required keys."""
+        if not isinstance(value, dict) or not is_valid_schema(schema):
+            return
+        if contains_template(value):
+            required = schema.get("required") if isinstance(schema, dict) else None
+            for key in required if isinstance(required, list) else []:
+                if key not in value:
+                    self.add(at, f"missing {key!r}, required by {owner}")
+            return
+        for error in _schema_errors(Draft202012Validator(schema), value):
+            self.add((*at, *error.absolute_path), f"not accepted by {owner}: {error.message}")
+
+    def check_router(self, at: Parts, step: dict, name, upstream) -> None:
+        strategy = step.get("strategy", "rules")
+        if strategy == "score":
+            self.check_expression((*at, "score"), step.get("score"), name, upstream, CONTEXT_ROOTS)
+        seen: dict[str, Parts] = {}
+        for route_name, then, route_at in self.router_branches(step, at):
+            route_name_at = (*route_at, "name")
+            if route_name in seen:
+                self.add(route_name_at, f"duplicate route name {route_name!r}")
+            seen.setdefault(route_name, route_name_at)
+            route = self.value_at(route_at)
+            if strategy != "score" and isinstance(route, dict):
+                self.check_expression(
+                    (*route_at, "when"), route.get("when"), name, upstream, CONTEXT_ROOTS
+                )
+            for position, target in enumerate(then):
+                target_at = (*route_at, "then", position)
+                if target is None:
+                    continue
+                if target not in self.index_of:
+                    self.add(target_at, f"unknown step {target!r} in then")
+                    continue
+                target_step = self.step_named(target)
+                if name and name not in self.list_of_str(target_step.get("after")):
+                    self.add(
+                        target_at,
+                        f"step {target!r} is routed to by {name!r} but does not list {name!r} in its after",
+                    )
+
+    def check_map(self, at: Parts, step: dict, name, upstream) -> None:
+        # `over` produces the items, so `item` and `index` do not exist yet.
+        self.check_expression((*at, "over"), step.get("over"), name, upstream, CONTEXT_ROOTS)
+        item = step.get("item")
+        if not isinstance(item, dict):
+            return
+        item_at = (*at, "item")
+        item_roots = CONTEXT_ROOTS | MAP_ITEM_ROOTS
+        self.check_retry(item_at, item.get("retry"))
+        self.check_schema_field((*item_at, "output_schema"), item.get("output_schema"))
+        self.check_step_input_schema(item_at, item.get("input_schema"), name, upstream)
+        self.check_body(item_at, item, name, upstream, item_roots)
+
+    # --- expressions and templates -------------------------------------------------------
+
+    def check_expression(self, at: Parts, text: object, name, upstream, roots) -> None:
+        if not isinstance(text, str) or not text.strip():
+            return
+        try:
+            used_roots = expression_roots(text)
+            used_steps = referenced_steps(text)
+        except ExpressionError as error:
+            self.add(at, f"invalid expression: {error}")
+            return
+        for root in sorted(used_roots - roots):
+            self.add(at, f"unknown variable {root!r}; available: {', '.join(sorted(roots))}")
+        for step in sorted(used_steps):
+            self.check_step_reference(at, step, name, upstream)
+
+    def check_template(self, at: Parts, text: object, name, upstream, roots) -> None:
+        if not isinstance(text, str) or not is_template(text):
+            return
+        try:
+            used_names = template_names(text)
+            used_steps = template_step_references(text)
+        except TemplateError as error:
+            self.add(at, f"invalid template: {error}")
+            return
+        for root in sorted(used_names - roots):
+            self.add(
+                at, f"unknown template variable {root!r}; available: {', '.join(sorted(roots))}"
+            )
+        for step in sorted(used_steps):
+            self.check_step_reference(at, step, name, upstream)
+
+    def check_templates_in(self, at: Parts, value: object, name, upstream, roots) -> None:
+        if isinstance(value, str):
+            self.check_template(at, value, name, upstream, roots)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                self.check_templates_in((*at, key), item, name, upstream, roots)
+        elif isinstance(value, list):
+            for position, item in enumerate(value):
+                self.check_templates_in((*at, position), item, name, upstream, roots)
+
+    def check_step_reference(self, at: Parts, step: str, name, upstream) -> None:
+        if step not in self.index_of:
+            self.add(at, f"unknown step {step!r} referenced as steps.{step}")
+        elif step == name and step not in upstream:
+            self.add(at, f"step {name!r} cannot read its own output here")
+        elif step not in upstream:
+            self.add(
+                at,
+                f"steps.{step} is not available: {step!r} is not an ancestor of {name!r} (add it to after)",
+            )
+
+    # --- embedded schemas ------------------------------------------------------------
+
+    def check_schema_field(self, at: Parts, schema: object) -> None:
+        if isinstance(schema, dict | bool):
+            for parts, message in schema_problems(schema, at):
+                self.add(parts, message)
+
+    def check_step_input_schema(self, at: Parts, schema: object, name, upstream) -> None:
+        at = (*at, "input_schema")
+        self.check_schema_field(at, schema)
+        if not isinstance(schema, dict):
+            return
+        if schema.get("type", "object") != "object":
+            self.add((*at, "type"), "a step input_schema must have type: object")
+        properties = schema.get("properties")
+        if not isinstance(properties, dict):
+            return
+        for producer, wanted in properties.items():
+            prop_at = (*at, "properties", producer)
+            if producer not in self.index_of:
+                self.add(prop_at, f"unknown step {producer!r}")
+                continue
+            if producer not in upstream:
+                self.add(prop_at, f"step {producer!r} is not an ancestor of {name!r}")
+                continue
+            produced = self.step_named(producer).get("output_schema")
+            if not is_valid_schema(produced) or not is_valid_schema(wanted):
+                continue
+            reason = schema_accepts(wanted, produced)
+            if reason:
+                self.add(prop_at, f"step {producer!r} output is not accepted: {reason}")
+
+    # --- reading the document safely --------------------------------------------------
+
+    def step_named(self, name: str) -> dict:
+        index = self.index_of[name]
+        return self.doc["steps"][index]
+
+    def value_at(self, parts: Parts) -> Any:
+        node: Any = self.doc
+        for part in parts:
+            node = node[part]
+        return node
+
+    def router_branches(self, step: dict, at: Parts = ()) -> Iterator[tuple[str, list, Parts]]:
+        """(route name, then step names, path) for each well-formed route and the default.
+
+        Names in `then` that are not strings come back as None so positions stay true.
+        """
+        routes = step.get("routes")
+        candidates = [
+            ((*at, "routes", position), route)
+            for position, route in enumerate(routes if isinstance(routes, list) else [])
+        ]
+        candidates.append(((*at, "default"), step.get("default")))
+        for route_at, route in candidates:
+            if isinstance(route, dict) and isinstance(route.get("name"), str):
+                yield route["name"], self.list_of_str(route.get("then")), route_at
+
+    @staticmethod
+    def list_of_str(value: object) -> list[str | None]:
+        if not isinstance(value, list):
+            return []
+        return [item if isinstance(item, str) else None for item in value]
+
+
+def _schema_errors(validator: Draft202012Validator, value: object) -> list:
+    try:
+        return list(validator.iter_errors(value))
+    except Exception:  # an unresolvable $ref in a user schema: reported by the schema check
+        return []
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

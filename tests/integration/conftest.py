@@ -1,0 +1,101 @@
+"""Integration fixtures: real Celery worker processes on the configured broker and database.
+
+One worker group per pytest(-xdist) process, started once per session and pointed at the
+test database. Tests here are transactional (`transaction=True`), so on_commit dispatch sends
+real messages that the real workers consume.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from orchestrator.models import Run
+
+ROOT = Path(__file__).resolve().parents[2]
+QUEUES = "orchestrator,tools,agent.fast,agent.deep"
+
+
+def worker_env() -> dict:
+    env = dict(os.environ, CELERY_SKIP_CHECKS="1", PYTHONPATH=str(ROOT))
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        env["STEPWISE_SQLITE_PATH"] = str(db["NAME"])
+    else:
+        env["DATABASE_URL"] = (
+            f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST'] or ''}:{db['PORT'] or 5432}/{db['NAME']}"
+        )
+    env["STEPWISE_VAR_DIR"] = str(settings.VAR_DIR)
+    return env
+
+
+class WorkerGroup:
+    """A real `celery worker` process (prefork, 2 children) that tests may kill and restart."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.proc: subprocess.Popen | None = None
+        self.log = Path(settings.VAR_DIR) / f"itest-worker-{name}.log"
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "celery", "-A", "orchestrator", "worker", "-Q", QUEUES,
+               "-c", "2", "-P", "prefork", "--without-mingle", "--without-gossip",
+               "--without-heartbeat", "-n", f"{self.name}@%h", "-l", "info"]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(), stdout=self.log.open("w"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if "ready." in self.log.read_text():
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited: {self.log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        raise RuntimeError(f"worker did not become ready: {self.log.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (parent and children), as a crash would."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture(scope="session")
+def workers(django_db_setup, django_db_blocker):
+    group = WorkerGroup(f"itest-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
+    group.start()
+    yield group
+    group.stop()
+
+
+def wait_for(predicate, *, timeout: float = 30, interval: float = 0.05):
+    """Poll until predicate() is truthy; return its value or fail the test with a message."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def wait_for_run(run_id, states=("completed", "failed", "cancelled", "timed_out", "waiting"),
+                 timeout: float = 30) -> Run:
+    try:
+        return wait_for(lambda: Run.objects.filter(id=run_id, state__in=states).first(), timeout=timeout)
+    except AssertionError:
+        run = Run.objects.get(id=run_id)
+        steps = [(s.name, s.state, s.error) for s in run.steps.all()]
+        raise AssertionError(f"run {run_id} is {run.state}, not in {states}: {run.error} {steps}") from None
