@@ -1,0 +1,37 @@
+# Stepwise: `make run` starts everything, `make test` runs the whole suite.
+# With nothing configured both use the embedded default (SQLite under var/, a filesystem
+# broker). Set DATABASE_URL, CELERY_BROKER_URL and REDIS_URL to use PostgreSQL and Redis.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+export PORT
+
+.PHONY: run test install lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+
+run: install
+	$(BIN)/python manage.py migrate --noinput -v0
+	$(BIN)/python manage.py collectstatic --noinput -v0
+	$(BIN)/python manage.py stepwise_bootstrap --port $(PORT)
+	$(BIN)/honcho start -f Procfile -p $(PORT)
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/pytest -n 2 --dist loadfile -q
+
+lint: install
+	$(BIN)/ruff check .
+
+bench: install
+	$(BIN)/python bench/run.py --backend embedded
+
+clean:
+	rm -rf var

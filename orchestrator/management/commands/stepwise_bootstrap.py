@@ -1,0 +1,59 @@
+"""First-run set-up for `make run`: an admin user and API token, a demo team, the approvers
+group, and the example workflows (saved through the same service as the API).
+
+Idempotent: running it again changes nothing that exists and prints the same instructions.
+"""
+import secrets
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.core.management.base import BaseCommand
+from rest_framework.authtoken.models import Token
+
+from orchestrator.definitions import parse_definition_text
+from orchestrator.models import Team
+from orchestrator.services.workflows import workflow_save
+
+EXAMPLES = Path(settings.BASE_DIR) / "examples"
+
+
+class Command(BaseCommand):
+    help = "Create the admin user, a demo team and load the example workflows."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--username", default="admin")
+        parser.add_argument("--port", default="8000")
+
+    def handle(self, *args, username: str, port: str, **options):
+        password_file = Path(settings.VAR_DIR) / "admin-password.txt"
+        user = User.objects.filter(username=username).first()
+        if user is None:
+            password = secrets.token_urlsafe(12)
+            user = User.objects.create_superuser(username, f"{username}@localhost", password)
+            password_file.write_text(password + "\n")
+        password = password_file.read_text().strip() if password_file.exists() else "(unchanged)"
+        team, _ = Team.objects.get_or_create(slug="demo", defaults={"name": "Demo"})
+        team.members.add(user)
+        user.groups.add(Group.objects.get_or_create(name="support_leads")[0])
+        token, _ = Token.objects.get_or_create(user=user)
+        for path in sorted(EXAMPLES.glob("*.yaml")):
+            version, created = workflow_save(
+                team=team, definition=parse_definition_text(path.read_text()), user=user)
+            state = "loaded" if created else "unchanged"
+            self.stdout.write(f"  workflow {version.workflow.name} v{version.number} {state}")
+        base = f"http://127.0.0.1:{port}"
+        self.stdout.write(self.style.SUCCESS(f"""
+Stepwise is starting on {base}
+  admin:    {base}/admin/   user: {username}   password: {password}
+  API docs: {base}/api/v1/docs/
+  API token: {token.key}
+
+Try the support example (it stops at its approval gate):
+  curl -s -X POST {base}/api/v1/workflows/support-reply/runs/ \\
+       -H 'Authorization: Token {token.key}' -H 'Content-Type: application/json' \\
+       -d '{{"input": {{"ticket_id": "T-1", "body": "I need a refund", "customer_email": "c@example.com"}}}}'
+  curl -s {base}/api/v1/approvals/?state=pending -H 'Authorization: Token {token.key}'
+  curl -s -X POST {base}/api/v1/approvals/<id>/approve/ -H 'Authorization: Token {token.key}' \\
+       -H 'Content-Type: application/json' -d '{{"note": "ok"}}'
+"""))
