@@ -212,6 +212,11 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Durable, budgeted, audited AI workflows.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_NAME_OVERRIDES": {
+        "RunStateEnum": "orchestrator.models.RunState",
+        "StepStateEnum": "orchestrator.models.StepState",
+        "ApprovalStateEnum": "approvals.models.ApprovalState",
+    },
 }
 
 LOGGING = {

@@ -15,7 +15,8 @@ from typing import Any
 
 SCHEMA_ID = "https://stepwise.dev/schema/definition.json"
 
-WORKFLOW_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,99}$"
+# "validate" is an API route (POST /api/v1/workflows/validate/), so it cannot name a workflow.
+WORKFLOW_NAME_PATTERN = r"^(?!validate$)[a-z][a-z0-9_-]{0,99}$"
 STEP_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 
 STEP_TYPES = ("agent", "tool", "router", "map", "human_gate", "sub_workflow")

@@ -34,7 +34,8 @@ def run_start(*, version: WorkflowVersion, input: dict, user=None, idempotency_k
     if problems:
         raise InputInvalid("run input is invalid", problems)
     team = version.workflow.team
-    request_digest = digest_of({"version": version.workflow.name, "input": input})
+    request_digest = digest_of(
+        {"workflow": version.workflow.name, "version": version.number, "input": input})
     if idempotency_key:
         existing = _idempotent_replay(team.id, idempotency_key, request_digest)
         if existing:

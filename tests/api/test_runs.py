@@ -195,3 +195,16 @@ def test_cancel_is_202_and_cancelling_again_is_409(api, support):
     assert {s["state"] for s in response.json()["steps"]} == {"cancelled"}
     assert again.status_code == 409
     assert "already ended" in again.json()["errors"][0]["message"]
+
+
+@pytest.mark.django_db
+def test_idempotency_key_reused_for_another_version_is_a_409(api, team, requester, support):
+    changed = example_definition("support")
+    changed["description"] = "v2"
+    workflow_save(team=team, definition=changed, user=requester)
+    start(api, {"input": SUPPORT_INPUT, "version": 1}, **{"Idempotency-Key": "k-2"})
+
+    response = start(api, {"input": SUPPORT_INPUT, "version": 2}, **{"Idempotency-Key": "k-2"})
+
+    assert response.status_code == 409
+    assert Run.objects.count() == 1

@@ -835,3 +835,13 @@ def test_extra_fields_are_rejected_at_every_level(support_workflow, validate):
         "steps[0].script[0].latency": "unknown field 'latency' in a scripted reply",
         "steps[5].compensate.retries": "unknown field 'retries' in a compensation",
     }
+
+
+def test_validate_is_reserved_as_a_workflow_name():
+    from orchestrator.definitions import validate_definition
+
+    problems = validate_definition(
+        {"name": "validate", "input_schema": {"type": "object"},
+         "steps": [{"name": "a", "type": "tool", "tool": "core.echo"}]},
+        tools={"core.echo": {"type": "object"}}, models=[])
+    assert [p.path for p in problems] == ["name"]
