@@ -35,7 +35,8 @@ def email_lookup(key: str) -> dict | None:
     return _sent().get(key)
 
 
-@tool("email.send", description="Send an email (to the local outbox file).", params_schema={
+@tool("email.send", description="Send an email (to the local outbox file).", lookup=email_lookup,
+      params_schema={
     "type": "object", "additionalProperties": False, "required": ["to", "subject", "body"],
     "properties": {"to": {"type": "string", "minLength": 3}, "subject": {"type": "string"},
                    "body": {"type": "string"}},

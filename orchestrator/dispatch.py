@@ -56,3 +56,9 @@ def child_finished_on_commit(parent_step_id: int) -> None:
     from .tasks import child_finished
 
     transaction.on_commit(lambda: child_finished.apply_async((parent_step_id,), queue="orchestrator"))
+
+
+def compensate_on_commit(run_id) -> None:
+    from .tasks import compensate_run
+
+    transaction.on_commit(lambda: compensate_run.apply_async((str(run_id),), queue="tools"))

@@ -72,9 +72,12 @@ class RunState(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     TIMED_OUT = "timed_out"
+    COMPENSATING = "compensating"
+    COMPENSATION_FAILED = "compensation_failed"
 
 
-RUN_TERMINAL = frozenset({RunState.CANCELLED, RunState.COMPLETED, RunState.FAILED, RunState.TIMED_OUT})
+RUN_TERMINAL = frozenset({RunState.CANCELLED, RunState.COMPLETED, RunState.FAILED, RunState.TIMED_OUT,
+                          RunState.COMPENSATION_FAILED})
 RUN_LIVE = [RunState.RUNNING, RunState.WAITING, RunState.PAUSED]
 
 
@@ -99,6 +102,8 @@ class Run(ConcurrentTransitionMixin, models.Model):
     created_at = models.DateTimeField(default=now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True,
+                                       help_text="budget.max_duration_s after the start.")
     # Bumped by every change the scheduler makes; the reaper flags runs that stop moving.
     progressed_at = models.DateTimeField(default=now)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
@@ -116,6 +121,7 @@ class Run(ConcurrentTransitionMixin, models.Model):
         indexes = [
             models.Index(fields=["state", "progressed_at"], name="run_state_progress"),
             models.Index(fields=["version", "created_at"], name="run_version_created"),
+            models.Index(fields=["state", "deadline_at"], name="run_state_deadline"),
         ]
         ordering = ["-created_at"]
 
@@ -170,6 +176,27 @@ class Run(ConcurrentTransitionMixin, models.Model):
         self.error = error
         self.finished_at = self.progressed_at = now()
 
+    @transition(field=state, source=[*RUN_LIVE, RunState.CANCELLING], target=RunState.COMPENSATING)
+    def compensate(self, *, error: dict) -> None:
+        """The run failed after effects happened: undo them, newest first, before ending."""
+        self.error = error
+        self.progressed_at = now()
+
+    @transition(field=state, source=RunState.COMPENSATING, target=RunState.FAILED)
+    def compensated(self) -> None:
+        self.finished_at = self.progressed_at = now()
+
+    @transition(field=state, source=RunState.COMPENSATING, target=RunState.COMPENSATION_FAILED)
+    def compensation_fail(self, *, error: dict) -> None:
+        self.error = {**(self.error or {}), "compensation": error}
+        self.finished_at = self.progressed_at = now()
+
+    @transition(field=state, source=[RunState.FAILED, RunState.TIMED_OUT], target=RunState.RUNNING)
+    def reopen(self) -> None:
+        """An operator redrives a dead-lettered step of this run."""
+        self.error = None
+        self.finished_at = None
+        self.progressed_at = now()
 
 class StepState(models.TextChoices):
     BLOCKED = "blocked"
@@ -313,6 +340,24 @@ class StepRun(ConcurrentTransitionMixin, models.Model):
         self.finished_at = now()
         self.lease_owner, self.lease_expires_at = "", None
 
+    @transition(field=state, source=[StepState.FAILED, StepState.TIMED_OUT], target=StepState.QUEUED)
+    def redrive(self, *, queue: str) -> None:
+        """Run a dead-lettered step again (an explicit, audited operator action)."""
+        self.queue = queue
+        self.queued_at = now()
+        self.error = None
+        self.finished_at = None
+
+    @transition(field=state, source=[StepState.FAILED, StepState.TIMED_OUT], target=StepState.SKIPPED)
+    def skip_failed(self, *, reason: str) -> None:
+        """An operator decides a paused run goes on without this step."""
+        self.skip_reason = reason[:200]
+
+    @transition(field=state, source=StepState.CANCELLED, target=StepState.BLOCKED)
+    def reopen(self) -> None:
+        """Undo a cancellation caused by the run failing, when the run is redriven."""
+        self.skip_reason = ""
+        self.finished_at = None
 
 class StepAttempt(models.Model):
     """One execution of a step by a worker: who, when, what it cost and how it ended."""
@@ -380,6 +425,71 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} @ {self.created_at:%H:%M:%S.%f}"
+
+
+class Effect(models.Model):
+    """The idempotency ledger for side effects: one row per logical action, ever.
+
+    The key is stable — (run, step, logical action), never random, never per attempt — and
+    unique, so a replay finds the stored result instead of acting again. A row left `started`
+    means the outcome is uncertain (the worker died during the call): it is reconciled, never
+    blindly repeated.
+    """
+
+    class Status(models.TextChoices):
+        STARTED = "started"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    key = models.CharField(max_length=255, unique=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="effects")
+    step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="effects")
+    action = models.CharField(max_length=32, default="default", help_text="default or compensate")
+    tool = models.CharField(max_length=100)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.STARTED)
+    attempts = models.PositiveIntegerField(default=1)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    started_at = models.DateTimeField(default=now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at"]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.status})"
+
+
+class DeadLetter(models.Model):
+    """Work that exhausted its retries, or a message that could not be processed.
+
+    Browsable in admin and the API; `dead_letter_redrive` is the only way back, explicit and
+    audited.
+    """
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        REDRIVEN = "redriven"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="dead_letters")
+    step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="dead_letters")
+    error_class = models.CharField(max_length=32)
+    error_message = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    payload_ref = models.CharField(max_length=200, help_text="Where the step input lives.")
+    trace_id = models.CharField(max_length=100, help_text="Correlates logs, events and audit.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    created_at = models.DateTimeField(default=now, db_index=True)
+    redriven_at = models.DateTimeField(null=True, blank=True)
+    redriven_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                    on_delete=models.SET_NULL)
+
+    class Meta:
+        ordering = ["-created_at"]
+        permissions = [("redrive_deadletter", "Can redrive dead-lettered work")]
+
+    def __str__(self) -> str:
+        return f"dead letter {self.id}: {self.step} {self.error_class}"
 
 
 class WorkerHeartbeat(models.Model):

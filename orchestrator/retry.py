@@ -13,7 +13,7 @@ NEVER_RETRIED = frozenset({"auth", "policy", "validation", "permanent", "invalid
 ERROR_CLASSES = frozenset({"timeout", "rate_limit", "transient", "invalid_output", "lost"}) | NEVER_RETRIED
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)  # not frozen: Python sets __traceback__ on exceptions it re-raises
 class StepError(Exception):
     """Raised by executors: a classified failure of one attempt."""
 

@@ -188,8 +188,9 @@ elif os.environ.get("STEPWISE_MODELS"):
 STEPWISE_TOOL_MODULES = [
     m.strip() for m in os.environ.get("STEPWISE_TOOL_MODULES", "examples.tools").split(",") if m
 ]
-# How long a worker's claim on a step lasts beyond the step's own timeout.
-STEPWISE_LEASE_GRACE_S = int(os.environ.get("STEPWISE_LEASE_GRACE_S", "30"))
+# A worker's claim on a running step lasts this long and is renewed by its heartbeat every
+# third of it; a killed worker's step is retried once the lease runs out.
+STEPWISE_LEASE_S = int(os.environ.get("STEPWISE_LEASE_S", "30"))
 # A queued step nobody claimed for this long is dispatched again (its message was lost).
 STEPWISE_REDISPATCH_AFTER_S = int(os.environ.get("STEPWISE_REDISPATCH_AFTER_S", "60"))
 # A workflow's budget default when a step has no price history: the design's $0.10.

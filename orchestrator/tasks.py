@@ -8,8 +8,9 @@ from celery import shared_task
 from celery.utils.log import get_task_logger
 
 from .executors import ExecContext, execute
+from .leases import lease_heartbeat
 from .retry import StepError
-from .services import fanout, reaper, steps
+from .services import compensation, fanout, reaper, steps
 
 log = get_task_logger(__name__)
 WORKER = f"{socket.gethostname()}"
@@ -22,9 +23,10 @@ def execute_step(step_id: int) -> None:
     if claim is None:
         return
     ctx = ExecContext(str(claim.run_id), claim.workflow, claim.spec["name"],
-                      claim.attempt, claim.idempotency_key)
+                      claim.attempt, claim.idempotency_key, step_id=step_id)
     try:
-        result = execute(claim.spec, claim.step_input, ctx)
+        with lease_heartbeat(step_id=step_id, attempt=claim.attempt):
+            result = execute(claim.spec, claim.step_input, ctx)
     except StepError as error:
         steps.step_fail(step_id=step_id, attempt=claim.attempt, error=error,
                         usage=steps.Usage(), worker=WORKER)
@@ -53,6 +55,11 @@ def map_join(step_id: int) -> None:
 @shared_task(name="orchestrator.tasks.child_finished")
 def child_finished(parent_step_id: int) -> None:
     fanout.child_finished(parent_step_id=parent_step_id)
+
+
+@shared_task(name="orchestrator.tasks.compensate_run")
+def compensate_run(run_id: str) -> None:
+    compensation.run_compensate(run_id=run_id)
 
 
 @shared_task(name="orchestrator.tasks.reap")

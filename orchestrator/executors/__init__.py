@@ -17,6 +17,7 @@ class ExecContext:
     step_name: str
     attempt: int
     idempotency_key: str
+    step_id: int = 0
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,23 @@ def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
         raise StepError("validation", "; ".join(e.message for e in errors[:10]))
     tool_ctx = ToolContext(ctx.run_id, ctx.step_name, ctx.attempt, ctx.idempotency_key,
                            side_effect=bool(spec.get("side_effect")))
+    if spec.get("side_effect"):
+        from ..models import StepRun
+        from ..services.effects import effect_perform
+
+        step = StepRun.objects.select_related("run").get(id=ctx.step_id)
+        output = effect_perform(step=step, key=ctx.idempotency_key, tool=tool,
+                                call=lambda: _call(tool, params, tool_ctx))
+    else:
+        output = _call(tool, params, tool_ctx)
+    validate_output(spec.get("output_schema") or tool.output_schema, output)
+    return Result(output)
+
+
+def _call(tool, params: dict, tool_ctx: ToolContext):
     try:
-        output = tool.fn(params, tool_ctx)
+        return tool.fn(params, tool_ctx)
     except StepError:
         raise
     except Exception as exc:  # a tool bug is a permanent failure of this attempt, not a crash
         raise StepError("permanent", f"{type(exc).__name__}: {exc}") from exc
-    validate_output(spec.get("output_schema") or tool.output_schema, output)
-    return Result(output)

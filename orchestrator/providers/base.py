@@ -1,15 +1,31 @@
-"""The provider interface. A provider turns a request into a reply or a classified StepError."""
+"""The provider interface. A provider turns a request into a reply or a classified StepError.
+
+A provider performs exactly one call per `complete` — no hidden retries: retrying is the step's
+retry policy's job, and repairing a bad reply is the agent executor's. A reply whose text is
+not a usable JSON value is not an exception: it comes back with `invalid` set, so the executor
+can show the model its mistake within the repair bound.
+"""
+import json
+import re
 from dataclasses import dataclass, field
+
+# The name of the one tool / structured-output channel a reply may arrive through.
+RESPONSE_NAME = "respond"
 
 
 @dataclass(frozen=True)
 class ModelRequest:
-    model: str
+    model: str  # the provider's model id (registry `model_id`, else the registry name)
     prompt: str
     system: str = ""
+    # The JSON Schema the reply must satisfy: providers use JSON mode / tool calling with it.
     output_schema: dict | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    # Turns after `prompt`, for repair: [{"role": "assistant"|"user", "content": str}, ...].
+    messages: tuple = ()
+    # Seconds this call may take (the step's remaining time, capped by the registry).
+    timeout_s: float | None = None
     # Offline scripted replies declared in the definition, and what their `when` may read.
     script: list = field(default_factory=list)
     context: dict = field(default_factory=dict)
@@ -18,10 +34,12 @@ class ModelRequest:
 
 @dataclass(frozen=True)
 class ModelReply:
-    output: object  # parsed JSON value
+    output: object  # parsed JSON value (None when `invalid`)
     tokens_in: int
     tokens_out: int
     raw: str = ""
+    model_id: str = ""  # the model version the provider says answered
+    invalid: str = ""  # why the reply is not a usable JSON value ("" when it is)
 
 
 class Provider:
@@ -32,3 +50,46 @@ class Provider:
 
     def complete(self, request: ModelRequest) -> ModelReply:  # pragma: no cover - interface
         raise NotImplementedError
+
+
+_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n(.*)\n\s*```$", re.DOTALL)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json_reply(text: str) -> tuple[object, str]:
+    """(value, "") for a reply that is one complete JSON value, else (None, why not).
+
+    One surrounding Markdown code fence is removed (local models add it even in JSON mode);
+    nothing is ever extracted from prose, and NaN/Infinity are rejected, so a value either
+    parses whole or not at all.
+    """
+    stripped = (text or "").strip()
+    fenced = _FENCE.match(stripped)
+    if fenced:
+        stripped = fenced.group(1).strip()
+    if not stripped:
+        return None, "the reply was empty; expected a JSON value"
+    try:
+        return json.loads(stripped, parse_constant=_reject_constant), ""
+    except ValueError as exc:
+        return None, f"the reply is not valid JSON ({exc})"
+
+
+def estimate_tokens(text: str) -> int:
+    """~4 characters a token: used when a server reports no usage, so budgets still see cost."""
+    return len(text) // 4 + 1
+
+
+def wrap_schema(schema: dict | None) -> tuple[dict, bool]:
+    """A tool/function input schema must be an object: wrap any other schema as {"value": ...}.
+
+    Returns (schema to send, whether replies must be unwrapped).
+    """
+    if isinstance(schema, dict) and schema.get("type") == "object":
+        return schema, False
+    inner = schema if isinstance(schema, dict) else {}
+    return {"type": "object", "required": ["value"], "additionalProperties": False,
+            "properties": {"value": inner}}, True

@@ -31,7 +31,7 @@ def map_item_run(*, step_id: int, index: int) -> bool:
     spec = graph.steps[item.step.name]["item"]
     step_input = {**(item.step.input or {}), "item": item.item, "index": index}
     ctx = ExecContext(str(run.id), run.version.workflow.name, item.step.name, 1,
-                      idempotency_key_for(run, item.step.name, f"item-{index}"))
+                      idempotency_key_for(run, item.step.name, f"item-{index}"), step_id=item.step_id)
     try:
         result = execute(spec, step_input, ctx)
         fields = {"output": result.output, "error": None, "tokens_in": result.tokens_in,

@@ -12,10 +12,10 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from ..clock import now
-from ..dispatch import map_items_redispatch_on_commit, queue_for
+from ..dispatch import compensate_on_commit, map_items_redispatch_on_commit, queue_for
 from ..events import event_record
-from ..models import Event, Run, RunState, StepRun, StepState
-from . import fanout, steps
+from ..models import RUN_LIVE, Event, Run, RunState, StepRun, StepState
+from . import fanout, runs, steps
 from .versions import definition_of, runs_with_version
 
 BATCH = 200
@@ -26,7 +26,8 @@ def reap() -> dict[str, int]:
     """One sweep. Returns how many of each thing it acted on."""
     at = now()
     report = {"timed_out": 0, "leases": 0, "retries": 0, "redispatched": 0, "joined": 0,
-              "items_resent": 0, "children": 0, "stuck": 0}
+              "items_resent": 0, "children": 0, "stuck": 0, "runs_timed_out": 0,
+              "compensations": 0}
     for step_id in _ids(state__in=[StepState.RUNNING, StepState.WAITING], deadline_at__lt=at):
         report["timed_out"] += steps.step_time_out(step_id=step_id, reason="step timeout elapsed")
     for step_id in _ids(state=StepState.RUNNING, lease_expires_at__lt=at):
@@ -36,6 +37,9 @@ def reap() -> dict[str, int]:
     stale = at - timedelta(seconds=settings.STEPWISE_REDISPATCH_AFTER_S)
     for step_id in _ids(state=StepState.QUEUED, queued_at__lt=stale):
         report["redispatched"] += steps.step_redispatch(step_id=step_id)
+    for run_id in Run.objects.filter(state__in=RUN_LIVE, deadline_at__lt=at).values_list("id", flat=True)[:BATCH]:
+        report["runs_timed_out"] += runs.run_time_out(run_id=run_id)
+    _sweep_compensations(stale, report)
     _sweep_maps(stale, report)
     _sweep_children(report)
     _flag_stuck(at, report)
@@ -57,6 +61,15 @@ def _sweep_maps(stale, report: dict) -> None:
             with transaction.atomic():
                 map_items_redispatch_on_commit(step.id, pending, queue_for(graph.steps[step.name]["item"]))
             report["items_resent"] += len(pending)
+
+
+def _sweep_compensations(stale, report: dict) -> None:
+    """A compensating run whose worker died mid-way: send it again (the ledger dedupes)."""
+    for run_id in Run.objects.filter(state=RunState.COMPENSATING, progressed_at__lt=stale).values_list("id", flat=True)[:BATCH]:
+        with transaction.atomic():
+            Run.objects.filter(id=run_id).update(progressed_at=now())
+            compensate_on_commit(run_id)
+        report["compensations"] += 1
 
 
 def _sweep_children(report: dict) -> None:

@@ -1,11 +1,13 @@
-"""Starting, finishing and cancelling runs."""
+"""Starting, finishing, timing out and cancelling runs."""
+from datetime import timedelta
+
 from django.db import IntegrityError, transaction
 from jsonschema import Draft202012Validator
 
 from ..clock import now
-from ..dispatch import child_finished_on_commit
+from ..dispatch import child_finished_on_commit, compensate_on_commit
 from ..events import event_record
-from ..models import Run, RunState, StepRun, StepState, WorkflowVersion
+from ..models import RUN_LIVE, Run, RunState, StepRun, StepState, WorkflowVersion
 from .advance import cancel_open_steps, lock_run, run_advance
 from .errors import IdempotencyConflict, InputInvalid, NotAllowed
 from .workflows import digest_of
@@ -79,6 +81,9 @@ def _create(version, input, user, idempotency_key, request_digest, parent_step, 
                  payload={"workflow": version.workflow.name, "version": version.number,
                           "trigger": trigger})
     run.start()
+    max_duration = (version.normalized.get("budget") or {}).get("max_duration_s")
+    if max_duration:
+        run.deadline_at = run.started_at + timedelta(seconds=max_duration)
     run.save()
     event_record(run=run, kind="run.running", actor=actor)
     run = lock_run(run.id)
@@ -87,16 +92,48 @@ def _create(version, input, user, idempotency_key, request_digest, parent_step, 
 
 
 def run_finish(run: Run, *, outcome: str, detail: dict, actor: str) -> None:
-    """End a run as completed or failed (inside the caller's transaction)."""
+    """End a run as completed or failed (inside the caller's transaction).
+
+    A run that fails after effects that declare a compensation goes to `compensating` first.
+    """
     if outcome == "complete":
         run.complete(output=detail)
     else:
         cancel_open_steps(run, reason="run failed", actor=actor)
-        run.fail(error=detail)
+        if _has_compensations(run):
+            run.compensate(error=detail)
+            compensate_on_commit(run.id)
+        else:
+            run.fail(error=detail)
     run.save()
     event_record(run=run, kind=f"run.{run.state}", actor=actor, payload=detail)
-    if run.parent_step_id:
+    if run.parent_step_id and run.is_terminal:
         child_finished_on_commit(run.parent_step_id)
+
+
+def _has_compensations(run: Run) -> bool:
+    from .compensation import compensable_steps
+    from .versions import definition_of
+
+    _, graph = definition_of(run)
+    if not any(s.get("compensate") for s in graph.steps.values()):
+        return False
+    return bool(compensable_steps(run, graph))
+
+
+def run_time_out(*, run_id, actor: str = "service:reaper") -> bool:
+    """End a live run past its wall-clock budget. False if it is not live or not late."""
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if run.state not in RUN_LIVE or not run.deadline_at or run.deadline_at > now():
+            return False
+        cancel_open_steps(run, reason="run timed out", actor=actor)
+        run.time_out(error={"class": "timeout", "message": "the run exceeded budget.max_duration_s"})
+        run.save()
+        event_record(run=run, kind="run.timed_out", actor=actor, payload=run.error)
+        if run.parent_step_id:
+            child_finished_on_commit(run.parent_step_id)
+    return True
 
 
 def run_cancel(*, run_id, actor: str) -> Run:
@@ -144,7 +181,3 @@ def run_settle_cancel(run: Run, *, running: int | None = None, actor: str) -> No
         if run.parent_step_id:
             child_finished_on_commit(run.parent_step_id)
 
-
-def run_touch(run: Run) -> None:
-    run.progressed_at = now()
-    run.save(update_fields=["progressed_at"])

@@ -18,6 +18,7 @@ from ..events import event_record
 from ..models import Run, RunState, StepAttempt, StepRun, StepState
 from ..retry import StepError, retry_at
 from .advance import lock_run, run_advance
+from .deadletters import dead_letter_open
 from .runs import run_settle_cancel
 from .versions import definition_of
 
@@ -63,8 +64,7 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
                 return None  # cancelling/paused/ended: the step is cancelled or will be swept
             _, graph = definition_of(run)
             spec = graph.steps[step.name]
-            step.claim(worker=worker, timeout_s=spec["timeout_s"],
-                       lease_s=spec["timeout_s"] + settings.STEPWISE_LEASE_GRACE_S)
+            step.claim(worker=worker, timeout_s=spec["timeout_s"], lease_s=settings.STEPWISE_LEASE_S)
             step.save()
             key = idempotency_key_for(run, step.name)
             StepAttempt.objects.create(step=step, number=step.attempts, worker=worker,
@@ -145,12 +145,19 @@ def _fail_or_retry(run: Run, step: StepRun, error: StepError, *, actor: str) -> 
         if delay <= BROKER_DELAY_LIMIT_S:
             retry_due_on_commit(step.id, max(delay, 0))
         return
+    if error.error_class == "cancelled":
+        step.cancel(reason=error.message)
+        step.save()
+        event_record(run=run, step=step, kind="step.cancelled", actor=actor, payload=error.as_dict())
+        _after_step_ended(run)
+        return
     if error.error_class == "timeout":
         step.time_out(error=error.as_dict())
     else:
         step.fail(error={**error.as_dict(), "attempts": step.attempts})
     step.save()
     event_record(run=run, step=step, kind=f"step.{step.state}", actor=actor, payload=step.error)
+    dead_letter_open(run=run, step=step, error=error, actor=actor)
     _after_step_ended(run)
 
 
@@ -223,7 +230,10 @@ def step_redispatch(*, step_id: int) -> bool:
     return True
 
 
-def lease_extend(*, step_id: int, attempt: int, seconds: int) -> bool:
-    """Heartbeat from the worker running `attempt`: push its lease forward."""
+def lease_extend(*, step_id: int, attempt: int) -> bool:
+    """Heartbeat from the worker running `attempt`: push its lease forward.
+
+    False when the step is no longer this attempt's (timed out, lost, cancelled).
+    """
     return bool(StepRun.objects.filter(id=step_id, state=StepState.RUNNING, attempts=attempt)
-                .update(lease_expires_at=now() + timedelta(seconds=seconds)))
+                .update(lease_expires_at=now() + timedelta(seconds=settings.STEPWISE_LEASE_S)))

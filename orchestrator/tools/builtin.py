@@ -37,7 +37,8 @@ def classify_status(status: int, retry_after: str | None) -> StepError | None:
     return StepError("permanent", f"HTTP {status}")
 
 
-@tool("http.request", params_schema=HTTP_PARAMS, description="Make an HTTP request.")
+@tool("http.request", params_schema=HTTP_PARAMS, description="Make an HTTP request.",
+      dedupes_by_key=True)
 def http_request(params: dict, ctx: ToolContext) -> dict:
     """Make an HTTP request; a side-effecting step sends its idempotency key as a header."""
     headers = dict(params.get("headers") or {})

@@ -28,8 +28,10 @@ class Tool:
     params_schema: dict
     output_schema: dict | None = None
     description: str = ""
-    # For effects whose outcome can be uncertain: look the effect up by idempotency key.
+    # For effects whose outcome can be uncertain: look the effect up by idempotency key ...
     lookup: Callable[[str], object] | None = field(default=None)
+    # ... or the remote dedupes by the idempotency key we send it, so repeating is safe.
+    dedupes_by_key: bool = False
 
 
 _TOOLS: dict[str, Tool] = {}
@@ -40,7 +42,8 @@ class ToolAlreadyRegistered(Exception):
 
 
 def tool(name: str, *, params_schema: dict, output_schema: dict | None = None,
-         description: str = ""):
+         description: str = "", lookup: Callable[[str], object] | None = None,
+         dedupes_by_key: bool = False):
     """Register the decorated function as tool `name`. Raises ToolAlreadyRegistered on reuse."""
 
     def register(fn):
@@ -48,7 +51,8 @@ def tool(name: str, *, params_schema: dict, output_schema: dict | None = None,
         if existing is not None and existing.fn.__qualname__ != fn.__qualname__:
             raise ToolAlreadyRegistered(f"tool '{name}' is already registered by {existing.fn}")
         _TOOLS[name] = Tool(name, fn, params_schema, output_schema,
-                            description or (fn.__doc__ or "").strip().split("\n")[0])
+                            description or (fn.__doc__ or "").strip().split("\n")[0],
+                            lookup=lookup, dedupes_by_key=dedupes_by_key)
         return fn
 
     return register

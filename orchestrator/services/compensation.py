@@ -1,0 +1,75 @@
+"""Sagas: when a run fails after side effects happened, undo them, newest first.
+
+Each completed side-effecting step may declare `compensate: {tool, params}`. Compensation is a
+new business action, not a rollback: it goes through the effect ledger under its own stable key
+(run, step, "compensate"), so a crash or a redelivery never compensates twice, and each one is
+recorded. A compensation that fails leaves the run `compensation_failed`, visible for a person.
+"""
+from django.db import transaction
+from jsonschema import Draft202012Validator
+
+from ..definitions import TemplateError, render_value
+from ..dispatch import child_finished_on_commit
+from ..events import event_record
+from ..models import Effect, Run, RunState, StepRun, StepState
+from ..retry import StepError
+from ..tools.registry import ToolContext, get_tool
+from .advance import lock_run
+from .effects import effect_perform
+from .steps import idempotency_key_for
+from .versions import definition_of, runs_with_version
+
+
+def compensable_steps(run: Run, graph) -> list[StepRun]:
+    """Completed steps with a `compensate` action whose effect happened, newest first."""
+    done = Effect.objects.filter(run=run, action="default", status=Effect.Status.SUCCEEDED)
+    steps = StepRun.objects.filter(run=run, state=StepState.COMPLETED, id__in=done.values("step_id"))
+    return sorted((s for s in steps if graph.steps[s.name].get("compensate")),
+                  key=lambda s: s.finished_at, reverse=True)
+
+
+def run_compensate(*, run_id) -> bool:
+    """Run every pending compensation of a compensating run. False if there is nothing to do."""
+    run = runs_with_version().get(id=run_id)
+    if run.state != RunState.COMPENSATING:
+        return False
+    _, graph = definition_of(run)
+    for step in compensable_steps(run, graph):
+        try:
+            _compensate_one(run, step, graph.steps[step.name]["compensate"])
+        except StepError as error:
+            _end(run.id, failure={"step": step.name, **error.as_dict()})
+            return True
+    _end(run.id, failure=None)
+    return True
+
+
+def _compensate_one(run: Run, step: StepRun, action: dict) -> None:
+    tool = get_tool(action["tool"])
+    try:
+        params = render_value(action.get("params") or {}, {**(step.input or {}), "output": step.output})
+    except TemplateError as exc:
+        raise StepError("validation", f"compensation params could not be rendered: {exc}") from exc
+    errors = list(Draft202012Validator(tool.params_schema).iter_errors(params))
+    if errors:
+        raise StepError("validation", "; ".join(e.message for e in errors[:5]))
+    key = idempotency_key_for(run, step.name, "compensate")
+    ctx = ToolContext(str(run.id), step.name, 1, key, side_effect=True)
+    effect_perform(step=step, key=key, tool=tool, action="compensate",
+                   call=lambda: tool.fn(params, ctx))
+
+
+def _end(run_id, *, failure: dict | None) -> None:
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if run.state != RunState.COMPENSATING:
+            return
+        if failure:
+            run.compensation_fail(error=failure)
+        else:
+            run.compensated()
+        run.save()
+        event_record(run=run, kind=f"run.{run.state}", actor="service:compensation",
+                     payload=failure or {"compensated": True})
+        if run.parent_step_id:
+            child_finished_on_commit(run.parent_step_id)
