@@ -12,6 +12,8 @@ from django.db.models import Max, QuerySet
 from django.utils.html import format_html
 
 from .models import (
+    DeadLetter,
+    Effect,
     Event,
     Run,
     StepAttempt,
@@ -21,6 +23,7 @@ from .models import (
     Workflow,
     WorkflowVersion,
 )
+from .services.deadletters import dead_letter_redrive, user_may_redrive
 from .services.errors import NotAllowed
 from .services.runs import run_cancel
 
@@ -218,3 +221,43 @@ class EventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class WorkerHeartbeatAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["hostname", "queues", "pid", "last_seen"]
     fields = readonly_fields = ["hostname", "queues", "pid", "last_seen"]
+
+
+@admin.register(DeadLetter)
+class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Dead-lettered work. "Redrive selected" calls the same service as the API."""
+
+    list_display = ["id", "run", "step", "error_class", "attempts", "status", "created_at",
+                    "redriven_by"]
+    list_filter = ["status", "error_class", "created_at"]
+    search_fields = ["run__id", "step__name", "trace_id", "error_message"]
+    readonly_fields = ["run", "step", "error_class", "error_message", "attempts", "payload_ref",
+                       "trace_id", "status", "created_at", "redriven_at", "redriven_by"]
+    actions = ["redrive"]
+
+    def get_queryset(self, request) -> QuerySet[DeadLetter]:
+        return super().get_queryset(request).select_related("run", "step", "redriven_by")
+
+    def has_redrive_permission(self, request) -> bool:
+        return user_may_redrive(request.user)
+
+    @admin.action(description="Redrive selected dead letters", permissions=["redrive"])
+    def redrive(self, request, queryset: QuerySet[DeadLetter]) -> None:
+        done = 0
+        for letter_id in queryset.values_list("id", flat=True):
+            try:
+                dead_letter_redrive(dead_letter_id=letter_id, user=request.user)
+                done += 1
+            except (NotAllowed, PermissionError) as exc:
+                self.message_user(request, f"dead letter {letter_id}: {exc}", messages.ERROR)
+        if done:
+            self.message_user(request, f"Redrove {done} dead letter(s).", messages.SUCCESS)
+
+
+@admin.register(Effect)
+class EffectAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The idempotency ledger of side effects: one row per logical action."""
+
+    list_display = ["key", "tool", "action", "status", "attempts", "started_at", "finished_at"]
+    list_filter = ["status", "action", "tool"]
+    search_fields = ["key"]

@@ -3,7 +3,7 @@ import django_filters
 
 from approvals.models import ApprovalRequest, ApprovalState
 
-from ..models import Run, RunState, Workflow
+from ..models import DeadLetter, Run, RunState, Workflow
 
 
 class WorkflowFilter(django_filters.FilterSet):
@@ -41,3 +41,13 @@ class ApprovalFilter(django_filters.FilterSet):
     class Meta:
         model = ApprovalRequest
         fields = ["state", "run"]
+
+
+class DeadLetterFilter(django_filters.FilterSet):
+    status = django_filters.ChoiceFilter(choices=DeadLetter.Status.choices)
+    run = django_filters.UUIDFilter(field_name="run_id")
+    error_class = django_filters.CharFilter()
+
+    class Meta:
+        model = DeadLetter
+        fields = ["status", "run", "error_class"]

@@ -12,6 +12,7 @@ from rest_framework.permissions import BasePermission
 from approvals.services import user_may_decide
 
 from ..models import Team
+from ..services.deadletters import user_may_redrive
 from .errors import error_body
 
 
@@ -64,3 +65,12 @@ def team_for_write(user, slug: str | None) -> Team:
     raise ValidationError(
         error_body(f"you belong to several teams ({slugs}); say which with 'team'", "team")
     )
+
+
+class MayOperate(BasePermission):
+    """Operator actions (redrive, retry, skip, resume): the redrive permission or superuser."""
+
+    message = "operator actions need the orchestrator.redrive_deadletter permission"
+
+    def has_permission(self, request, view) -> bool:
+        return user_may_redrive(request.user)

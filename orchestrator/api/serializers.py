@@ -11,7 +11,7 @@ from rest_framework import serializers
 
 from approvals.models import ApprovalRequest
 
-from ..models import Run, StepAttempt, StepRun, Workflow, WorkflowVersion
+from ..models import DeadLetter, Run, StepAttempt, StepRun, Workflow, WorkflowVersion
 
 
 def _absolute(serializer: serializers.Serializer, path: str) -> str:
@@ -246,3 +246,20 @@ class ApprovalSerializer(serializers.ModelSerializer):
         fields = ["id", "url", "state", "run", "run_url", "workflow", "step", "approvers",
                   "instructions", "context", "proposal_hash", "requested_at", "deadline_at",
                   "decided_at", "decided_by", "note"]
+
+
+# --- dead letters --------------------------------------------------------------------------
+
+
+class DeadLetterSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="api:deadletter-detail")
+    run_url = serializers.HyperlinkedRelatedField(source="run", view_name="api:run-detail",
+                                                  read_only=True)
+    step = serializers.CharField(source="step.name", read_only=True)
+    redriven_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = DeadLetter
+        fields = ["id", "url", "run", "run_url", "step", "error_class", "error_message",
+                  "attempts", "payload_ref", "trace_id", "status", "created_at", "redriven_at",
+                  "redriven_by"]

@@ -4,7 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from .health import DefinitionSchemaView, HealthView
-from .views import ApprovalViewSet, RunViewSet, WorkflowViewSet
+from .views import ApprovalViewSet, DeadLetterViewSet, RunViewSet, WorkflowViewSet
 
 app_name = "api"
 
@@ -12,6 +12,7 @@ router = DefaultRouter()
 router.register("workflows", WorkflowViewSet, basename="workflow")
 router.register("runs", RunViewSet, basename="run")
 router.register("approvals", ApprovalViewSet, basename="approval")
+router.register("dead-letters", DeadLetterViewSet, basename="deadletter")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),

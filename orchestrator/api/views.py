@@ -23,15 +23,16 @@ from approvals.models import ApprovalRequest
 from approvals.services import approval_grant, approval_reject
 
 from ..definitions import DefinitionInvalid, parse_definition_text
-from ..models import Run, StepRun, Workflow, WorkflowVersion
+from ..models import DeadLetter, Run, StepRun, Workflow, WorkflowVersion
+from ..services.deadletters import dead_letter_redrive, run_resume, step_retry, step_skip
 from ..services.runs import run_cancel, run_start
 from ..services.versions import runs_with_version
 from ..services.workflows import definition_problems, latest_version, workflow_save
 from . import serializers as s
 from .errors import ServiceErrorsMixin, error_body, errors_of, problems_body, valid_data
-from .filters import ApprovalFilter, RunFilter, WorkflowFilter
+from .filters import ApprovalFilter, DeadLetterFilter, RunFilter, WorkflowFilter
 from .parsers import TextYAMLParser, YAMLParser
-from .permissions import MayDecide, scoped, team_for_write
+from .permissions import MayDecide, MayOperate, scoped, team_for_write
 
 _ERRORS = OpenApiResponse(s.ErrorsSerializer, description="Every problem, each with its path.")
 _DEFINITION_BODY = {
@@ -239,6 +240,64 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
         run_cancel(run_id=run.id, actor=f"user:{request.user.username}")
         run = with_steps(self.get_queryset()).get(pk=run.pk)
         return Response(self.get_serializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 409: _ERRORS},
+                   description="Resume a paused run. Operators only.")
+    @action(detail=True, methods=["post"], permission_classes=[IsAuthenticated, MayOperate])
+    def resume(self, request, pk=None):
+        run = self.get_object()
+        run_resume(run_id=run.id, actor=f"user:{request.user.username}")
+        return Response(self.get_serializer(with_steps(self.get_queryset()).get(pk=run.pk)).data,
+                        status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 409: _ERRORS},
+                   description="Run a failed step again (paused or failed run). Operators only.")
+    @action(detail=True, methods=["post"], url_path=r"steps/(?P<step>[a-z][a-z0-9_]*)/retry",
+            permission_classes=[IsAuthenticated, MayOperate])
+    def retry_step(self, request, pk=None, step=None):
+        run = self.get_object()
+        step_retry(step_id=self._step_id(run, step), actor=f"user:{request.user.username}")
+        return Response(self.get_serializer(with_steps(self.get_queryset()).get(pk=run.pk)).data,
+                        status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 409: _ERRORS},
+                   description="Let a paused run go on without its failed step. Operators only.")
+    @action(detail=True, methods=["post"], url_path=r"steps/(?P<step>[a-z][a-z0-9_]*)/skip",
+            permission_classes=[IsAuthenticated, MayOperate])
+    def skip_step(self, request, pk=None, step=None):
+        run = self.get_object()
+        step_skip(step_id=self._step_id(run, step), actor=f"user:{request.user.username}")
+        return Response(self.get_serializer(with_steps(self.get_queryset()).get(pk=run.pk)).data,
+                        status=status.HTTP_202_ACCEPTED)
+
+    @staticmethod
+    def _step_id(run: Run, name: str) -> int:
+        step_id = run.steps.filter(name=name).values_list("id", flat=True).first()
+        if step_id is None:
+            raise NotFound(f"run has no step '{name}'")
+        return step_id
+
+
+class DeadLetterViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                        viewsets.GenericViewSet):
+    """Work that exhausted its retries, newest first. Filter by status, run, error_class."""
+
+    serializer_class = s.DeadLetterSerializer
+    filterset_class = DeadLetterFilter
+
+    def get_queryset(self) -> QuerySet[DeadLetter]:
+        letters = DeadLetter.objects.select_related("run__team", "step", "redriven_by")
+        return scoped(letters, self.request.user, team_field="run__team").order_by("-created_at")
+
+    @extend_schema(request=None, responses={200: s.DeadLetterSerializer, 403: None, 409: _ERRORS},
+                   description="Run the dead-lettered step again after re-checking its state; "
+                   "its side effects are not repeated (the effect ledger). Operators only.")
+    @action(detail=True, methods=["post"], permission_classes=[IsAuthenticated, MayOperate])
+    def redrive(self, request, pk=None):
+        letter = self.get_object()
+        dead_letter_redrive(dead_letter_id=letter.id, user=request.user)
+        return Response(self.get_serializer(self.get_queryset().get(pk=letter.pk)).data)
 
 
 def with_steps(runs: QuerySet[Run]) -> QuerySet[Run]:

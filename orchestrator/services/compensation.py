@@ -1,6 +1,7 @@
 """Sagas: when a run fails after side effects happened, undo them, newest first.
 
-Each completed side-effecting step may declare `compensate: {tool, params}`. Compensation is a
+Each completed side-effecting step may declare `compensate: {tool, params}`; its params are
+templates over the step's input and its own output (`steps.<its name>.output`). Compensation is a
 new business action, not a rollback: it goes through the effect ledger under its own stable key
 (run, step, "compensate"), so a crash or a redelivery never compensates twice, and each one is
 recorded. A compensation that fails leaves the run `compensation_failed`, visible for a person.
@@ -47,7 +48,7 @@ def run_compensate(*, run_id) -> bool:
 def _compensate_one(run: Run, step: StepRun, action: dict) -> None:
     tool = get_tool(action["tool"])
     try:
-        params = render_value(action.get("params") or {}, {**(step.input or {}), "output": step.output})
+        params = render_value(action.get("params") or {}, _context(step))
     except TemplateError as exc:
         raise StepError("validation", f"compensation params could not be rendered: {exc}") from exc
     errors = list(Draft202012Validator(tool.params_schema).iter_errors(params))
@@ -57,6 +58,14 @@ def _compensate_one(run: Run, step: StepRun, action: dict) -> None:
     ctx = ToolContext(str(run.id), step.name, 1, key, side_effect=True)
     effect_perform(step=step, key=key, tool=tool, action="compensate",
                    call=lambda: tool.fn(params, ctx))
+
+
+def _context(step: StepRun) -> dict:
+    """The step's own input, plus its own output under steps.<name> (what it undoes)."""
+    context = dict(step.input or {})
+    context["steps"] = {**context.get("steps", {}),
+                        step.name: {"state": step.state, "output": step.output}}
+    return context
 
 
 def _end(run_id, *, failure: dict | None) -> None:

@@ -19,6 +19,7 @@ from orchestrator.models import Run
 
 ROOT = Path(__file__).resolve().parents[2]
 QUEUES = "orchestrator,tools,agent.fast,agent.deep"
+LEASE_S = 3
 
 
 def worker_env() -> dict:
@@ -31,6 +32,8 @@ def worker_env() -> dict:
             f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST'] or ''}:{db['PORT'] or 5432}/{db['NAME']}"
         )
     env["STEPWISE_VAR_DIR"] = str(settings.VAR_DIR)
+    # Short leases so fault tests see a killed worker's step retried within seconds.
+    env["STEPWISE_LEASE_S"] = str(LEASE_S)
     return env
 
 

@@ -5,6 +5,7 @@ status (e.g. 500 or 429 with Retry-After), so tests see what a remote API would 
 """
 import json
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -14,7 +15,8 @@ class HttpSink:
         self.requests: list[dict] = []
         self.by_key: Counter = Counter()
         self.effects: Counter = Counter()  # keys whose request succeeded (the business effect)
-        self.failures: list[tuple[int, dict]] = []  # (status, headers) for the next requests
+        self.failures: list[tuple[int, dict, str | None]] = []  # (status, headers, path)
+        self.delay_s = 0.0  # how long the remote takes before it acts
         self._lock = threading.Lock()
         sink = self
 
@@ -26,10 +28,12 @@ class HttpSink:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 key = self.headers.get("Idempotency-Key", "")
+                if sink.delay_s:
+                    time.sleep(sink.delay_s)
                 with sink._lock:
                     sink.requests.append({"path": self.path, "key": key, "body": body.decode()})
                     sink.by_key[key] += 1
-                    status, headers = sink.failures.pop(0) if sink.failures else (200, {})
+                    status, headers = sink._next_outcome(self.path)
                     if status == 200 and key and sink.effects[key]:
                         payload = {"ok": True, "duplicate": True}
                     elif status == 200:
@@ -53,8 +57,20 @@ class HttpSink:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def fail_next(self, count: int, status: int, headers: dict | None = None) -> None:
-        self.failures.extend([(status, headers or {})] * count)
+    def fail_next(self, count: int, status: int, headers: dict | None = None,
+                  path: str | None = None) -> None:
+        """Answer the next `count` requests (to `path`, if given) with `status`."""
+        self.failures.extend([(status, headers or {}, path)] * count)
+
+    def _next_outcome(self, path: str) -> tuple[int, dict]:
+        for i, (status, headers, only) in enumerate(self.failures):
+            if only is None or only == path:
+                del self.failures[i]
+                return status, headers
+        return 200, {}
+
+    def effects_at(self, path: str) -> int:
+        return sum(1 for r in self.requests if r["path"] == path)
 
     def __enter__(self):
         self.thread.start()

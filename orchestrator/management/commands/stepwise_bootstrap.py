@@ -7,7 +7,7 @@ import secrets
 from pathlib import Path
 
 from django.conf import settings
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
 from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
@@ -36,6 +36,10 @@ class Command(BaseCommand):
         team, _ = Team.objects.get_or_create(slug="demo", defaults={"name": "Demo"})
         team.members.add(user)
         user.groups.add(Group.objects.get_or_create(name="support_leads")[0])
+        operators, _ = Group.objects.get_or_create(name="operators")
+        operators.permissions.add(*Permission.objects.filter(
+            content_type__app_label__in=["orchestrator", "approvals"],
+            codename__startswith="view_"), Permission.objects.get(codename="redrive_deadletter"))
         token, _ = Token.objects.get_or_create(user=user)
         for path in sorted(EXAMPLES.glob("*.yaml")):
             version, created = workflow_save(

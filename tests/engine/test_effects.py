@@ -1,0 +1,99 @@
+"""The effect ledger: an effect happens at most once per key, and uncertainty is reconciled."""
+import pytest
+
+from orchestrator.models import Effect, StepRun
+from orchestrator.retry import StepError
+from orchestrator.services.effects import effect_perform
+from orchestrator.services.runs import run_cancel, run_start
+from orchestrator.services.workflows import workflow_save
+from orchestrator.tools.registry import Tool
+
+pytestmark = pytest.mark.django_db
+
+DEFINITION = {"name": "effects", "input_schema": {"type": "object"},
+              "steps": [{"name": "act", "type": "tool", "tool": "core.echo", "side_effect": True}]}
+
+
+@pytest.fixture
+def step(team):
+    version, _ = workflow_save(team=team, definition=DEFINITION)
+    run = run_start(version=version, input={})
+    return StepRun.objects.select_related("run").get(run=run, name="act")
+
+
+class Remote:
+    """A remote API: counts the calls that reached it."""
+
+    def __init__(self, *, fail_with: StepError | None = None):
+        self.calls = 0
+        self.fail_with = fail_with
+
+    def __call__(self):
+        self.calls += 1
+        if self.fail_with:
+            raise self.fail_with
+        return {"n": self.calls}
+
+
+def tool(**kwargs) -> Tool:
+    return Tool("t", lambda p, c: None, {"type": "object"}, **kwargs)
+
+
+def test_replay_of_a_succeeded_effect_returns_the_stored_result_without_calling(step):
+    remote = Remote()
+    first = effect_perform(step=step, key="k", tool=tool(), call=remote)
+    again = effect_perform(step=step, key="k", tool=tool(), call=remote)
+    assert first == again == {"n": 1} and remote.calls == 1
+    assert Effect.objects.get(key="k").status == "succeeded"
+
+
+def test_a_classified_failure_is_recorded_and_may_be_tried_again(step):
+    failing = Remote(fail_with=StepError("transient", "HTTP 503"))
+    with pytest.raises(StepError):
+        effect_perform(step=step, key="k", tool=tool(), call=failing)
+    assert Effect.objects.get(key="k").status == "failed"
+    assert effect_perform(step=step, key="k", tool=tool(), call=Remote()) == {"n": 1}
+    assert Effect.objects.get(key="k").attempts == 2
+
+
+def _uncertain(step, key="k"):
+    """A previous attempt started the effect and died before recording its outcome."""
+    Effect.objects.create(key=key, run=step.run, step=step, tool="t")
+
+
+def test_uncertain_effect_found_by_lookup_is_not_repeated(step):
+    _uncertain(step)
+    remote = Remote()
+    result = effect_perform(step=step, key="k", tool=tool(lookup=lambda key: {"found": key}), call=remote)
+    assert result == {"found": "k"} and remote.calls == 0
+
+
+def test_uncertain_effect_absent_by_lookup_is_performed(step):
+    _uncertain(step)
+    remote = Remote()
+    effect_perform(step=step, key="k", tool=tool(lookup=lambda key: None), call=remote)
+    assert remote.calls == 1
+
+
+def test_uncertain_effect_on_a_remote_that_dedupes_by_key_is_sent_again_with_the_key(step):
+    _uncertain(step)
+    remote = Remote()
+    effect_perform(step=step, key="k", tool=tool(dedupes_by_key=True), call=remote)
+    assert remote.calls == 1
+
+
+def test_uncertain_effect_without_a_way_to_reconcile_is_never_repeated_blindly(step):
+    _uncertain(step)
+    remote = Remote()
+    with pytest.raises(StepError) as raised:
+        effect_perform(step=step, key="k", tool=tool(), call=remote)
+    assert raised.value.error_class == "uncertain" and remote.calls == 0
+
+
+def test_no_effect_starts_once_the_run_is_being_cancelled(step):
+    run_cancel(run_id=step.run_id, actor="user:operator")
+    remote = Remote()
+    with pytest.raises(StepError) as raised:
+        effect_perform(step=step, key="k", tool=tool(), call=remote)
+    assert raised.value.error_class == "cancelled" and remote.calls == 0
+    assert not Effect.objects.exists()

@@ -1,0 +1,150 @@
+"""Failure semantics through real workers: dead letters, redrive, pause, sagas, lost workers,
+duplicate deliveries."""
+import time
+
+import pytest
+from django.contrib.auth.models import Permission
+
+from orchestrator.models import DeadLetter, Effect, Run, StepRun
+from orchestrator.services import reaper
+from orchestrator.services.runs import run_start
+from orchestrator.services.workflows import workflow_save
+from orchestrator.tasks import execute_step
+from tests.conftest import client_for
+from tests.factories import member
+from tests.support.http_sink import HttpSink
+
+from .conftest import LEASE_S, wait_for, wait_for_run
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+ENDED = ("completed", "failed", "cancelled", "timed_out", "compensation_failed", "paused")
+
+
+def post(name, url, **extra):
+    return {"name": name, "type": "tool", "tool": "http.request", "side_effect": True,
+            "params": {"method": "POST", "url": url, "json": {"step": name}}, **extra}
+
+
+def operator_client(team):
+    operator = member(team, "operator", staff=True)
+    operator.user_permissions.add(Permission.objects.get(codename="redrive_deadletter"))
+    return client_for(operator)
+
+
+def reap_until(predicate, timeout=30):
+    """Run the reaper (as beat would) until predicate() holds."""
+    def tick():
+        reaper.reap()
+        return predicate()
+    return wait_for(tick, timeout=timeout, interval=0.3)
+
+
+def test_exhausted_step_is_dead_lettered_and_redriven_by_an_operator(workers, team):
+    with HttpSink() as sink:
+        sink.fail_next(1, 400)
+        version, _ = workflow_save(team=team, definition={
+            "name": "deliver", "input_schema": {"type": "object"},
+            "steps": [post("deliver", f"{sink.url}/deliver")]})
+        run = wait_for_run(run_start(version=version, input={}).id, states=ENDED)
+        assert run.state == "failed"
+        letter = DeadLetter.objects.get(run=run)
+        assert (letter.step.name, letter.error_class, letter.attempts) == ("deliver", "permanent", 1)
+
+        api = operator_client(team)
+        listed = api.get("/api/v1/dead-letters/?status=open").json()["results"]
+        assert [d["id"] for d in listed] == [letter.id]
+        assert client_for(member(team, "viewer")).post(
+            f"/api/v1/dead-letters/{letter.id}/redrive/").status_code == 403
+        assert api.post(f"/api/v1/dead-letters/{letter.id}/redrive/").status_code == 200
+
+        run = wait_for_run(run.id, states=("completed",))
+        assert api.post(f"/api/v1/dead-letters/{letter.id}/redrive/").status_code == 409
+        assert sink.effects == {f"{run.id}:deliver:default": 1}
+        assert StepRun.objects.get(run=run, name="deliver").attempts == 2
+
+
+def test_on_error_pause_waits_for_an_operator_who_skips_the_failed_step(workers, team):
+    with HttpSink() as sink:
+        sink.fail_next(1, 422)
+        version, _ = workflow_save(team=team, definition={
+            "name": "pausing", "input_schema": {"type": "object"}, "on_error": "pause",
+            "steps": [post("enrich", f"{sink.url}/enrich"),
+                      {"name": "report", "type": "tool", "tool": "core.echo", "after": ["enrich"],
+                       "join": "any"}]})
+        run = wait_for_run(run_start(version=version, input={}).id, states=ENDED)
+        assert run.state == "paused"
+        response = operator_client(team).post(f"/api/v1/runs/{run.id}/steps/enrich/skip/")
+        assert response.status_code == 202
+        run = wait_for_run(run.id, states=("completed", "failed"))
+        assert {s.name: s.state for s in run.steps.all()} == {"enrich": "skipped", "report": "skipped"}
+
+
+@pytest.mark.parametrize("compensation_fails", [False, True])
+def test_failed_run_compensates_its_effects_newest_first(workers, team, compensation_fails):
+    with HttpSink() as sink:
+        sink.fail_next(1, 400, path="/charge")
+        if compensation_fails:
+            sink.fail_next(1, 400, path="/release")
+        def undo(step, path):
+            return {"tool": "http.request", "params": {
+                "method": "POST", "url": f"{sink.url}/{path}",
+                "json": {"undo": "{{ steps.%s.output.status }}" % step}}}
+
+        version, _ = workflow_save(team=team, definition={
+            "name": "trip", "input_schema": {"type": "object"}, "steps": [
+                post("reserve", f"{sink.url}/reserve", compensate=undo("reserve", "release")),
+                post("hold", f"{sink.url}/hold", after=["reserve"], compensate=undo("hold", "unhold")),
+                post("charge", f"{sink.url}/charge", after=["hold"])]})
+        run = wait_for_run(run_start(version=version, input={}).id,
+                           states=("failed", "compensation_failed", "completed"))
+        paths = [r["path"] for r in sink.requests]
+        assert paths[:4] == ["/reserve", "/hold", "/charge", "/unhold"]
+        if compensation_fails:
+            assert run.state == "compensation_failed"
+            assert run.error["compensation"]["step"] == "reserve"
+        else:
+            assert run.state == "failed"
+            assert paths[4:] == ["/release"]
+            compensations = Effect.objects.filter(run=run, action="compensate", status="succeeded")
+            assert {e.step.name for e in compensations} == {"reserve", "hold"}
+
+
+def test_step_of_a_killed_worker_is_retried_when_its_lease_expires(workers, team):
+    version, _ = workflow_save(team=team, definition={
+        "name": "long-think", "input_schema": {"type": "object"}, "steps": [{
+            "name": "think", "type": "agent", "model": "fast", "prompt": "think",
+            "retry": {"max_attempts": 3, "base_s": 0.1, "jitter": False},
+            "output_schema": {"type": "object"}, "script": [{"output": {}, "delay_ms": 2500}]}]})
+    run = run_start(version=version, input={})
+    wait_for(lambda: StepRun.objects.filter(run=run, name="think", state="running").exists())
+    time.sleep(LEASE_S * 0.7)  # the heartbeat keeps the lease alive past its first term
+    assert StepRun.objects.get(run=run, name="think").state == "running"
+    workers.kill()
+    try:
+        reap_until(lambda: StepRun.objects.filter(run=run, name="think", attempts=1)
+                   .exclude(state="running").exists())
+    finally:
+        workers.start()
+    run = wait_for_run(run.id, states=("completed", "failed"))
+    assert run.state == "completed"
+    attempts = list(StepRun.objects.get(run=run, name="think").attempt_records.values_list("outcome", flat=True))
+    assert attempts == ["lost", "succeeded"]
+
+
+def test_duplicate_deliveries_do_nothing_for_work_already_claimed_or_done(workers, team):
+    with HttpSink() as sink:
+        version, _ = workflow_save(team=team, definition={
+            "name": "dupes", "input_schema": {"type": "object"},
+            "steps": [post("pay", f"{sink.url}/pay")]})
+        run = run_start(version=version, input={})
+        step = StepRun.objects.get(run=run, name="pay")
+        for _ in range(3):  # the broker delivers the same message again, out of order
+            execute_step.apply_async((step.id,), queue="tools")
+        run = wait_for_run(run.id, states=("completed", "failed"))
+        for _ in range(2):  # and again after the work is done
+            execute_step.apply_async((step.id,), queue="tools")
+        time.sleep(1)
+        assert run.state == "completed"
+        assert StepRun.objects.get(id=step.id).attempts == 1
+        assert len(sink.requests) == 1 and sink.effects == {f"{run.id}:pay:default": 1}
+        assert Run.objects.get(id=run.id).state == "completed"
