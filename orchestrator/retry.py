@@ -1,15 +1,18 @@
 """Retry decisions: a pure function of (policy, attempts so far, error) -> retry at / give up.
 
 Error classes (the vocabulary of every executor, provider and tool):
-retryable when the policy lists them: timeout, rate_limit, transient, invalid_output, lost;
-never retried: auth, policy, validation, permanent, invalid_request, rejected, cancelled.
+retryable when the policy lists them: timeout, rate_limit, transient, invalid_output;
+`lost` (the worker died mid-step) is retried up to LOST_ATTEMPTS_ALLOWED attempts whatever the
+policy; never retried: auth, policy, validation, permanent, invalid_request, rejected,
+cancelled, budget, uncertain (an effect that may have happened needs a person).
 """
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 NEVER_RETRIED = frozenset({"auth", "policy", "validation", "permanent", "invalid_request",
-                           "rejected", "cancelled", "budget"})
+                           "rejected", "cancelled", "budget", "uncertain"})
+LOST_ATTEMPTS_ALLOWED = 3
 ERROR_CLASSES = frozenset({"timeout", "rate_limit", "transient", "invalid_output", "lost"}) | NEVER_RETRIED
 
 
@@ -50,14 +53,12 @@ def retry_at(policy: dict, *, attempts: int, error: StepError, at: datetime,
     """When to try again after `attempts` attempts ended in `error`, or None to give up."""
     if error.error_class in NEVER_RETRIED:
         return None
-    retry_on = set(policy["retry_on"])
     if error.error_class == "lost":
-        retry_on_lost = bool(retry_on & {"transient", "timeout"})
-        if not retry_on_lost:
+        # The worker died, not the step: retry even a step without a retry policy, but only
+        # a few times, so a message that kills every worker (poison) ends in the dead letters.
+        if attempts >= max(policy["max_attempts"], LOST_ATTEMPTS_ALLOWED):
             return None
-    elif error.error_class not in retry_on:
-        return None
-    if attempts >= policy["max_attempts"]:
+    elif error.error_class not in policy["retry_on"] or attempts >= policy["max_attempts"]:
         return None
     delay = backoff_s(policy, attempts - 1, rng=rng)
     if error.retry_after_s is not None:

@@ -52,3 +52,15 @@ def test_attempts_are_bounded():
 def test_retry_after_hint_is_respected_when_longer_than_backoff():
     err = StepError("rate_limit", "slow down", retry_after_s=30)
     assert retry_at(POLICY, attempts=1, error=err, at=AT) == AT + timedelta(seconds=30)
+
+
+def test_a_lost_attempt_is_retried_without_a_policy_but_only_a_few_times():
+    no_policy = {**POLICY, "max_attempts": 1, "retry_on": []}
+    lost = StepError("lost", "worker died")
+    assert retry_at(no_policy, attempts=1, error=lost, at=AT) is not None
+    assert retry_at(no_policy, attempts=2, error=lost, at=AT) is not None
+    assert retry_at(no_policy, attempts=3, error=lost, at=AT) is None  # poison: dead letter
+
+
+def test_an_uncertain_effect_is_never_retried():
+    assert retry_at(POLICY, attempts=1, error=StepError("uncertain", "x"), at=AT) is None

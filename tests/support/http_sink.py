@@ -17,6 +17,7 @@ class HttpSink:
         self.effects: Counter = Counter()  # keys whose request succeeded (the business effect)
         self.failures: list[tuple[int, dict, str | None]] = []  # (status, headers, path)
         self.delay_s = 0.0  # how long the remote takes before it acts
+        self.arrived = 0  # requests received, including those still being handled
         self._lock = threading.Lock()
         sink = self
 
@@ -28,6 +29,8 @@ class HttpSink:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 key = self.headers.get("Idempotency-Key", "")
+                with sink._lock:
+                    sink.arrived += 1
                 if sink.delay_s:
                     time.sleep(sink.delay_s)
                 with sink._lock:
