@@ -25,7 +25,8 @@ run: install
 
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/pytest -n 2 --dist loadfile -q
+	$(BIN)/pytest -n 2 --dist loadfile -q -m "not ledger_prefix"
+	$(BIN)/pytest -p no:xdist -q -m ledger_prefix
 
 lint: install
 	$(BIN)/ruff check .

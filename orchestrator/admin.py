@@ -9,6 +9,7 @@ import json
 
 from django.contrib import admin, messages
 from django.db.models import Max, QuerySet
+from django.urls import reverse
 from django.utils.html import format_html
 
 from .models import (
@@ -130,7 +131,7 @@ class EventInline(ReadOnlyInline):
 _RUN_FIELDS = ["id", "team", "version", "state", "trigger", "created_by", "idempotency_key",
                "parent_step", "created_at", "started_at", "finished_at", "progressed_at",
                "cost_usd", "tokens_in", "tokens_out", "input_pretty", "output_pretty",
-               "error_pretty"]
+               "error_pretty", "audit_timeline"]
 
 
 @admin.register(Run)
@@ -158,6 +159,11 @@ class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="input")
     def input_pretty(self, run: Run) -> str:
         return pretty_json(run.input)
+
+    @admin.display(description="why it happened")
+    def audit_timeline(self, run: Run) -> str:
+        return format_html('<a href="{}">audit timeline of this run</a>',
+                           reverse("admin:audit_run_timeline", args=[run.id]))
 
     @admin.display(description="output")
     def output_pretty(self, run: Run) -> str:
@@ -188,7 +194,8 @@ class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class StepAttemptInline(ReadOnlyInline):
     model = StepAttempt
     fields = ["number", "worker", "started_at", "finished_at", "outcome", "error_class",
-              "error_message", "tokens_in", "tokens_out", "cost_usd", "model", "idempotency_key"]
+              "error_message", "tokens_in", "tokens_out", "cost_usd", "model", "idempotency_key",
+              "model_id", "prompt_hash", "proposal_hash", "risk_tier", "repair_count"]
     show_change_link = False
 
 

@@ -3,6 +3,8 @@ import os
 
 from celery import Celery
 
+from . import broker  # noqa: F401  (registers the embedded stepwisefs:// transport)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
 
 app = Celery("stepwise")

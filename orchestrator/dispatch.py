@@ -7,8 +7,12 @@ from django.db import transaction
 
 
 def queue_for(spec: dict) -> str:
-    """The queue a step (or a map item body) runs on: agent.<model>, tools or orchestrator."""
-    if spec["type"] == "agent":
+    """The queue a step (or a map item body) runs on: agent.<model>, tools or orchestrator.
+
+    A router that asks a model (strategy: llm) runs where that model's calls run, so a slow
+    model never holds up the orchestrator queue.
+    """
+    if spec["type"] == "agent" or (spec["type"] == "router" and spec.get("strategy") == "llm"):
         return f"agent.{spec['model']}"
     if spec["type"] == "tool":
         return "tools"

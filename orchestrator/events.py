@@ -2,8 +2,12 @@
 
 `event_record` must be called inside `transaction.atomic()`; it refuses otherwise, because an
 event written outside the transaction of its change could survive a rollback of that change.
+Each event is also entered in the audit ledger (`audit.services`), in the same transaction:
+these two functions are the one path every state change of the engine takes.
 """
 from django.db import connection
+
+from audit.services import audit_record_events
 
 from .models import Event, Run, StepRun
 
@@ -13,7 +17,9 @@ def event_record(*, run: Run, kind: str, step: StepRun | None = None, payload: d
     """Append an event for `run` (and `step`). Raises RuntimeError outside a transaction."""
     if not connection.in_atomic_block:
         raise RuntimeError("event_record must run inside the transaction of the change it records")
-    return Event.objects.create(run=run, step=step, kind=kind, actor=actor, payload=payload or {})
+    event = Event.objects.create(run=run, step=step, kind=kind, actor=actor, payload=payload or {})
+    audit_record_events([event])
+    return event
 
 
 def events_record(events: list[Event]) -> None:
@@ -21,3 +27,4 @@ def events_record(events: list[Event]) -> None:
     if not connection.in_atomic_block:
         raise RuntimeError("events_record must run inside the transaction of the change it records")
     Event.objects.bulk_create(events)
+    audit_record_events(events)

@@ -161,7 +161,7 @@ class Run(ConcurrentTransitionMixin, models.Model):
     def cancel(self) -> None:
         self.finished_at = self.progressed_at = now()
 
-    @transition(field=state, source=RunState.RUNNING, target=RunState.COMPLETED)
+    @transition(field=state, source=[RunState.RUNNING, RunState.WAITING], target=RunState.COMPLETED)
     def complete(self, *, output: dict) -> None:
         self.output = output
         self.finished_at = self.progressed_at = now()
@@ -376,6 +376,21 @@ class StepAttempt(models.Model):
     idempotency_key = models.CharField(max_length=255)
     model = models.CharField(max_length=100, blank=True)
     provider = models.CharField(max_length=50, blank=True)
+    # What produced the output, so any output can be traced to it (executors' Result.meta).
+    model_id = models.CharField(max_length=200, blank=True,
+                                help_text="The model version the provider said answered.")
+    prompt_hash = models.CharField(max_length=64, blank=True,
+                                   help_text="SHA-256 of the prompt templates and our framing.")
+    schema_hash = models.CharField(max_length=64, blank=True,
+                                   help_text="SHA-256 of the schema the reply had to satisfy.")
+    model_params = models.JSONField(default=dict, blank=True,
+                                    help_text="temperature, max_tokens, repair bound, output mode.")
+    repair_count = models.PositiveSmallIntegerField(
+        default=0, help_text="Replies sent back to the model with their validation problems.")
+    proposal_hash = models.CharField(max_length=64, blank=True,
+                                     help_text="SHA-256 of the canonical proposed action.")
+    risk_tier = models.CharField(max_length=16, blank=True)
+    decision = models.JSONField(null=True, blank=True, help_text="A router's choice and why.")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["step", "number"], name="attempt_number_unique")]
@@ -391,6 +406,8 @@ class MapItem(models.Model):
     step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="map_items")
     index = models.PositiveIntegerField()
     item = models.JSONField(null=True)
+    # Set when a worker takes the item; the run's max_parallel caps the items taken at once.
+    claimed_at = models.DateTimeField(null=True, blank=True)
     done = models.BooleanField(default=False)
     output = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)

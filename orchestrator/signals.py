@@ -6,7 +6,7 @@ embedded filesystem transport that has no broadcast.
 import os
 import threading
 
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import task_postrun, task_prerun, worker_ready, worker_shutdown
 
 HEARTBEAT_S = 5
 _stop = threading.Event()
@@ -36,3 +36,13 @@ def start_heartbeat(sender=None, **kwargs) -> None:
 @worker_shutdown.connect
 def stop_heartbeat(**kwargs) -> None:
     _stop.set()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def recycle_stale_connections(**kwargs) -> None:
+    """Connections are reused across tasks (CELERY_DB_REUSE_MAX); drop any that broke or aged
+    out (a database restart), as Django does around each request."""
+    from django.db import close_old_connections
+
+    close_old_connections()

@@ -2,38 +2,30 @@
 
 Any message may be a replay; the services make a replay do nothing.
 """
+import os
+import random
 import socket
 
 from celery import shared_task
 from celery.utils.log import get_task_logger
 
-from .executors import ExecContext, execute
-from .leases import lease_heartbeat
-from .retry import StepError
-from .services import compensation, fanout, reaper, steps
+from .services import compensation, execution, fanout, reaper, steps
 
 log = get_task_logger(__name__)
-WORKER = f"{socket.gethostname()}"
 
 
-@shared_task(name="orchestrator.tasks.execute_step")
-def execute_step(step_id: int) -> None:
+def worker_id() -> str:
+    """This worker process (prefork children share the parent's import, so ask at call time)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@shared_task(name="orchestrator.tasks.execute_step", bind=True)
+def execute_step(self, step_id: int) -> None:
     """Claim a queued step, run its executor, commit the outcome (which schedules the next)."""
-    claim = steps.step_claim(step_id=step_id, worker=WORKER)
-    if claim is None:
-        return
-    ctx = ExecContext(str(claim.run_id), claim.workflow, claim.spec["name"],
-                      claim.attempt, claim.idempotency_key, step_id=step_id)
-    try:
-        with lease_heartbeat(step_id=step_id, attempt=claim.attempt):
-            result = execute(claim.spec, claim.step_input, ctx)
-    except StepError as error:
-        steps.step_fail(step_id=step_id, attempt=claim.attempt, error=error,
-                        usage=steps.Usage(), worker=WORKER)
-        return
-    steps.step_succeed(step_id=step_id, attempt=claim.attempt, output=result.output,
-                       usage=steps.Usage(result.tokens_in, result.tokens_out, result.cost_usd,
-                                         result.model, result.provider), worker=WORKER)
+    wait = execution.step_execute(step_id=step_id, worker=worker_id())
+    if wait:  # throttled by a shared rate limit: the step stays queued; come back later
+        self.apply_async((step_id,), countdown=wait,
+                         queue=(self.request.delivery_info or {}).get("routing_key"))
 
 
 @shared_task(name="orchestrator.tasks.retry_due")
@@ -41,10 +33,13 @@ def retry_due(step_id: int) -> None:
     steps.step_retry_due(step_id=step_id)
 
 
-@shared_task(name="orchestrator.tasks.map_item", ignore_result=False)
-def map_item(step_id: int, index: int) -> None:
+@shared_task(name="orchestrator.tasks.map_item", ignore_result=False, bind=True, max_retries=None)
+def map_item(self, step_id: int, index: int) -> None:
     """One item of a map step. Its result is persisted; the chord only counts completions."""
-    fanout.map_item_run(step_id=step_id, index=index)
+    if fanout.map_item_run(step_id=step_id, index=index) == fanout.DEFERRED:
+        # Back of the queue (a retry keeps the chord waiting for this item), so other runs'
+        # work interleaves with a large fan-out.
+        raise self.retry(countdown=random.uniform(0.05, 0.25))
 
 
 @shared_task(name="orchestrator.tasks.map_join")

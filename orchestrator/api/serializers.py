@@ -11,6 +11,7 @@ from rest_framework import serializers
 
 from approvals.models import ApprovalRequest
 
+from ..executors import ATTEMPT_META_FIELDS
 from ..models import DeadLetter, Run, StepAttempt, StepRun, Workflow, WorkflowVersion
 
 
@@ -162,7 +163,7 @@ class StepAttemptSerializer(serializers.ModelSerializer):
         model = StepAttempt
         fields = ["number", "worker", "started_at", "finished_at", "outcome", "error_class",
                   "error_message", "tokens_in", "tokens_out", "cost_usd", "model", "provider",
-                  "idempotency_key"]
+                  "idempotency_key", *ATTEMPT_META_FIELDS]
 
 
 class StepApprovalSerializer(serializers.ModelSerializer):

@@ -256,27 +256,24 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
     @action(detail=True, methods=["post"], url_path=r"steps/(?P<step>[a-z][a-z0-9_]*)/retry",
             permission_classes=[IsAuthenticated, MayOperate])
     def retry_step(self, request, pk=None, step=None):
-        run = self.get_object()
-        step_retry(step_id=self._step_id(run, step), actor=f"user:{request.user.username}")
-        return Response(self.get_serializer(with_steps(self.get_queryset()).get(pk=run.pk)).data,
-                        status=status.HTTP_202_ACCEPTED)
+        return self._on_step(request, step, step_retry)
 
     @extend_schema(request=None, responses={202: s.RunDetailSerializer, 409: _ERRORS},
                    description="Let a paused run go on without its failed step. Operators only.")
     @action(detail=True, methods=["post"], url_path=r"steps/(?P<step>[a-z][a-z0-9_]*)/skip",
             permission_classes=[IsAuthenticated, MayOperate])
     def skip_step(self, request, pk=None, step=None):
-        run = self.get_object()
-        step_skip(step_id=self._step_id(run, step), actor=f"user:{request.user.username}")
-        return Response(self.get_serializer(with_steps(self.get_queryset()).get(pk=run.pk)).data,
-                        status=status.HTTP_202_ACCEPTED)
+        return self._on_step(request, step, step_skip)
 
-    @staticmethod
-    def _step_id(run: Run, name: str) -> int:
+    def _on_step(self, request, name: str, service) -> Response:
+        """Call an operator service on the run's step `name`; answer with the run."""
+        run = self.get_object()
         step_id = run.steps.filter(name=name).values_list("id", flat=True).first()
         if step_id is None:
             raise NotFound(f"run has no step '{name}'")
-        return step_id
+        service(step_id=step_id, actor=f"user:{request.user.username}")
+        return Response(self.get_serializer(with_steps(self.get_queryset()).get(pk=run.pk)).data,
+                        status=status.HTTP_202_ACCEPTED)
 
 
 class DeadLetterViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,

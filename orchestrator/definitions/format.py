@@ -24,10 +24,12 @@ MAP_ITEM_TYPES = ("agent", "tool")
 ON_ERROR_CHOICES = ("fail", "pause", "continue")
 JOIN_CHOICES = ("all", "any")
 BACKOFF_CHOICES = ("exponential", "linear", "fixed")
-ROUTER_STRATEGIES = ("rules", "score")
+ROUTER_STRATEGIES = ("rules", "score", "llm")
 MERGE_STRATEGIES = ("list", "dict_merge", "first_success")
 RETRYABLE_ERRORS = ("timeout", "rate_limit", "transient", "invalid_output")
 SCRIPTED_ERRORS = (*RETRYABLE_ERRORS, "auth", "permanent")
+RISK_TIERS = ("low", "medium", "high", "critical")
+ACTION_TYPE_PATTERN = r"^[a-z][a-z0-9_.]{0,63}$"
 
 DEFAULT_ON_ERROR = "fail"
 DEFAULT_MAX_PARALLEL = 10
@@ -36,6 +38,11 @@ DEFAULT_TIMEOUT_S = 300
 HUMAN_GATE_TIMEOUT_S = 86400
 DEFAULT_STRATEGY = "rules"
 DEFAULT_MERGE = "list"
+DEFAULT_REPAIR_ATTEMPTS = 1
+DEFAULT_APPROVAL_AT = "medium"
+DEFAULT_MIN_CONFIDENCE = 0.5
+DEFAULT_ACTION_TIER = "low"
+DEFAULT_OUTSIDE_TIER = "high"
 RETRY_DEFAULTS: dict[str, Any] = {
     "max_attempts": 1,
     "backoff": "exponential",
@@ -45,10 +52,17 @@ RETRY_DEFAULTS: dict[str, Any] = {
     "retry_on": ["timeout", "rate_limit", "transient"],
 }
 
+# The top-level `audit` section: per-workflow redaction for the audit ledger.
+AUDIT_STORE_CHOICES = ("inline", "reference")
+DEFAULT_AUDIT_STORE = "inline"
+AUDIT_SENSITIVE_PATTERN = r"^(input|steps\.([a-z][a-z0-9_]{0,63}|\*)\.output)(\.[^.\s]+)*$"
+
 # Names an expression or a template may start from. `item` and `index` exist only
 # inside a map step's `item`.
 CONTEXT_ROOTS = frozenset({"input", "steps"})
 MAP_ITEM_ROOTS = frozenset({"item", "index"})
+# A risk rule also reads the proposal it assesses.
+RISK_RULE_ROOTS = CONTEXT_ROOTS | {"proposal"}
 
 
 def default_timeout_s(step_type: str) -> int:
@@ -104,11 +118,63 @@ _JSON_SCHEMA = {
 
 _STEP_REF = {"type": "string", "description": "The name of another step of this workflow."}
 
+_SCRIPT = {
+    "type": "array",
+    "items": {"$ref": "#/$defs/scripted_reply"},
+    "default": [],
+    "description": (
+        "Replies of the offline 'scripted' provider, tried in order; the first whose "
+        "`when` holds (or that has none) is used."
+    ),
+}
+
+_TIER = {"enum": list(RISK_TIERS), "description": "A risk tier: low < medium < high < critical."}
+
 _NULLABLE_EXPRESSION = {
     **_EXPRESSION,
     "type": ["string", "null"],
     "description": "When present and false, the step is skipped (null: always run). "
     + _EXPRESSION["description"],
+}
+
+
+def _audit_schema() -> dict:
+    return {
+        "title": "audit",
+        "type": "object",
+        "additionalProperties": False,
+        "description": "What the audit ledger may keep of this workflow's data (docs/audit.md).",
+        "properties": {
+            "sensitive": {
+                "type": "array",
+                "uniqueItems": True,
+                "default": [],
+                "items": {"type": "string", "pattern": AUDIT_SENSITIVE_PATTERN},
+                "description": (
+                    "Paths whose values the ledger stores only as a keyed hash and a masked "
+                    "summary: `input.<field>...` or `steps.<step>.output...`; `*` matches any "
+                    "one key or index."
+                ),
+            },
+            "store_prompts": {
+                "enum": list(AUDIT_STORE_CHOICES),
+                "default": DEFAULT_AUDIT_STORE,
+                "description": (
+                    "inline: the ledger keeps redacted prompts, params, inputs and outputs. "
+                    "reference: it keeps only where they live and their keyed hash."
+                ),
+            },
+        },
+    }
+
+
+def _strategy_is(*strategies: str) -> dict:
+    return {"properties": {"strategy": {"enum": list(strategies)}}, "required": ["strategy"]}
+
+
+_no_llm = {
+    field: _only_with(f"'{field}' is only used with strategy: llm")
+    for field in ("model", "prompt", "system", "temperature", "script")
 }
 
 
@@ -221,13 +287,15 @@ def _agent_properties() -> dict:
             "exclusiveMinimum": 0,
             "description": "Upper bound on output tokens.",
         },
-        "script": {
-            "type": "array",
-            "items": _ref("scripted_reply"),
-            "default": [],
+        "script": _SCRIPT,
+        "repair_attempts": {
+            "type": "integer",
+            "minimum": 0,
+            "default": DEFAULT_REPAIR_ATTEMPTS,
             "description": (
-                "Replies of the offline 'scripted' provider, tried in order; the first whose "
-                "`when` holds (or that has none) is used."
+                "How many times, within one attempt, a reply that fails validation is sent "
+                "back to the model with the problems listed. Their tokens count against the "
+                "budget; after the last one the attempt fails as invalid_output."
             ),
         },
     }
@@ -338,6 +406,10 @@ def shared_format_schema() -> dict:
                     "minLength": 1,
                     "description": "Unique within the router.",
                 },
+                "description": {
+                    "type": "string",
+                    "description": "What this route is for (shown to the model with strategy: llm).",
+                },
                 "when": {
                     **_EXPRESSION,
                     "description": "The first route whose expression holds is taken. "
@@ -358,12 +430,171 @@ def shared_format_schema() -> dict:
                     "minLength": 1,
                     "description": "Unique within the router.",
                 },
+                "description": {
+                    "type": "string",
+                    "description": "What this route is for (shown to the model with strategy: llm).",
+                },
                 "when": _only_with("'when' on a route is only used with strategy: rules"),
                 "min": {
                     "type": "number",
                     "description": "Taken when the score is >= min; the route with the highest matching min wins.",
                 },
                 "then": {**step_ref_list, "description": "Steps that run if this route is taken."},
+            },
+        },
+        "llm_route": {
+            "title": "route",
+            "type": "object",
+            "required": ["name", "description", "then"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Unique within the router; the model answers with it.",
+                },
+                "description": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "What this route is for; shown to the model.",
+                },
+                "when": _only_with("'when' on a route is only used with strategy: rules"),
+                "min": _only_with("'min' is only used with strategy: score"),
+                "then": {**step_ref_list, "description": "Steps that run if this route is taken."},
+            },
+        },
+        "proposal": {
+            "title": "proposal",
+            "type": "object",
+            "required": ["actions"],
+            "additionalProperties": False,
+            "description": (
+                "The step proposes one action from this allowlist instead of free output: "
+                "{action_type, params, evidence, rationale, confidence}. Its output is "
+                "{proposal, proposal_hash, risk}; the risk block is computed by Stepwise."
+            ),
+            "properties": {
+                "actions": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": _ref("action"),
+                    "description": "The allowlist: the only action types the model may propose.",
+                },
+                "approval_at": {
+                    **_TIER,
+                    "default": DEFAULT_APPROVAL_AT,
+                    "description": (
+                        "risk.requires_approval is true from this tier up (critical always)."
+                    ),
+                },
+                "min_confidence": {
+                    "type": "number",
+                    "minimum": 0,
+                    "maximum": 1,
+                    "default": DEFAULT_MIN_CONFIDENCE,
+                    "description": "A proposal the model is less confident of is at least high risk.",
+                },
+            },
+        },
+        "action": {
+            "title": "action",
+            "type": "object",
+            "required": ["type", "params_schema"],
+            "additionalProperties": False,
+            "properties": {
+                "type": {
+                    "type": "string",
+                    "pattern": ACTION_TYPE_PATTERN,
+                    "description": "The action_type the model may propose; unique in the allowlist.",
+                },
+                "description": {
+                    "type": "string",
+                    "default": "",
+                    "description": "What the action does; shown to the model.",
+                },
+                "params_schema": {
+                    **_JSON_SCHEMA,
+                    "type": "object",
+                    "description": (
+                        "JSON Schema (type object) of the action's params; params it does not "
+                        "list are rejected."
+                    ),
+                },
+                "risk": _ref("action_risk"),
+            },
+        },
+        "action_risk": {
+            "title": "action risk",
+            "type": "object",
+            "additionalProperties": False,
+            "description": "Deterministic rules giving a proposal of this action its risk tier.",
+            "properties": {
+                "tier": {
+                    **_TIER,
+                    "default": DEFAULT_ACTION_TIER,
+                    "description": "The tier of the action type itself.",
+                },
+                "amount": {
+                    "title": "amount rule",
+                    "type": "object",
+                    "required": ["param"],
+                    "additionalProperties": False,
+                    "description": "A numeric param: reaching a threshold raises the tier.",
+                    "properties": {
+                        "param": {"type": "string", "description": "The param holding the amount."},
+                        "medium": {"type": "number", "description": "At least medium from here."},
+                        "high": {"type": "number", "description": "At least high from here."},
+                        "critical": {"type": "number", "description": "Critical from here."},
+                    },
+                },
+                "recipient": {
+                    "title": "recipient rule",
+                    "type": "object",
+                    "required": ["param", "allowed"],
+                    "additionalProperties": False,
+                    "description": "A param naming who is affected: outside `allowed` raises the tier.",
+                    "properties": {
+                        "param": {
+                            "type": "string",
+                            "description": "The param holding a recipient (or a list of them).",
+                        },
+                        "allowed": {
+                            "type": "array",
+                            "items": {"type": "string", "minLength": 1},
+                            "description": (
+                                "Exact values, or domains: an email address whose domain, or "
+                                "a URL whose host, is listed is in scope."
+                            ),
+                        },
+                        "outside": {
+                            **_TIER,
+                            "default": DEFAULT_OUTSIDE_TIER,
+                            "description": "The tier of a recipient outside `allowed`.",
+                        },
+                    },
+                },
+                "rules": {
+                    "type": "array",
+                    "default": [],
+                    "description": "Further rules; each that holds raises the tier.",
+                    "items": {
+                        "title": "risk rule",
+                        "type": "object",
+                        "required": ["when", "tier"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "when": {
+                                **_EXPRESSION,
+                                "description": (
+                                    "CEL over `input`, `steps` and `proposal`; when it holds "
+                                    "the tier is at least `tier` (an error counts as critical)."
+                                ),
+                            },
+                            "tier": _TIER,
+                            "reason": {"type": "string", "description": "Shown to approvers."},
+                        },
+                    },
+                },
             },
         },
         "default_route": {
@@ -377,12 +608,34 @@ def shared_format_schema() -> dict:
                     "minLength": 1,
                     "description": "Distinct from the route names.",
                 },
+                "description": {
+                    "type": "string",
+                    "description": "What the default is for (shown to the model with strategy: llm).",
+                },
                 "then": {**step_ref_list, "description": "Steps that run if no route is taken."},
             },
         },
-        "agent_step": _closed_step(
-            "agent step", {**common, **agent}, ["name", "type", "model", "prompt", "output_schema"]
-        ),
+        "agent_step": {
+            **_closed_step(
+                "agent step",
+                {
+                    **common,
+                    **agent,
+                    "proposal": _ref("proposal"),
+                },
+                ["name", "type", "model", "prompt"],
+            ),
+            # A proposing step's output schema is derived from its allowlist.
+            "if": {"required": ["proposal"]},
+            "then": {
+                "properties": {
+                    "output_schema": _only_with(
+                        "a step with `proposal` has its output schema derived from the actions"
+                    )
+                }
+            },
+            "else": {"required": ["output_schema"]},
+        },
         "tool_step": _closed_step("tool step", {**common, **tool}, ["name", "type", "tool"]),
         "router_step": {
             **_closed_step(
@@ -392,7 +645,12 @@ def shared_format_schema() -> dict:
                     "strategy": {
                         "enum": list(ROUTER_STRATEGIES),
                         "default": DEFAULT_STRATEGY,
-                        "description": "rules: first route whose `when` holds. score: evaluate `score`, take the route with the highest `min` <= score.",
+                        "description": (
+                            "rules: first route whose `when` holds. score: evaluate `score`, "
+                            "take the route with the highest `min` <= score. llm: a model picks "
+                            "a route by name from their descriptions; any other answer takes "
+                            "the default."
+                        ),
                     },
                     "routes": {"type": "array", "minItems": 1, "description": "The branches."},
                     "default": _ref("default_route"),
@@ -400,20 +658,58 @@ def shared_format_schema() -> dict:
                         **_EXPRESSION,
                         "description": "A number (strategy: score). " + _EXPRESSION["description"],
                     },
+                    "model": {
+                        "type": "string",
+                        "description": "A registered model name (strategy: llm).",
+                    },
+                    "prompt": {
+                        **_TEMPLATE,
+                        "description": "What to route (strategy: llm). " + _TEMPLATE["description"],
+                    },
+                    "system": {
+                        **_TEMPLATE,
+                        "description": "The system prompt (strategy: llm). "
+                        + _TEMPLATE["description"],
+                    },
+                    "temperature": {
+                        "type": "number",
+                        "minimum": 0,
+                        "description": "Sampling temperature (strategy: llm).",
+                    },
+                    "script": {**_SCRIPT, "description": "Scripted answers (strategy: llm). "
+                               + _SCRIPT["description"]},
                 },
                 ["name", "type", "routes", "default"],
             ),
-            "if": {"properties": {"strategy": {"const": "score"}}, "required": ["strategy"]},
-            "then": {
-                "required": ["score"],
-                "properties": {"routes": {"items": _ref("score_route")}},
-            },
-            "else": {
-                "properties": {
-                    "routes": {"items": _ref("rules_route")},
-                    "score": _only_with("'score' is only used with strategy: score"),
-                }
-            },
+            "allOf": [
+                {
+                    "if": _strategy_is("score"),
+                    "then": {
+                        "required": ["score"],
+                        "properties": {"routes": {"items": _ref("score_route")}, **_no_llm},
+                    },
+                },
+                {
+                    "if": _strategy_is("llm"),
+                    "then": {
+                        "required": ["model", "prompt"],
+                        "properties": {
+                            "routes": {"items": _ref("llm_route")},
+                            "score": _only_with("'score' is only used with strategy: score"),
+                        },
+                    },
+                },
+                {
+                    "if": {"not": _strategy_is("score", "llm")},
+                    "then": {
+                        "properties": {
+                            "routes": {"items": _ref("rules_route")},
+                            "score": _only_with("'score' is only used with strategy: score"),
+                            **_no_llm,
+                        }
+                    },
+                },
+            ],
         },
         "map_step": _closed_step(
             "map step",
@@ -553,6 +849,7 @@ def shared_format_schema() -> dict:
                 "default": DEFAULT_MAX_PARALLEL,
                 "description": "At most this many steps of one run run at once.",
             },
+            "audit": _audit_schema(),
             "steps": {
                 "type": "array",
                 "minItems": 1,

@@ -11,10 +11,16 @@ from __future__ import annotations
 import copy
 
 from .format import (
+    DEFAULT_ACTION_TIER,
+    DEFAULT_APPROVAL_AT,
+    DEFAULT_AUDIT_STORE,
     DEFAULT_JOIN,
     DEFAULT_MAX_PARALLEL,
     DEFAULT_MERGE,
+    DEFAULT_MIN_CONFIDENCE,
     DEFAULT_ON_ERROR,
+    DEFAULT_OUTSIDE_TIER,
+    DEFAULT_REPAIR_ATTEMPTS,
     DEFAULT_STRATEGY,
     RETRY_DEFAULTS,
     default_timeout_s,
@@ -33,6 +39,9 @@ def normalize_definition(doc: dict) -> dict:
     budget = result.setdefault("budget", {})
     budget.setdefault("max_cost_usd", None)
     budget.setdefault("max_duration_s", None)
+    audit = result.setdefault("audit", {})
+    audit.setdefault("sensitive", [])
+    audit.setdefault("store_prompts", DEFAULT_AUDIT_STORE)
     for step in result["steps"]:
         _fill_step(step)
     return result
@@ -46,6 +55,10 @@ def _fill_step(step: dict) -> None:
     _fill_body(step)
     if step["type"] == "router":
         step.setdefault("strategy", DEFAULT_STRATEGY)
+        if step["strategy"] == "llm":
+            step.setdefault("script", [])
+    elif step["type"] == "agent" and "proposal" in step:
+        _fill_proposal(step["proposal"])
     elif step["type"] == "map":
         step.setdefault("merge", DEFAULT_MERGE)
         _fill_body(step["item"])
@@ -62,8 +75,21 @@ def _fill_body(body: dict) -> None:
         retry.setdefault(key, copy.deepcopy(value))
     if body["type"] == "agent":
         body.setdefault("script", [])
+        body.setdefault("repair_attempts", DEFAULT_REPAIR_ATTEMPTS)
     elif body["type"] == "tool":
         body.setdefault("params", {})
         body.setdefault("side_effect", False)
         if "compensate" in body:
             body["compensate"].setdefault("params", {})
+
+
+def _fill_proposal(proposal: dict) -> None:
+    proposal.setdefault("approval_at", DEFAULT_APPROVAL_AT)
+    proposal.setdefault("min_confidence", DEFAULT_MIN_CONFIDENCE)
+    for action in proposal["actions"]:
+        action.setdefault("description", "")
+        risk = action.setdefault("risk", {})
+        risk.setdefault("tier", DEFAULT_ACTION_TIER)
+        risk.setdefault("rules", [])
+        if "recipient" in risk:
+            risk["recipient"].setdefault("outside", DEFAULT_OUTSIDE_TIER)

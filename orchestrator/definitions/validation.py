@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 
 from .compat import schema_accepts
 from .expressions import ExpressionError, expression_roots, referenced_steps
-from .format import CONTEXT_ROOTS, MAP_ITEM_ROOTS
+from .format import CONTEXT_ROOTS, MAP_ITEM_ROOTS, RISK_RULE_ROOTS
 from .graph import Graph, Node
 from .problems import PathPart, Problem, ProblemLog
 from .structure import describe_type, is_valid_schema, schema_problems, structure_problems
@@ -122,6 +122,7 @@ class _Check:
         self.ancestors = graph.ancestors()
         for index, step in self.steps:
             self.check_step(index, step)
+        self.check_audit()
 
     def check_names(self) -> None:
         for index, step in self.steps:
@@ -229,28 +230,112 @@ class _Check:
             self.add((*at, "retry", "max_s"), f"max_s ({cap}) must be >= base_s ({base})")
 
     def check_agent(self, at: Parts, step: dict, name, upstream, roots) -> None:
-        model = step.get("model")
-        if isinstance(model, str) and model not in self.models:
-            self.add((*at, "model"), f"unknown model {model!r}; {_known('model', self.models)}")
-        for field in ("prompt", "system"):
-            self.check_template((*at, field), step.get(field), name, upstream, roots)
+        self.check_model_call(at, step, name, upstream, roots)
+        proposal = step.get("proposal")
+        if isinstance(proposal, dict):
+            self.check_proposal((*at, "proposal"), proposal, name, upstream)
         script = step.get("script")
         if not isinstance(script, list):
             return
-        output_schema = step.get("output_schema")
-        validator = Draft202012Validator(output_schema) if is_valid_schema(output_schema) else None
+        if isinstance(proposal, dict):
+            check = self.proposal_checker(proposal)
+        else:
+            output_schema = step.get("output_schema")
+            validator = (
+                Draft202012Validator(output_schema) if is_valid_schema(output_schema) else None
+            )
+            check = (lambda value: _schema_errors(validator, value)) if validator else None
         for position, reply in enumerate(script):
             if not isinstance(reply, dict):
                 continue
             reply_at = (*at, "script", position)
             self.check_expression((*reply_at, "when"), reply.get("when"), name, upstream, roots)
-            if validator is None or "error" in reply or "output" not in reply:
+            if check is None or "error" in reply or "output" not in reply:
                 continue
-            for error in _schema_errors(validator, reply["output"]):
-                self.add(
-                    (*reply_at, "output", *error.absolute_path),
-                    f"scripted output does not match output_schema: {error.message}",
-                )
+            for error in check(reply["output"]):
+                if isinstance(error, str):
+                    self.add((*reply_at, "output"), f"scripted proposal is not valid: {error}")
+                else:
+                    self.add(
+                        (*reply_at, "output", *error.absolute_path),
+                        f"scripted output does not match output_schema: {error.message}",
+                    )
+
+    def check_model_call(self, at: Parts, step: dict, name, upstream, roots) -> None:
+        """The model and prompt templates of an agent step or an llm router."""
+        model = step.get("model")
+        if isinstance(model, str) and model not in self.models:
+            self.add((*at, "model"), f"unknown model {model!r}; {_known('model', self.models)}")
+        for field in ("prompt", "system"):
+            self.check_template((*at, field), step.get(field), name, upstream, roots)
+
+    def check_proposal(self, at: Parts, proposal: dict, name, upstream) -> None:
+        actions = proposal.get("actions")
+        seen: set[str] = set()
+        for position, action in enumerate(actions if isinstance(actions, list) else []):
+            if not isinstance(action, dict):
+                continue
+            action_at = (*at, "actions", position)
+            kind = action.get("type")
+            if isinstance(kind, str):
+                if kind in seen:
+                    self.add((*action_at, "type"), f"duplicate action type {kind!r}")
+                seen.add(kind)
+            params_schema = action.get("params_schema")
+            self.check_schema_field((*action_at, "params_schema"), params_schema)
+            declared = (
+                params_schema.get("properties") if isinstance(params_schema, dict) else None
+            )
+            declared = declared if isinstance(declared, dict) else {}
+            if isinstance(params_schema, dict) and params_schema.get("type") != "object":
+                self.add((*action_at, "params_schema"), "params_schema must have type: object")
+            risk = action.get("risk")
+            if not isinstance(risk, dict):
+                continue
+            for rule_name in ("amount", "recipient"):
+                rule = risk.get(rule_name)
+                param = rule.get("param") if isinstance(rule, dict) else None
+                if isinstance(param, str) and param not in declared:
+                    self.add(
+                        (*action_at, "risk", rule_name, "param"),
+                        f"param {param!r} is not declared in params_schema.properties",
+                    )
+            rules = risk.get("rules")
+            for index, rule in enumerate(rules if isinstance(rules, list) else []):
+                if isinstance(rule, dict):
+                    self.check_expression(
+                        (*action_at, "risk", "rules", index, "when"),
+                        rule.get("when"),
+                        name,
+                        upstream,
+                        RISK_RULE_ROOTS,
+                    )
+
+    @staticmethod
+    def proposal_checker(proposal: dict) -> Callable[[object], list[str]] | None:
+        """Checks a scripted reply the way the agent executor checks a model's proposal."""
+        # Imported here: orchestrator.proposals depends on this package (risk rules are CEL).
+        from ..proposals import normalize_proposal, proposal_problems
+
+        actions = proposal.get("actions")
+        if not isinstance(actions, list) or not all(
+            isinstance(a, dict)
+            and isinstance(a.get("type"), str)
+            and isinstance(a.get("params_schema"), dict)
+            and is_valid_schema(a["params_schema"])
+            for a in actions
+        ):
+            return None
+
+        def check(value: object) -> list[str]:
+            try:
+                return proposal_problems(proposal, normalize_proposal(proposal, value))
+            except ValueError as error:
+                return [str(error)]
+            except Exception:  # an unresolvable $ref in a params schema: reported elsewhere
+                return []
+
+        return check
 
     def check_tool(self, at: Parts, step: dict, name, upstream, roots) -> None:
         self.check_tool_call(
@@ -319,6 +404,15 @@ class _Check:
         strategy = step.get("strategy", "rules")
         if strategy == "score":
             self.check_expression((*at, "score"), step.get("score"), name, upstream, CONTEXT_ROOTS)
+        elif strategy == "llm":
+            self.check_model_call(at, step, name, upstream, CONTEXT_ROOTS)
+            script = step.get("script")
+            for position, reply in enumerate(script if isinstance(script, list) else []):
+                if isinstance(reply, dict):
+                    self.check_expression(
+                        (*at, "script", position, "when"), reply.get("when"), name, upstream,
+                        CONTEXT_ROOTS,
+                    )
         seen: dict[str, Parts] = {}
         for route_name, then, route_at in self.router_branches(step, at):
             route_name_at = (*route_at, "name")
@@ -326,7 +420,7 @@ class _Check:
                 self.add(route_name_at, f"duplicate route name {route_name!r}")
             seen.setdefault(route_name, route_name_at)
             route = self.value_at(route_at)
-            if strategy != "score" and isinstance(route, dict):
+            if strategy == "rules" and isinstance(route, dict):
                 self.check_expression(
                     (*route_at, "when"), route.get("when"), name, upstream, CONTEXT_ROOTS
                 )
@@ -441,6 +535,16 @@ class _Check:
             reason = schema_accepts(wanted, produced)
             if reason:
                 self.add(prop_at, f"step {producer!r} output is not accepted: {reason}")
+
+    def check_audit(self) -> None:
+        """A sensitive path must name a step of this workflow: a typo would redact nothing."""
+        audit = self.doc.get("audit")
+        paths = audit.get("sensitive") if isinstance(audit, dict) else None
+        for position, path in enumerate(self.list_of_str(paths)):
+            parts = (path or "").split(".")
+            if len(parts) > 2 and parts[0] == "steps" and parts[1] != "*" \
+                    and parts[1] not in self.index_of:
+                self.add(("audit", "sensitive", position), f"unknown step {parts[1]!r} in {path!r}")
 
     # --- reading the document safely --------------------------------------------------
 

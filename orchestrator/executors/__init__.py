@@ -4,7 +4,7 @@ They perform the side effects — model calls, tool calls — and never change p
 the step services commit what they return. Each validates what it returns against the step's
 output_schema, so malformed output is a classified failure, never data flowing on.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from ..retry import StepError
@@ -28,6 +28,28 @@ class Result:
     cost_usd: Decimal = Decimal("0")
     model: str = ""
     provider: str = ""
+    # What produced the output, for the attempt record: keys are ATTEMPT_META_FIELDS.
+    meta: dict = field(default_factory=dict)
+
+
+# StepAttempt columns an executor's `meta` fills (the step services persist them):
+# prompt_hash (SHA-256 of the prompt templates and the contract framing), schema_hash (of the
+# schema the reply had to satisfy), model_params (temperature, max_tokens, repair bound...),
+# model_id (the model version the provider said answered), proposal_hash, risk_tier,
+# repair_count, decision (a router's choice and why).
+ATTEMPT_META_FIELDS = ("prompt_hash", "schema_hash", "model_params", "model_id",
+                       "proposal_hash", "risk_tier", "repair_count", "decision")
+
+
+@dataclass(eq=False)  # like StepError: not frozen, Python sets __traceback__ when re-raising
+class SpentStepError(StepError):
+    """A failed attempt that still spent tokens (model calls, repairs): they must be charged.
+
+    `spent` carries the usage and meta of the calls made before the failure, so budgets and the
+    attempt record see them; it is a StepError, so every caller that handles those still works.
+    """
+
+    spent: Result | None = None
 
 
 def execute(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
@@ -42,4 +64,4 @@ def execute(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
     return runner(spec, step_input, ctx)
 
 
-__all__ = ["ExecContext", "Result", "StepError", "execute"]
+__all__ = ["ATTEMPT_META_FIELDS", "ExecContext", "Result", "SpentStepError", "StepError", "execute"]

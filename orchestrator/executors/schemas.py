@@ -7,6 +7,9 @@ from jsonschema import Draft202012Validator
 
 from ..retry import StepError
 
+COMBINATORS = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else",
+                         "dependentSchemas"})
+
 
 def strict(schema: dict) -> dict:
     """A copy of `schema` where every object that lists properties forbids unlisted ones."""
@@ -16,8 +19,11 @@ def strict(schema: dict) -> dict:
         if isinstance(node, dict):
             if "properties" in node and "additionalProperties" not in node:
                 node["additionalProperties"] = False
-            for value in node.values():
-                walk(value)
+            for key, value in node.items():
+                # Closing a branch of a combinator would change what the whole accepts (an
+                # allOf of closed objects accepts nothing); those stay as the author wrote them.
+                if key not in COMBINATORS:
+                    walk(value)
         elif isinstance(node, list):
             for value in node:
                 walk(value)

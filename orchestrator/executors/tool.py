@@ -1,6 +1,8 @@
 """Tool steps: render params, validate them against the tool's schema, call the tool."""
 from jsonschema import Draft202012Validator
 
+from audit.services import external_call_authorize
+
 from ..definitions import TemplateError, render_value
 from ..retry import StepError
 from ..tools.registry import ToolContext, get_tool
@@ -22,15 +24,23 @@ def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
         raise StepError("validation", "; ".join(e.message for e in errors[:10]))
     tool_ctx = ToolContext(ctx.run_id, ctx.step_name, ctx.attempt, ctx.idempotency_key,
                            side_effect=bool(spec.get("side_effect")))
+
+    def call():
+        # Audit: the entry authorizing this call is committed before the call is made, so a
+        # worker that dies during the call leaves the evidence (audit.services). A replayed
+        # effect makes no call, and so no entry.
+        external_call_authorize(ctx=ctx, spec=spec, step_input=step_input, kind="tool",
+                                target=tool.name, request=params)
+        return _call(tool, params, tool_ctx)
+
     if spec.get("side_effect"):
         from ..models import StepRun
         from ..services.effects import effect_perform
 
         step = StepRun.objects.select_related("run").get(id=ctx.step_id)
-        output = effect_perform(step=step, key=ctx.idempotency_key, tool=tool,
-                                call=lambda: _call(tool, params, tool_ctx))
+        output = effect_perform(step=step, key=ctx.idempotency_key, tool=tool, call=call)
     else:
-        output = _call(tool, params, tool_ctx)
+        output = call()
     validate_output(spec.get("output_schema") or tool.output_schema, output)
     return Result(output)
 

@@ -6,8 +6,11 @@ not a usable JSON value is not an exception: it comes back with `invalid` set, s
 can show the model its mistake within the repair bound.
 """
 import json
+import os
 import re
 from dataclasses import dataclass, field
+
+from ..retry import StepError
 
 # The name of the one tool / structured-output channel a reply may arrive through.
 RESPONSE_NAME = "respond"
@@ -44,6 +47,8 @@ class ModelReply:
 
 class Provider:
     name = "base"
+    # True when the same request always gets the same reply (then a repair turn is pointless).
+    deterministic = False
 
     def __init__(self, config: dict):
         self.config = config
@@ -83,6 +88,13 @@ def estimate_tokens(text: str) -> int:
     return len(text) // 4 + 1
 
 
+def token_count(value: object, fallback: int) -> int:
+    """A usage figure from the API if it is a sane count, else the estimate."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return fallback
+
+
 def wrap_schema(schema: dict | None) -> tuple[dict, bool]:
     """A tool/function input schema must be an object: wrap any other schema as {"value": ...}.
 
@@ -93,3 +105,41 @@ def wrap_schema(schema: dict | None) -> tuple[dict, bool]:
     inner = schema if isinstance(schema, dict) else {}
     return {"type": "object", "required": ["value"], "additionalProperties": False,
             "properties": {"value": inner}}, True
+
+
+def contract_text(schema: dict | None, *, tool: bool = False) -> str:
+    """The instruction that states the output contract, appended to the system prompt."""
+    if schema is None:
+        return ""
+    channel = (f"Answer only by calling the `{RESPONSE_NAME}` tool; its input is your answer."
+               if tool else "Reply with one JSON value and nothing else: no prose, no code fence.")
+    return (f"{channel}\nThe answer must validate against this JSON Schema; fields it does not "
+            f"list are not allowed:\n{json.dumps(schema, sort_keys=True)}")
+
+
+def with_contract(system: str, schema: dict | None, *, tool: bool = False) -> str:
+    contract = contract_text(schema, tool=tool)
+    return "\n\n".join(part for part in (system, contract) if part)
+
+
+def api_key(config: dict, default_env: str | None) -> str | None:
+    """The API key from the environment variable the registry names (never from the registry).
+
+    Raises StepError('auth') when a variable is named but not set.
+    """
+    env = config.get("api_key_env", default_env)
+    if not env:
+        return None
+    key = os.environ.get(env)
+    if not key:
+        raise StepError("auth", f"environment variable {env} (the API key) is not set")
+    return key
+
+
+def unwrap(value: object, wrapped: bool) -> tuple[object, str]:
+    """Undo `wrap_schema`: {"value": x} -> x."""
+    if not wrapped:
+        return value, ""
+    if isinstance(value, dict) and set(value) == {"value"}:
+        return value["value"], ""
+    return None, 'the reply must be an object with exactly one field, "value"'

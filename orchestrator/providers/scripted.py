@@ -2,10 +2,11 @@
 
 A step's `script` is a list of replies; the first whose `when` (CEL, over the step input)
 holds — or that has no `when` — is the reply; strings in its `output` are Jinja templates
-rendered with the step input, so a reply can echo what it was given. A model's registry entry may instead name a
-`fixture` JSON file mapping "<workflow>.<step>" to such a list. An entry may declare an
-`error` class (to exercise retries) and a `delay_ms`. Token counts default to ~4 characters
-a token, so budgets and dashboards have figures to show.
+rendered with the step input, so a reply can echo what it was given. A model's registry
+entry may instead name a `fixture` JSON file mapping "<workflow>.<step>" to such a list. An
+entry may declare an `error` class (to exercise retries) and a `delay_ms`. Token counts
+default to ~4 characters a token, so budgets and dashboards have figures to show. Being
+deterministic, it is never asked to repair a reply: an invalid one fails the attempt at once.
 """
 import json
 import time
@@ -29,6 +30,8 @@ def _fixture(path: str) -> dict:
 
 class ScriptedProvider(Provider):
     name = "scripted"
+    # The same request always gets the same reply, so asking again to repair one is pointless.
+    deterministic = True
 
     def complete(self, request: ModelRequest) -> ModelReply:
         script = request.script
@@ -47,7 +50,8 @@ class ScriptedProvider(Provider):
         except TemplateError as exc:
             raise StepError("invalid_output", f"scripted reply could not be rendered: {exc}") from exc
         raw = json.dumps(output)
-        return ModelReply(output, tokens_in, reply.get("tokens_out", len(raw) // 4 + 1), raw)
+        return ModelReply(output, tokens_in, reply.get("tokens_out", len(raw) // 4 + 1), raw,
+                          model_id=f"scripted:{request.model}")
 
     @staticmethod
     def _choose(script: list, context: dict) -> dict | None:

@@ -9,7 +9,7 @@ from budgets.services import budget_denial
 from ..clock import now
 from ..definitions import ExpressionError, evaluate_expression, render_value
 from ..dispatch import map_dispatch_on_commit, queue_for, step_dispatch_on_commit
-from ..events import events_record
+from ..events import event_record, events_record
 from ..models import Event, MapItem, Run, RunState, StepRun, StepState
 from ..scheduler import StepView, plan
 from .versions import definition_of, runs_with_version
@@ -154,7 +154,7 @@ def _apply_outcome(run: Run, outcome: str | None, detail: dict, *, actor: str) -
         run.save(update_fields=["progressed_at"])
         return
     run.save()
-    Event.objects.create(run=run, kind=f"run.{run.state}", actor=actor, payload=detail or {})
+    event_record(run=run, kind=f"run.{run.state}", actor=actor, payload=detail or {})
 
 
 def cancel_open_steps(run: Run, *, reason: str, actor: str) -> int:

@@ -9,9 +9,12 @@ recorded. A compensation that fails leaves the run `compensation_failed`, visibl
 from django.db import transaction
 from jsonschema import Draft202012Validator
 
+from audit.services import external_call_authorize
+
 from ..definitions import TemplateError, render_value
 from ..dispatch import child_finished_on_commit
 from ..events import event_record
+from ..executors import ExecContext
 from ..models import Effect, Run, RunState, StepRun, StepState
 from ..retry import StepError
 from ..tools.registry import ToolContext, get_tool
@@ -41,6 +44,10 @@ def run_compensate(*, run_id) -> bool:
         except StepError as error:
             _end(run.id, failure={"step": step.name, **error.as_dict()})
             return True
+        except Exception as exc:  # a bug must not leave the run compensating forever
+            _end(run.id, failure={"step": step.name, "class": "permanent",
+                                  "message": f"{type(exc).__name__}: {exc}"})
+            raise
     _end(run.id, failure=None)
     return True
 
@@ -56,8 +63,16 @@ def _compensate_one(run: Run, step: StepRun, action: dict) -> None:
         raise StepError("validation", "; ".join(e.message for e in errors[:5]))
     key = idempotency_key_for(run, step.name, "compensate")
     ctx = ToolContext(str(run.id), step.name, 1, key, side_effect=True)
-    effect_perform(step=step, key=key, tool=tool, action="compensate",
-                   call=lambda: tool.fn(params, ctx))
+
+    def call():
+        # The ledger entry authorizing the call is committed before it (audit.services).
+        external_call_authorize(
+            ctx=ExecContext(str(run.id), run.version.workflow.name, step.name, 1, key, step_id=step.id),
+            spec={**action, "type": "tool", "name": step.name, "side_effect": True},
+            step_input=_context(step), kind="tool", target=tool.name, request=params)
+        return tool.fn(params, ctx)
+
+    effect_perform(step=step, key=key, tool=tool, action="compensate", call=call)
 
 
 def _context(step: StepRun) -> dict:

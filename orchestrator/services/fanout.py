@@ -4,9 +4,11 @@ The database stays the source of truth: each item's result is persisted before t
 counts it, the join reads the items from the database, and the reaper joins a map whose
 chord callback was lost, or re-sends item tasks that were lost.
 """
+from datetime import timedelta
 from decimal import Decimal
 
 from django.db import transaction
+from django.db.models import Q
 
 from ..clock import now
 from ..events import event_record
@@ -18,17 +20,27 @@ from .runs import run_settle_cancel
 from .steps import idempotency_key_for
 from .versions import definition_of, runs_with_version
 
+DONE, SKIPPED, DEFERRED = "done", "skipped", "deferred"
 
-def map_item_run(*, step_id: int, index: int) -> bool:
-    """Execute item `index` of a waiting map step and persist its result. False if nothing to do."""
+
+def map_item_run(*, step_id: int, index: int) -> str:
+    """Execute item `index` of a waiting map step and persist its result.
+
+    Returns DONE, SKIPPED (nothing to do: finished, duplicate, run not live) or DEFERRED: the
+    run already has max_parallel items in flight, so the caller puts this one back at the end
+    of the queue — which is what keeps one large fan-out from starving every other run.
+    """
     item = MapItem.objects.select_related("step").filter(step_id=step_id, index=index).first()
     if item is None or item.done or item.step.state != StepState.WAITING:
-        return False
+        return SKIPPED
     run = runs_with_version().get(id=item.step.run_id)
     if run.state not in (RunState.RUNNING, RunState.WAITING):
-        return False
-    _, graph = definition_of(run)
+        return SKIPPED
+    definition, graph = definition_of(run)
     spec = graph.steps[item.step.name]["item"]
+    verdict = _take_slot(item, run, cap=definition["max_parallel"], stale_s=spec["timeout_s"])
+    if verdict != DONE:
+        return verdict
     step_input = {**(item.step.input or {}), "item": item.item, "index": index}
     ctx = ExecContext(str(run.id), run.version.workflow.name, item.step.name, 1,
                       idempotency_key_for(run, item.step.name, f"item-{index}"), step_id=item.step_id)
@@ -37,9 +49,29 @@ def map_item_run(*, step_id: int, index: int) -> bool:
         fields = {"output": result.output, "error": None, "tokens_in": result.tokens_in,
                   "tokens_out": result.tokens_out, "cost_usd": result.cost_usd}
     except StepError as exc:
+        spent = getattr(exc, "spent", None)  # model calls that failed still cost tokens
         fields = {"output": None, "error": exc.as_dict()}
+        if spent is not None:
+            fields.update(tokens_in=spent.tokens_in, tokens_out=spent.tokens_out,
+                          cost_usd=spent.cost_usd)
     # Only the first finisher records: a duplicate delivery changes nothing.
-    return bool(MapItem.objects.filter(id=item.id, done=False).update(done=True, finished_at=now(), **fields))
+    MapItem.objects.filter(id=item.id, done=False).update(done=True, finished_at=now(), **fields)
+    return DONE
+
+
+def _take_slot(item: MapItem, run: Run, *, cap: int, stale_s: int) -> str:
+    """Claim `item` if the run has fewer than `cap` items in flight (a claim older than the
+    item's timeout is presumed dead)."""
+    at = now()
+    fresh = Q(claimed_at__gt=at - timedelta(seconds=stale_s))
+    with transaction.atomic():
+        in_flight = (MapItem.objects.filter(fresh, step__run_id=run.id, done=False)
+                     .exclude(id=item.id).count())
+        if in_flight >= cap:
+            return DEFERRED
+        taken = (MapItem.objects.filter(id=item.id, done=False).exclude(fresh)
+                 .update(claimed_at=at))
+    return DONE if taken else SKIPPED
 
 
 def merge(strategy: str, items: list[MapItem]) -> tuple[object, dict | None]:

@@ -4,7 +4,7 @@ Any message may be a replay: each service re-reads the step, and does nothing wh
 no longer in the state the message assumed. Each finishes by advancing the run in the same
 transaction, so the next steps are dispatched with no extra broker hop.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 
@@ -15,12 +15,13 @@ from django_fsm import ConcurrentTransition
 from ..clock import now
 from ..dispatch import retry_due_on_commit, step_dispatch_on_commit
 from ..events import event_record
+from ..executors import ATTEMPT_META_FIELDS
 from ..models import Run, RunState, StepAttempt, StepRun, StepState
 from ..retry import StepError, retry_at
-from .advance import lock_run, run_advance
+from .advance import run_advance
 from .deadletters import dead_letter_open
 from .runs import run_settle_cancel
-from .versions import definition_of
+from .versions import definition_of, runs_with_version
 
 # A retry due sooner than this waits in the broker (countdown); later ones wait in the database.
 BROKER_DELAY_LIMIT_S = 30
@@ -33,6 +34,16 @@ class Usage:
     cost_usd: Decimal = Decimal("0")
     model: str = ""
     provider: str = ""
+    # What produced the output (executors.ATTEMPT_META_FIELDS), persisted on the attempt.
+    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, result) -> "Usage":
+        """The usage of an executor Result (None: nothing was spent)."""
+        if result is None:
+            return cls()
+        return cls(result.tokens_in, result.tokens_out, result.cost_usd, result.model,
+                   result.provider, result.meta)
 
 
 @dataclass(frozen=True)
@@ -77,12 +88,22 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
                  step.input or {}, key)
 
 
+def step_spec(*, step_id: int) -> dict:
+    """The definition of a step (a read, for decisions taken before claiming it)."""
+    step = StepRun.objects.select_related("run").only("name", "run__version_id").get(id=step_id)
+    run = runs_with_version().get(id=step.run_id)
+    return definition_of(run)[1].steps[step.name]
+
+
 def _locked_step(step_id: int) -> tuple[Run, StepRun]:
-    run = lock_run(StepRun.objects.values_list("run_id", flat=True).get(id=step_id))
+    """The step and its run, with the run row locked (the order every service locks in)."""
+    run = runs_with_version().select_for_update(of=("self",), no_key=True).get(steps__id=step_id)
     return run, StepRun.objects.get(id=step_id)
 
 
 def _charge(run: Run, step: StepRun, usage: Usage) -> None:
+    if not (usage.tokens_in or usage.tokens_out or usage.cost_usd):
+        return  # a tool step spends nothing: spare the run row an UPDATE
     step.tokens_in += usage.tokens_in
     step.tokens_out += usage.tokens_out
     step.cost_usd += usage.cost_usd
@@ -98,6 +119,7 @@ def _close_attempt(step: StepRun, attempt: int, *, outcome: str, usage: Usage,
         finished_at=now(), outcome=outcome, tokens_in=usage.tokens_in, tokens_out=usage.tokens_out,
         cost_usd=usage.cost_usd, model=usage.model, provider=usage.provider,
         error_class=error.error_class if error else "", error_message=error.message if error else "",
+        **{k: v for k, v in usage.meta.items() if k in ATTEMPT_META_FIELDS},
     )
 
 

@@ -5,6 +5,8 @@ import json
 from django.conf import settings
 from django.db import transaction
 
+from audit.services import audit_record
+
 from ..definitions import DefinitionInvalid, Problem, normalize_definition, validate_definition
 from ..models import Team, Workflow, WorkflowVersion
 from ..tools.registry import tool_param_schemas
@@ -59,4 +61,8 @@ def workflow_save(*, team: Team, definition: dict, user=None) -> tuple[WorkflowV
             workflow=workflow, number=number, definition=definition,
             normalized=normalize_definition(definition), digest=digest, created_by=user,
         )
+        audit_record(action="workflow.version_created", outcome="created",
+                     actor=f"user:{user.username}" if user else "service:stepwise",
+                     subject_type="workflow", subject_id=workflow.id, workflow=workflow.name,
+                     workflow_version=number, definition_digest=digest, team=team.slug)
     return version, True

@@ -19,8 +19,10 @@ def test_health_reports_database_broker_and_recent_workers_without_auth(client):
     assert body["database"] == "ok"
     assert body["status"] in ("ok", "degraded")
     assert body["status"] == ("ok" if body["broker"] == "ok" else "degraded")
-    assert [w["hostname"] for w in body["workers"]] == ["w1"]
-    assert body["workers"][0]["queues"] == ["tools"]
+    # (integration tests' real workers may be beating into this database too)
+    seen = {w["hostname"]: w for w in body["workers"]}
+    assert "w1" in seen and "stale" not in seen
+    assert seen["w1"]["queues"] == ["tools"]
 
 
 @pytest.mark.django_db

@@ -13,7 +13,7 @@ RUN_ALLOWED = {
     "pause": {("running", "paused"), ("waiting", "paused")},
     "request_cancel": {(s, "cancelling") for s in ("running", "waiting", "paused")},
     "cancel": {("pending", "cancelled"), ("cancelling", "cancelled")},
-    "complete": {("running", "completed")},
+    "complete": {("running", "completed"), ("waiting", "completed")},
     "fail": {(s, "failed") for s in ("running", "waiting", "paused", "pending")},
     "time_out": {(s, "timed_out") for s in ("running", "waiting", "paused")},
 }

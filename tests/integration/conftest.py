@@ -40,17 +40,20 @@ def worker_env() -> dict:
 class WorkerGroup:
     """A real `celery worker` process (prefork, 2 children) that tests may kill and restart."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, *, queues: str = QUEUES, env: dict | None = None):
         self.name = name
+        self.queues = queues
+        self.env = env or {}
         self.proc: subprocess.Popen | None = None
         self.log = Path(settings.VAR_DIR) / f"itest-worker-{name}.log"
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "celery", "-A", "orchestrator", "worker", "-Q", QUEUES,
+        cmd = [sys.executable, "-m", "celery", "-A", "orchestrator", "worker", "-Q", self.queues,
                "-c", "2", "-P", "prefork", "--without-mingle", "--without-gossip",
                "--without-heartbeat", "-n", f"{self.name}@%h", "-l", "info"]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(), stdout=self.log.open("w"),
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**worker_env(), **self.env},
+                                     stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if "ready." in self.log.read_text():

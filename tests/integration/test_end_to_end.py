@@ -161,3 +161,14 @@ def test_cancelled_run_with_a_running_step_ends_cancelled_without_starting_anyth
     run = wait_for_run(run.id, states=("cancelled",))
     states = {n: s.state for n, s in steps_of(run.id).items()}
     assert states == {"think": "completed", "next": "cancelled"}
+
+
+def test_a_run_whose_last_step_was_waiting_completes(workers, team):
+    """The run is `waiting` while only a map/gate/child is open; finishing it ends the run."""
+    version, _ = workflow_save(team=team, definition={
+        "name": "only-map", "input_schema": {"type": "object"},
+        "steps": [{"name": "each", "type": "map", "over": "[1, 2, 3]", "item": {
+            "type": "tool", "tool": "core.echo", "params": {"n": "{{ item }}"}}}]})
+    run = wait_for_run(run_start(version=version, input={}).id, states=("completed", "failed"))
+    assert run.state == "completed"
+    assert run.output == {"each": [{"n": "1"}, {"n": "2"}, {"n": "3"}]}

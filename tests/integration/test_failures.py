@@ -88,7 +88,7 @@ def test_failed_run_compensates_its_effects_newest_first(workers, team, compensa
         def undo(step, path):
             return {"tool": "http.request", "params": {
                 "method": "POST", "url": f"{sink.url}/{path}",
-                "json": {"undo": "{{ steps.%s.output.status }}" % step}}}
+                "json": {"undo": "{{ steps." + step + ".output.status }}"}}}
 
         version, _ = workflow_save(team=team, definition={
             "name": "trip", "input_schema": {"type": "object"}, "steps": [
@@ -148,3 +148,38 @@ def test_duplicate_deliveries_do_nothing_for_work_already_claimed_or_done(worker
         assert StepRun.objects.get(id=step.id).attempts == 1
         assert len(sink.requests) == 1 and sink.effects == {f"{run.id}:pay:default": 1}
         assert Run.objects.get(id=run.id).state == "completed"
+
+
+def test_a_failing_dependency_stops_being_called_once_its_breaker_opens(workers, team):
+    with HttpSink() as sink:
+        sink.fail_next(100, 503)
+        version, _ = workflow_save(team=team, definition={
+            "name": "flaky", "input_schema": {"type": "object"},
+            "steps": [post("call", f"{sink.url}/flaky")]})
+        runs = []
+        for _ in range(7):  # one after another, as a stream of work would arrive
+            runs.append(wait_for_run(run_start(version=version, input={}).id, states=ENDED))
+        assert [r.state for r in runs] == ["failed"] * 7
+        assert len(sink.requests) == 5  # STEPWISE_BREAKER_FAILURES: then no more calls
+        errors = [StepRun.objects.get(run=r).error["message"] for r in runs]
+        assert all(e.startswith("circuit open for tool:http.request:127.0.0.1") for e in errors[5:])
+
+
+def test_a_large_fan_out_does_not_starve_another_run(workers, team):
+    big, _ = workflow_save(team=team, definition={
+        "name": "big-fanout", "input_schema": {"type": "object"}, "max_parallel": 2,
+        "steps": [{"name": "each", "type": "map", "over": "input.items", "item": {
+            "type": "agent", "model": "fast", "prompt": "{{ item }}", "output_schema": {"type": "object"},
+            "script": [{"output": {}, "delay_ms": 150}]}}]})
+    small, _ = workflow_save(team=team, definition={
+        "name": "small", "input_schema": {"type": "object"},
+        "steps": [{"name": "one", "type": "tool", "tool": "core.echo"}]})
+    fan_out = run_start(version=big, input={"items": list(range(30))})
+    wait_for(lambda: StepRun.objects.filter(run=fan_out, name="each", state="waiting").exists())
+    time.sleep(0.3)  # the fan-out's 30 item messages are all queued ahead of the small run
+    other = wait_for_run(run_start(version=small, input={}).id, states=("completed",))
+    fan_out = wait_for_run(fan_out.id, states=("completed", "failed"), timeout=60)
+    assert fan_out.state == "completed"
+    assert other.finished_at < fan_out.finished_at
+    in_flight_peak = fan_out.steps.get().map_items.count()
+    assert in_flight_peak == 30

@@ -92,15 +92,15 @@ def test_crashes_and_duplicates_never_lose_a_run_nor_repeat_an_effect(workers, t
             all_runs += runs
             moment = MOMENTS[iteration % len(MOMENTS)]
             if moment == "during":
-                wait_for(lambda: sink.arrived > arrived, timeout=30, interval=0.01)
+                wait_for(lambda: sink.arrived > arrived, timeout=30, interval=0.01)  # noqa: B023
             elif moment == "after":
-                wait_for(lambda: Effect.objects.filter(run__in=runs, status="succeeded").exists(),
-                         timeout=30, interval=0.01)
+                wait_for(lambda: Effect.objects.filter(run__in=runs, status="succeeded")  # noqa: B023
+                         .exists(), timeout=30, interval=0.01)
             workers.kill()
             totals[f"kills_{moment}"] += 1
             totals["duplicates_delivered"] += redeliver_everything(runs, rng)
             try:
-                wait_for(lambda: no_step_running(runs), timeout=30, interval=0.3)
+                wait_for(lambda: no_step_running(runs), timeout=30, interval=0.3)  # noqa: B023
             finally:
                 workers.start()
             totals["duplicates_delivered"] += redeliver_everything(runs, rng)

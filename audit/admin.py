@@ -1,0 +1,152 @@
+"""Browsing the ledger in the admin: a read-only list, each entry, and a run's timeline.
+
+No one may add, change or delete an entry here, superusers included; there are no actions.
+Who may look is `audit.access.can_read_ledger` (the `auditors` group and staff), not the
+model permissions. The timeline page (`…/auditentry/run/<run id>/`) explains one run from its
+entries alone (`audit.timeline`).
+"""
+import json
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from .access import can_read_ledger
+from .models import AuditEntry
+from .timeline import intact, run_timeline
+
+
+class TextInputFilter(admin.SimpleListFilter):
+    """A filter typed into a box (a run id, an actor) instead of picked from a list."""
+
+    template = "audit/text_filter.html"
+
+    def lookups(self, request, model_admin):
+        return ()
+
+    def has_output(self) -> bool:
+        return True  # Django shows a filter only if it has choices; the box needs none.
+
+    def choices(self, changelist):
+        # The other filters in force, kept as hidden fields so that submitting the box keeps them.
+        hidden = [(name, value) for name, values in changelist.get_filters_params().items()
+                  if name != self.parameter_name
+                  for value in (values if isinstance(values, list) else [values])]
+        yield {"parameter_name": self.parameter_name, "value": self.value() or "",
+               "hidden": hidden,
+               "clear_url": changelist.get_query_string(remove=[self.parameter_name])}
+
+
+class RunFilter(TextInputFilter):
+    title = "run"
+    parameter_name = "run"
+
+    def queryset(self, request, queryset):
+        value = (self.value() or "").strip()
+        return queryset.filter(run_id=value) if value else queryset
+
+
+class ActorFilter(TextInputFilter):
+    title = "actor"
+    parameter_name = "actor"
+
+    def queryset(self, request, queryset):
+        value = (self.value() or "").strip()
+        return queryset.filter(actor__icontains=value) if value else queryset
+
+
+def pretty(value) -> str:
+    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>',
+                       json.dumps(value, indent=2, ensure_ascii=False))
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    list_display = ["sequence", "created_at", "actor", "action", "subject", "workflow",
+                    "outcome", "run_link"]
+    list_filter = [RunFilter, ActorFilter, "actor_kind", "action", "subject_type", "workflow",
+                   "outcome", "created_at"]
+    search_fields = ["action", "actor", "idempotency_key", "correlation_id", "proposal_hash",
+                     "step_name", "subject_id"]
+    date_hierarchy = "created_at"
+    actions = None
+    list_per_page = 100
+    show_full_result_count = False  # counting a big ledger on every page is slow
+    fields = readonly_fields = [
+        "sequence", "created_at", "actor", "actor_kind", "action", "subject_type", "subject_id",
+        "team", "workflow", "workflow_version", "definition_digest", "run_timeline_link",
+        "step_name", "event_id", "proposal_hash", "model", "prompt_version", "idempotency_key",
+        "correlation_id", "outcome", "payload_pretty", "payload_ref", "digest", "prev_hash",
+        "hash", "integrity",
+    ]
+
+    # --- read-only, for everyone ---------------------------------------------------------
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return can_read_ledger(request.user)
+
+    def has_module_permission(self, request) -> bool:
+        return can_read_ledger(request.user)
+
+    # --- columns -------------------------------------------------------------------------
+
+    @admin.display(description="subject")
+    def subject(self, entry: AuditEntry) -> str:
+        step = f" {entry.step_name}" if entry.step_name else ""
+        return f"{entry.subject_type} {entry.subject_id}{step}"
+
+    @admin.display(description="run")
+    def run_link(self, entry: AuditEntry) -> str:
+        if not entry.run_id:
+            return ""
+        return format_html('<a href="{}">timeline</a> · <a href="?run={}">entries</a>',
+                           reverse("admin:audit_run_timeline", args=[entry.run_id]), entry.run_id)
+
+    @admin.display(description="run")
+    def run_timeline_link(self, entry: AuditEntry) -> str:
+        if not entry.run_id:
+            return "-"
+        return format_html('<a href="{}">{}</a>',
+                           reverse("admin:audit_run_timeline", args=[entry.run_id]), entry.run_id)
+
+    @admin.display(description="payload (redacted)")
+    def payload_pretty(self, entry: AuditEntry) -> str:
+        return pretty(entry.data)
+
+    @admin.display(description="integrity")
+    def integrity(self, entry: AuditEntry) -> str:
+        if intact(entry):
+            return "digest and hash match (run audit_verify to check the whole chain)"
+        return format_html('<strong style="color: #ba2121">{}</strong>',
+                           "this entry does not match its digest or hash: it was altered")
+
+    # --- the run timeline ----------------------------------------------------------------
+
+    def get_urls(self):
+        timeline = self.admin_site.admin_view(self.timeline_view)
+        return [path("run/<uuid:run_id>/", timeline, name="audit_run_timeline"), *super().get_urls()]
+
+    def timeline_view(self, request, run_id):
+        if not can_read_ledger(request.user):
+            raise PermissionDenied
+        timeline = run_timeline(run_id)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Run {run_id}: audit timeline",
+            "timeline": timeline,
+            "input_pretty": pretty(timeline.input) if timeline.started else "",
+            "policy_pretty": pretty(timeline.policy) if timeline.started else "",
+        }
+        return TemplateResponse(request, "audit/run_timeline.html", context)

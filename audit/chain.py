@@ -1,0 +1,210 @@
+"""The hash chain: canonical entries, linking, and walking the chain to find the first break.
+
+Owns the formulas, and nothing else may compute them:
+
+    digest = SHA-256(canonical JSON of the entry's recorded fields)      (`CONTENT_FIELDS`)
+    hash   = SHA-256(prev_hash + ":" + sequence + ":" + digest)           (hex, ASCII)
+
+The first entry's prev_hash is 64 zeros; every other entry's is the previous entry's hash, and
+its sequence the previous sequence + 1. Canonical JSON is sorted keys, no spaces, ASCII.
+
+Linking must be linear, so appends are serialized:
+- SQLite: `link_and_insert` reads the head and inserts in the caller's transaction; Stepwise's
+  IMMEDIATE transactions already hold the database's write lock, so no two can interleave.
+- PostgreSQL: the row is inserted with the chain fields NULL, and a deferred constraint
+  trigger (`audit_entry_seal`, migration 0001) takes `pg_advisory_xact_lock(CHAIN_LOCK_KEY)`,
+  reads the head and fills them at COMMIT. The lock is therefore held only while the
+  transaction commits, never while it still takes row locks, so it cannot deadlock with the
+  engine's `SELECT ... FOR UPDATE` on runs and steps; the chain order is the commit order.
+  The trigger computes `hash` with the formula above from the digest computed here.
+
+This module must not decide what is recorded (services) or what is hidden (redaction).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.db import connection
+
+from .models import GENESIS_HASH, AuditEntry
+
+# Any constant works; it only has to be the same in the seal trigger (migration 0001).
+CHAIN_LOCK_KEY = 727_001
+PRUNE_ACTION = "audit.pruned"
+
+# The fields the digest covers, in no particular order (canonical JSON sorts them).
+CONTENT_FIELDS = (
+    "created_at", "actor", "actor_kind", "action", "subject_type", "subject_id", "team",
+    "workflow", "workflow_version", "definition_digest", "run_id", "step_name", "event_id",
+    "proposal_hash", "model", "prompt_version", "idempotency_key", "correlation_id", "outcome",
+    "payload", "payload_ref",
+)
+CHAIN_FIELDS = ("sequence", "prev_hash", "hash", "digest")
+
+
+def canonical_json(value: object) -> str:
+    """Sorted keys, no whitespace, ASCII only (so NUL and odd characters are escaped)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def timestamp_text(value: datetime) -> str:
+    """The one textual form of an entry's time (UTC, microseconds)."""
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def entry_row(entry: AuditEntry) -> dict:
+    """An entry as plain JSON values: what exports contain and what the digest is computed on."""
+    row = {name: getattr(entry, name) for name in (*CONTENT_FIELDS, *CHAIN_FIELDS)}
+    row["created_at"] = timestamp_text(entry.created_at)
+    row["run_id"] = str(entry.run_id) if entry.run_id else None
+    return row
+
+
+def content_digest(row: Mapping) -> str:
+    return sha256_hex(canonical_json({name: row[name] for name in CONTENT_FIELDS}))
+
+
+def link_hash(prev_hash: str, sequence: int, digest: str) -> str:
+    return sha256_hex(f"{prev_hash}:{sequence}:{digest}")
+
+
+def seals_in_database() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def link_and_insert(entry: AuditEntry) -> AuditEntry:
+    """Compute the digest and append `entry` (inside the caller's transaction)."""
+    entry.digest = content_digest(entry_row(entry))
+    if not seals_in_database():
+        head = _head()
+        entry.sequence = head[0] + 1 if head else 1
+        entry.prev_hash = head[1] if head else GENESIS_HASH
+        entry.hash = link_hash(entry.prev_hash, entry.sequence, entry.digest)
+    entry.save(force_insert=True)
+    return entry
+
+
+def _head() -> tuple[int, str] | None:
+    return (AuditEntry.objects.filter(sequence__isnull=False).order_by("-sequence")
+            .values_list("sequence", "hash").first())
+
+
+def seal_pending() -> None:
+    """Chain this transaction's entries now instead of at commit (PostgreSQL; else a no-op).
+
+    For readers inside a transaction that has written entries (verification in tests, prune).
+    Sealing takes the chain lock, which is then held until the transaction ends.
+    """
+    if seals_in_database() and connection.in_atomic_block:
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS audit_entry_seal IMMEDIATE")
+            cursor.execute("SET CONSTRAINTS audit_entry_seal DEFERRED")
+
+
+def chain_lock() -> None:
+    """Hold the append lock until the transaction ends (PostgreSQL; SQLite already holds it)."""
+    if seals_in_database():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK_KEY])
+
+
+# --- verification ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Break:
+    sequence: int | None
+    entry_id: int | None
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"sequence {self.sequence}" if self.sequence is not None else "the ledger"
+        ident = f" (entry id {self.entry_id})" if self.entry_id is not None else ""
+        return f"{where}{ident}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Report:
+    count: int
+    first_sequence: int | None
+    head_sequence: int | None
+    head_hash: str | None
+    broken: Break | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.broken is None
+
+
+def verify_rows(rows: Iterable[Mapping], *, anchor: str, start: int) -> Report:
+    """Walk `rows` (entry rows in sequence order) from `start`, whose prev_hash must be `anchor`.
+
+    Stops at the first broken link and says why. Works on database rows and on exports alike.
+    """
+    expected_prev, expected_seq = anchor, start
+    count, first, last_hash = 0, None, None
+    for row in rows:
+        sequence, ident = row.get("sequence"), row.get("id")
+        reason = None
+        if sequence != expected_seq:
+            reason = (f"expected sequence {expected_seq}: entries are missing"
+                      if isinstance(sequence, int) and sequence > expected_seq
+                      else f"expected sequence {expected_seq}, found {sequence}")
+        elif row.get("prev_hash") != expected_prev:
+            reason = "prev_hash does not match the previous entry's hash (an entry was removed or replaced)"
+        elif content_digest(row) != row.get("digest"):
+            reason = "the entry's content does not match its digest (it was edited)"
+        elif link_hash(row["prev_hash"], sequence, row["digest"]) != row.get("hash"):
+            reason = "the entry's hash does not match prev_hash, sequence and digest"
+        if reason:
+            return Report(count, first, expected_seq - 1 if count else None, last_hash,
+                          Break(sequence if isinstance(sequence, int) else expected_seq, ident, reason))
+        count += 1
+        first = sequence if first is None else first
+        expected_prev, expected_seq, last_hash = row["hash"], sequence + 1, row["hash"]
+    return Report(count, first, expected_seq - 1 if count else None, last_hash)
+
+
+def checkpoints() -> dict[int, str]:
+    """through_sequence -> through_hash, from every prune checkpoint in the ledger."""
+    found = {}
+    for text in AuditEntry.objects.filter(action=PRUNE_ACTION).values_list("payload", flat=True):
+        data = json.loads(text)
+        found[int(data["through_sequence"])] = data["through_hash"]
+    return found
+
+
+def verify_ledger() -> Report:
+    """Walk the whole ledger in the database. A pruned prefix is anchored by its checkpoint."""
+    seal_pending()
+    unsealed = AuditEntry.objects.filter(sequence__isnull=True).values_list("id", flat=True).first()
+    if unsealed is not None:
+        return Report(0, None, None, None, Break(None, unsealed, "entry was never linked into the chain"))
+    first = (AuditEntry.objects.filter(sequence__isnull=False).order_by("sequence")
+             .values_list("sequence", flat=True).first())
+    if first is None:
+        return Report(0, None, None, None)
+    if first == 1:
+        anchor = GENESIS_HASH
+    else:
+        anchor = checkpoints().get(first - 1)
+        if anchor is None:
+            entry_id = AuditEntry.objects.values_list("id", flat=True).get(sequence=first)
+            return Report(0, None, None, None, Break(
+                first, entry_id, f"entries 1..{first - 1} are missing and no prune checkpoint covers them"))
+    return verify_rows(_rows(), anchor=anchor, start=first)
+
+
+def _rows() -> Iterator[dict]:
+    queryset = AuditEntry.objects.filter(sequence__isnull=False).order_by("sequence")
+    for entry in queryset.iterator(chunk_size=2000):
+        yield {"id": entry.id, **entry_row(entry)}

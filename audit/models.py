@@ -1,0 +1,100 @@
+"""The audit ledger: one append-only, hash-chained row per decision Stepwise makes or acts on.
+
+Owns the `AuditEntry` table. It is not a debug log and not the outbox (`orchestrator.Event`):
+entries outlive runs (no foreign keys, so deleting a run never touches its evidence), carry the
+versions and hashes that explain a decision, and hold only redacted data.
+
+Rows are written only by `audit.services.audit_record`. The database itself refuses UPDATE,
+DELETE and TRUNCATE (triggers installed by migration 0001), so this model must not grow
+`save()` logic or signals. The model is unmanaged on purpose: Django's `flush` (and therefore
+the test runner) skips unmanaged tables, so no tool that "empties the database" can reach the
+ledger; schema changes are hand-written in migrations (see 0001 for the pattern).
+"""
+import json
+
+from django.db import models
+from django.db.models import F
+
+GENESIS_HASH = "0" * 64
+
+
+class ActorKind(models.TextChoices):
+    USER = "user"
+    SERVICE = "service"
+    WORKER = "worker"
+    SYSTEM = "system"
+
+
+class SubjectType(models.TextChoices):
+    WORKFLOW = "workflow"
+    RUN = "run"
+    STEP = "step"
+    APPROVAL = "approval"
+    BUDGET = "budget"
+    LEDGER = "ledger"
+
+
+class AuditEntry(models.Model):
+    """One ledger entry. `sequence`, `prev_hash` and `hash` link it into the chain.
+
+    On SQLite the chain fields are filled when the row is inserted; on PostgreSQL a deferred
+    trigger fills them when the recording transaction commits (see `audit.chain`), so they are
+    NULL only inside a transaction that has not committed yet.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    sequence = models.BigIntegerField(null=True, unique=True,
+                                      help_text="Position in the chain: the previous entry's + 1.")
+    created_at = models.DateTimeField(db_index=True)
+    actor = models.CharField(max_length=200, help_text='"user:alice", "worker:host", "service:reaper"')
+    actor_kind = models.CharField(max_length=16, choices=ActorKind.choices)
+    action = models.CharField(max_length=64, help_text='What happened: "step.completed", ...')
+    subject_type = models.CharField(max_length=16, choices=SubjectType.choices)
+    subject_id = models.CharField(max_length=100)
+    team = models.CharField(max_length=50, blank=True)
+    workflow = models.CharField(max_length=100, blank=True)
+    workflow_version = models.PositiveIntegerField(null=True, blank=True)
+    definition_digest = models.CharField(max_length=64, blank=True,
+                                         help_text="SHA-256 of the workflow version's definition.")
+    run_id = models.UUIDField(null=True, blank=True)
+    step_name = models.CharField(max_length=64, blank=True)
+    event_id = models.BigIntegerField(null=True, blank=True,
+                                      help_text="The outbox event this entry records, if any.")
+    proposal_hash = models.CharField(max_length=64, blank=True)
+    model = models.CharField(max_length=100, blank=True)
+    prompt_version = models.CharField(max_length=80, blank=True)
+    idempotency_key = models.CharField(max_length=255, blank=True)
+    correlation_id = models.CharField(max_length=255, blank=True,
+                                      help_text="An identifier assigned outside Stepwise.")
+    outcome = models.CharField(max_length=32, blank=True)
+    # Canonical JSON text, redacted. Text rather than JSON so that the bytes hashed are the
+    # bytes stored: a JSON column may renormalize numbers (jsonb turns 1e+20 into an integer).
+    payload = models.TextField(default="{}")
+    payload_ref = models.CharField(max_length=255, blank=True,
+                                   help_text="Where data kept out of the ledger lives.")
+    digest = models.CharField(max_length=64, help_text="SHA-256 of the canonical entry.")
+    # NULL, not "", until the entry is chained (PostgreSQL: until its transaction commits).
+    prev_hash = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    hash = models.CharField(max_length=64, null=True, blank=True,  # noqa: DJ001
+                            help_text="SHA-256(prev_hash ':' sequence ':' digest).")
+
+    class Meta:
+        managed = False
+        db_table = "audit_entry"
+        ordering = [F("sequence").asc(nulls_last=True), "id"]
+        verbose_name = "audit entry"
+        verbose_name_plural = "audit ledger"
+        indexes = [
+            models.Index(fields=["run_id", "sequence"], name="audit_entry_run"),
+            models.Index(fields=["action", "created_at"], name="audit_entry_action"),
+            models.Index(fields=["actor", "created_at"], name="audit_entry_actor"),
+            models.Index(fields=["workflow", "created_at"], name="audit_entry_workflow"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.sequence or '?'} {self.action} by {self.actor}"
+
+    @property
+    def data(self) -> dict:
+        """The redacted payload, parsed."""
+        return json.loads(self.payload)

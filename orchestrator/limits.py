@@ -1,0 +1,86 @@
+"""Backpressure on dependencies, shared by every worker: rate limits and circuit breakers.
+
+State lives in Django's cache — Redis in production (atomic INCR), a file cache in the
+embedded default — so that a failing model provider or API stops being called by all workers
+at once instead of being hammered by every retry.
+
+- `rate_limit_wait(dep)`: seconds to wait before calling `dep` under its calls/second limit
+  (0 = go). The worker does not claim a step it cannot call yet; it re-sends its message.
+- `breaker_open_for(dep)`: seconds the breaker stays open (0 = closed). After
+  STEPWISE_BREAKER_FAILURES consecutive transient failures the breaker opens for the
+  cool-down; then one call may probe, and its outcome closes or re-opens it.
+"""
+import math
+import time
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.cache import cache
+
+TRANSIENT = frozenset({"transient", "timeout", "rate_limit"})
+
+
+def dependency_of(spec: dict) -> str:
+    """The shared resource a step calls: its model or its tool."""
+    if spec["type"] == "agent" or (spec["type"] == "router" and spec.get("strategy") == "llm"):
+        return f"model:{spec['model']}"
+    if spec["type"] == "tool":
+        url = str((spec.get("params") or {}).get("url", ""))
+        host = urlsplit(url).netloc if spec["tool"] == "http.request" and "{" not in url else ""
+        # One HTTP tool serves many remotes: a failing one must not stop calls to the others.
+        return f"tool:{spec['tool']}" + (f":{host}" if host else "")
+    return ""
+
+
+def rate_limit_wait(dep: str) -> float:
+    """Take a slot in this second's window for `dep`, or say how long to wait for the next."""
+    limit = settings.STEPWISE_RATE_LIMITS.get(dep)
+    if not dep or not limit:
+        return 0.0
+    now = time.time()
+    window = int(now)
+    key = f"rl:{dep}:{window}"
+    cache.add(key, 0, timeout=5)
+    try:
+        used = cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.add(key, 1, timeout=5)
+        used = 1
+    if used <= limit:
+        return 0.0
+    return max(math.ceil(now) - now, 0.01)
+
+
+def breaker_open_for(dep: str) -> float:
+    if not dep:
+        return 0.0
+    opened_until = cache.get(f"cb:{dep}:until")
+    if not opened_until:
+        return 0.0
+    remaining = opened_until - time.time()
+    if remaining > 0:
+        return remaining
+    # Half-open: let exactly one caller probe; the others keep waiting a little.
+    return 0.0 if cache.add(f"cb:{dep}:probe", 1, timeout=int(settings.STEPWISE_BREAKER_COOLDOWN_S) or 1) else 1.0
+
+
+def breaker_record(dep: str, *, error_class: str | None) -> None:
+    """Count a call's outcome: transient failures open the breaker, a success closes it."""
+    if not dep:
+        return
+    if error_class is None:
+        cache.delete_many([f"cb:{dep}:failures", f"cb:{dep}:until", f"cb:{dep}:probe"])
+        return
+    if error_class not in TRANSIENT:
+        return
+    key = f"cb:{dep}:failures"
+    cache.add(key, 0, timeout=3600)
+    try:
+        failures = cache.incr(key)
+    except ValueError:
+        cache.add(key, 1, timeout=3600)
+        failures = 1
+    if failures >= settings.STEPWISE_BREAKER_FAILURES:
+        cooldown = settings.STEPWISE_BREAKER_COOLDOWN_S
+        cache.set(f"cb:{dep}:until", time.time() + cooldown, timeout=int(cooldown * 4) + 1)
+        cache.delete(f"cb:{dep}:probe")

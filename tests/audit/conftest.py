@@ -1,0 +1,91 @@
+"""Fixtures for the audit ledger: a finished support run, reading the ledger, tampering with it.
+
+Runs are driven in-process through `orchestrator.tasks.execute_step`, the worker's own code
+path (claim, executor with its external calls, commit), so the ledger sees exactly what a
+worker would write. Tampering goes around the triggers the way a person with database access
+would (dropping or disabling them), inside the test's transaction, so it is rolled back.
+"""
+from contextlib import contextmanager
+
+import pytest
+from django.db import connection
+
+from approvals.models import ApprovalRequest
+from approvals.services import approval_grant
+from audit.chain import seal_pending
+from audit.models import AuditEntry
+from orchestrator.models import Run, StepRun, StepState
+from orchestrator.services.runs import run_start
+from orchestrator.services.workflows import workflow_save
+from orchestrator.tasks import execute_step
+from tests.factories import example_definition
+
+SUPPORT_INPUT = {"ticket_id": "T-7", "body": "Please refund my invoice",
+                 "customer_email": "carol.customer@example.com"}
+SENSITIVE = ["input.customer_email", "steps.draft.output.reply"]
+
+
+def ledger(**filters) -> list[AuditEntry]:
+    """Entries in chain order (this transaction's entries chained first, on PostgreSQL)."""
+    seal_pending()
+    return list(AuditEntry.objects.filter(**filters).order_by("sequence"))
+
+
+def work(run: Run) -> Run:
+    """Execute every queued step of `run` as a worker would, until none is queued."""
+    while True:
+        queued = list(StepRun.objects.filter(run=run, state=StepState.QUEUED).values_list("id", flat=True))
+        if not queued:
+            return Run.objects.get(pk=run.pk)
+        for step_id in queued:
+            execute_step(step_id)
+
+
+def support_definition(**audit) -> dict:
+    definition = example_definition("support")
+    if audit:
+        definition["audit"] = audit
+    return definition
+
+
+def finished_support_run(team, requester, approver, *, definition=None, note="Offer a voucher") -> Run:
+    version, _ = workflow_save(team=team, definition=definition or support_definition(), user=requester)
+    run = work(run_start(version=version, input=SUPPORT_INPUT, user=requester))
+    approval = ApprovalRequest.objects.get(run=run)
+    approval_grant(approval_id=approval.id, user=approver, note=note)
+    return work(run)
+
+
+@pytest.fixture
+def support_run(team, requester, approver) -> Run:
+    """A support run taken through every step, the approval and the e-mail, finished."""
+    return finished_support_run(team, requester, approver)
+
+
+@contextmanager
+def triggers_bypassed():
+    """What someone with database access can do: switch the ledger's guards off."""
+    seal_pending()  # PostgreSQL refuses ALTER TABLE while the seal has pending work
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("ALTER TABLE audit_entry DISABLE TRIGGER audit_entry_guard")
+        else:
+            saved = dict(cursor.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'audit_entry'"
+            ).fetchall())
+            for name in saved:
+                cursor.execute(f"DROP TRIGGER {name}")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute("ALTER TABLE audit_entry ENABLE TRIGGER audit_entry_guard")
+            else:
+                for sql in saved.values():
+                    cursor.execute(sql)
+
+
+def tamper(sql: str, params=()) -> None:
+    with triggers_bypassed(), connection.cursor() as cursor:
+        cursor.execute(sql, params)

@@ -1,0 +1,156 @@
+"""Tamper evidence: the chain is linear, audit_verify passes on a clean ledger and names the
+first broken link of a hand-edited one."""
+import threading
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import close_old_connections, connection, transaction
+
+from audit.chain import (
+    canonical_json,
+    content_digest,
+    entry_row,
+    link_hash,
+    sha256_hex,
+    verify_ledger,
+    verify_rows,
+)
+from audit.models import GENESIS_HASH, AuditEntry
+from audit.services import audit_record
+
+from .conftest import ledger, tamper
+
+pytestmark = pytest.mark.django_db
+
+
+def record(n: int, **payload) -> list[AuditEntry]:
+    with transaction.atomic():
+        return [audit_record(action="test.event", actor="service:test", subject_type="ledger",
+                             subject_id=i, payload={"i": i, **payload}) for i in range(n)]
+
+
+def test_canonical_json_is_sorted_compact_and_ascii():
+    assert canonical_json({"b": 1, "a": ["é", None]}) == '{"a":["\\u00e9",null],"b":1}'
+
+
+def test_each_entry_links_to_the_previous_one():
+    record(3)
+    entries = ledger()
+
+    assert [e.sequence for e in entries] == list(range(entries[0].sequence, entries[0].sequence + len(entries)))
+    first = entries[0]
+    if first.sequence == 1:
+        assert first.prev_hash == GENESIS_HASH
+    for before, entry in zip(entries, entries[1:], strict=False):
+        assert entry.prev_hash == before.hash
+    for entry in entries:
+        assert entry.digest == content_digest(entry_row(entry))
+        assert entry.hash == link_hash(entry.prev_hash, entry.sequence, entry.digest)
+        assert entry.hash == sha256_hex(f"{entry.prev_hash}:{entry.sequence}:{entry.digest}")
+
+
+def test_audit_verify_passes_on_a_clean_ledger(support_run, capsys):
+    call_command("audit_verify")
+
+    out = capsys.readouterr().out
+    assert "OK" in out and f"head {ledger()[-1].hash}" in out
+
+
+@pytest.mark.parametrize("column, value", [
+    ("payload", '{"i":1,"note":"edited"}'),
+    ("actor", "user:mallory"),
+    ("outcome", "approved"),
+    ("created_at", "2001-01-01 00:00:00"),
+])
+def test_hand_editing_one_entry_is_caught_at_that_entry(column, value):
+    entries = record(4)
+    victim = entries[2]
+    if connection.vendor == "postgresql" and column == "created_at":
+        value = "2001-01-01 00:00:00+00"
+    tamper(f"UPDATE audit_entry SET {column} = %s WHERE id = %s", [value, victim.id])
+
+    report = verify_ledger()
+    assert not report.ok
+    victim.refresh_from_db()
+    assert (report.broken.sequence, report.broken.entry_id) == (victim.sequence, victim.id)
+    assert "edited" in report.broken.reason
+    with pytest.raises(CommandError, match=f"BROKEN at sequence {victim.sequence} "):
+        call_command("audit_verify")
+
+
+def test_an_edit_that_recomputes_the_digest_is_caught_by_the_hash():
+    victim = record(3)[1]
+    forged = {**entry_row(AuditEntry.objects.get(id=victim.id)), "actor": "user:mallory"}
+    tamper("UPDATE audit_entry SET actor = %s, digest = %s WHERE id = %s",
+           ["user:mallory", content_digest(forged), victim.id])
+
+    report = verify_ledger()
+    assert report.broken.entry_id == victim.id
+    assert "hash does not match" in report.broken.reason
+
+
+def test_rewriting_an_entry_and_its_hash_is_caught_at_the_next_entry():
+    entries = record(3)
+    ledger()  # sealed
+    victim = AuditEntry.objects.get(id=entries[1].id)
+    forged = {**entry_row(victim), "actor": "user:mallory"}
+    digest = content_digest(forged)
+    tamper("UPDATE audit_entry SET actor = %s, digest = %s, hash = %s WHERE id = %s",
+           ["user:mallory", digest, link_hash(victim.prev_hash, victim.sequence, digest), victim.id])
+
+    report = verify_ledger()
+    assert report.broken.entry_id == entries[2].id
+    assert "prev_hash" in report.broken.reason
+
+
+def test_a_deleted_entry_is_caught_where_the_gap_is():
+    entries = record(4)
+    ledger()
+    after = AuditEntry.objects.get(id=entries[2].id)
+    tamper("DELETE FROM audit_entry WHERE id = %s", [entries[1].id])
+
+    report = verify_ledger()
+    assert report.broken.entry_id == after.id
+    assert "missing" in report.broken.reason
+
+
+def test_verify_rows_reports_how_far_it_got():
+    ids = [x.id for x in record(3)]
+    rows = [{"id": e.id, **entry_row(e)} for e in ledger(id__in=ids)]
+
+    report = verify_rows(rows, anchor=rows[0]["prev_hash"], start=rows[0]["sequence"])
+
+    assert report.ok and report.count == 3
+    assert (report.first_sequence, report.head_sequence) == (rows[0]["sequence"], rows[-1]["sequence"])
+    assert report.head_hash == rows[-1]["hash"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_writers_append_one_linear_chain():
+    """Eight threads, each committing entries in its own transactions: no fork, no gap."""
+    before = AuditEntry.objects.count()
+    errors = []
+
+    def writer(n: int) -> None:
+        try:
+            for i in range(5):
+                with transaction.atomic():
+                    audit_record(action="test.concurrent", actor=f"worker:w{n}",
+                                 subject_type="ledger", subject_id=f"{n}-{i}")
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            close_old_connections()
+            connection.close()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    assert AuditEntry.objects.count() == before + 40
+    report = verify_ledger()
+    assert report.ok, report.broken
+    assert AuditEntry.objects.filter(sequence__isnull=True).count() == 0

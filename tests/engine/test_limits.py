@@ -1,0 +1,67 @@
+"""Shared rate limits and circuit breakers (the cache is what all workers share)."""
+import pytest
+
+from orchestrator import limits
+
+LOCMEM = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+
+@pytest.fixture(autouse=True)
+def shared(settings):
+    settings.CACHES = LOCMEM
+    settings.STEPWISE_BREAKER_FAILURES = 3
+    settings.STEPWISE_BREAKER_COOLDOWN_S = 60
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.mark.parametrize("spec, dependency", [
+    ({"type": "agent", "model": "fast"}, "model:fast"),
+    ({"type": "router", "strategy": "llm", "model": "fast"}, "model:fast"),
+    ({"type": "tool", "tool": "http.request"}, "tool:http.request"),
+    ({"type": "tool", "tool": "http.request", "params": {"url": "http://api.example.com:81/x"}},
+     "tool:http.request:api.example.com:81"),
+    ({"type": "tool", "tool": "email.send"}, "tool:email.send"),
+    ({"type": "router", "strategy": "rules"}, ""),
+])
+def test_dependency_of_a_step(spec, dependency):
+    assert limits.dependency_of(spec) == dependency
+
+
+def test_rate_limit_admits_up_to_the_limit_per_second_then_asks_to_wait(settings):
+    settings.STEPWISE_RATE_LIMITS = {"tool:x": 3}
+    waits = [limits.rate_limit_wait("tool:x") for _ in range(5)]
+    assert waits[:3] == [0, 0, 0]
+    assert all(0 < w <= 1 for w in waits[3:])
+    assert limits.rate_limit_wait("tool:unlimited") == 0
+
+
+def test_breaker_opens_after_consecutive_transient_failures():
+    for _ in range(2):
+        limits.breaker_record("model:fast", error_class="transient")
+    assert limits.breaker_open_for("model:fast") == 0
+    limits.breaker_record("model:fast", error_class="timeout")
+    assert 59 < limits.breaker_open_for("model:fast") <= 60
+
+
+def test_permanent_failures_do_not_open_the_breaker_and_a_success_resets_it():
+    for _ in range(5):
+        limits.breaker_record("tool:y", error_class="permanent")
+    assert limits.breaker_open_for("tool:y") == 0
+    limits.breaker_record("tool:y", error_class="transient")
+    limits.breaker_record("tool:y", error_class="transient")
+    limits.breaker_record("tool:y", error_class=None)
+    limits.breaker_record("tool:y", error_class="transient")
+    assert limits.breaker_open_for("tool:y") == 0
+
+
+def test_after_the_cooldown_exactly_one_call_probes(settings):
+    settings.STEPWISE_BREAKER_COOLDOWN_S = 0.01
+    for _ in range(3):
+        limits.breaker_record("tool:z", error_class="transient")
+    import time
+
+    time.sleep(0.02)
+    assert limits.breaker_open_for("tool:z") == 0  # the probe
+    assert limits.breaker_open_for("tool:z") > 0  # everyone else waits
