@@ -1,0 +1,76 @@
+"""The two backends' environments, and the scratch state each gets and loses.
+
+embedded: a fresh temporary STEPWISE_VAR_DIR holding the SQLite file and the Kombu
+filesystem broker (the settings' defaults when no URL is set).
+postgres: the same kind of var dir, plus a database created for the run and dropped after it,
+and Redis database 14 as broker and REDIS_URL, flushed before and after.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+PG_SERVER = "postgres://root@127.0.0.1:5432"
+PG_DATABASE = "stepwise_bench"
+REDIS = "redis://127.0.0.1:6379/14"
+# Variables that would point a backend somewhere else than where the benchmark put it.
+SCRUBBED = ("DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "REDIS_URL",
+            "STEPWISE_SQLITE_PATH", "PYTEST_XDIST_WORKER", "STEPWISE_VAR_DIR")
+BACKENDS = ("embedded", "postgres")
+
+
+@contextmanager
+def backend_env(backend: str, *, keep: bool = False):
+    """Yield (env, var_dir) for `backend`; drop its database and delete its files after
+    (the files are kept, for reading the worker logs, when `keep`)."""
+    var_dir = Path(tempfile.mkdtemp(prefix=f"stepwise-bench-{backend}-"))
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    env.update(STEPWISE_VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="orchestrator.settings",
+               CELERY_SKIP_CHECKS="1", DJANGO_DEBUG="0", PYTHONUNBUFFERED="1")
+    try:
+        if backend == "postgres":
+            _pg_recreate()
+            _redis_flush()
+            env.update(DATABASE_URL=f"{PG_SERVER}/{PG_DATABASE}", CELERY_BROKER_URL=REDIS,
+                       REDIS_URL=REDIS)
+        yield env, var_dir
+    finally:
+        try:
+            if backend == "postgres":
+                _pg_drop()
+                _redis_flush()
+        finally:
+            if keep:
+                print(f"=== {backend}: kept {var_dir}", flush=True)
+            else:
+                shutil.rmtree(var_dir, ignore_errors=True)
+
+
+def _pg_admin(*statements: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def _pg_recreate() -> None:
+    _pg_admin(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)",
+              f"CREATE DATABASE {PG_DATABASE}")
+
+
+def _pg_drop() -> None:
+    _pg_admin(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)")
+
+
+def _redis_flush() -> None:
+    import redis
+
+    client = redis.Redis.from_url(REDIS)
+    try:
+        client.flushdb()
+    finally:
+        client.close()

@@ -1,0 +1,162 @@
+"""Measurements made in the bench process itself, with no worker running.
+
+They drive one chain through the same step services a worker calls (claim, execute, succeed)
+to count SQL statements and time the engine's own work per step, and they price a fresh
+database connection. Nothing here sends a message that anything consumes: the dispatches the
+services make on commit stay in the broker, which is deleted with the backend's scratch state.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from .stats import summary
+
+
+def _step_through(run, step_id: int, *, spy=None) -> None:
+    """Do on this process what a worker does with one step: claim, execute, succeed.
+
+    `spy(phase)` is a context manager entered around each phase (claim, execute, succeed).
+    """
+    from contextlib import nullcontext
+
+    from orchestrator.executors import ExecContext, execute
+    from orchestrator.services import steps as services
+
+    spy = spy or (lambda phase: nullcontext())
+    with spy("claim"):
+        claim = services.step_claim(step_id=step_id, worker="bench")
+    with spy("execute"):
+        result = execute(claim.spec, claim.step_input,
+                         ExecContext(str(run.id), claim.workflow, claim.spec["name"],
+                                     claim.attempt, claim.idempotency_key, step_id=step_id))
+    with spy("succeed"):
+        services.step_succeed(step_id=step_id, attempt=claim.attempt, output=result.output,
+                              usage=services.Usage(), worker="bench")
+
+
+def _step_ids(run) -> list[int]:
+    from orchestrator.models import StepRun
+
+    return list(StepRun.objects.filter(run=run).order_by("position").values_list("id", flat=True))
+
+
+def service_time_per_step(version, *, runs: int = 3) -> dict:
+    """Wall time of claim + execute + succeed of one (not last) step, in this process.
+
+    The engine's own cost per step, database included, with no broker hop and no other load:
+    one worker process cannot go faster than 1000 / p50 steps per second.
+    """
+    from orchestrator.services.runs import run_start
+
+    times = []
+    for _ in range(runs):
+        run = run_start(version=version, input={})
+        ids = _step_ids(run)
+        for step_id in ids[:-1]:
+            t0 = time.perf_counter()
+            _step_through(run, step_id)
+            times.append((time.perf_counter() - t0) * 1000)
+        _step_through(run, ids[-1])
+    return summary(times)
+
+
+def queries_per_step(version) -> dict:
+    """Drive one chain through the step services in this process, counting SQL statements.
+
+    claim = step_claim, the worker's first transaction; execute = whatever the executor
+    queries; succeed = step_succeed, which commits the output and advances the run (enqueues
+    the next step) in the same transaction. The lease heartbeat thread a worker runs
+    around the executor is left out: it writes only every STEPWISE_LEASE_S / 3 seconds. Run
+    with no worker consuming, so nothing races; the messages it dispatches are left in the
+    broker and deleted with it.
+    """
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from orchestrator.services.runs import run_start
+
+    run_start(version=version, input={})  # warm the per-process definition cache first
+    with CaptureQueriesContext(connection) as started:
+        run = run_start(version=version, input={})
+    phases = ("claim", "execute", "succeed")
+    per_step: list[dict[str, list[str]]] = []
+    for step_id in _step_ids(run):
+        captured: dict[str, CaptureQueriesContext] = {}
+
+        def spy(phase, captured=captured):
+            captured[phase] = CaptureQueriesContext(connection)
+            return captured[phase]
+
+        _step_through(run, step_id, spy=spy)
+        per_step.append({p: [q["sql"] for q in captured[p].captured_queries] for p in phases})
+
+    middle = per_step[:-1] or per_step  # the last step completes the run instead
+    counts = {p: sum(_data(step[p]) for step in middle) / len(middle) for p in phases}
+    begins = sum(1 for step in middle for p in phases for q in step[p] if _kind(q) == "BEGIN")
+    return {
+        "vendor": connection.vendor,
+        "run_start": _data([q["sql"] for q in started.captured_queries]),
+        "per_step": {**counts, "total": sum(counts.values()),
+                     # Django sends BEGIN itself on both backends, so it can be counted
+                     "transactions": begins / len(middle)},
+        "last_step": sum(_data(q) for q in per_step[-1].values()),
+        "by_kind": dict(Counter(_kind(q) for step in middle for p in phases for q in step[p]
+                                if _kind(q) not in TX_CONTROL)),
+        "sample_step": {p: [q[:600] for q in per_step[len(middle) // 2][p]] for p in phases},
+        "note": "SELECT/INSERT/UPDATE/DELETE statements; BEGIN/COMMIT/SAVEPOINT not counted",
+    }
+
+
+TX_CONTROL = {"BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE"}
+
+
+def _kind(sql: str) -> str:
+    return sql.split(None, 1)[0].upper() if sql else "?"
+
+
+def _data(statements: list[str]) -> int:
+    return sum(1 for q in statements if _kind(q) not in TX_CONTROL)
+
+
+def db_sessions() -> int | None:
+    """Connections ever opened to the bench database (PostgreSQL's pg_stat_database)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        return cursor.fetchone()[0]
+
+
+def db_connect_ms(samples: int = 20) -> dict:
+    """What opening a fresh database connection costs from this process (close, reconnect,
+    SELECT 1): the price Celery's Django fixup makes every task pay when it closes the
+    connection around each task."""
+    from django.db import connection
+
+    times = []
+    for _ in range(samples):
+        connection.close()
+        t0 = time.perf_counter()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        times.append((time.perf_counter() - t0) * 1000)
+    return summary(times)
+
+
+def api_start_statements(token: str, workflow: str) -> dict:
+    """SQL statements of one POST /api/v1/workflows/{workflow}/runs/, through Django's test
+    client in this process (the view, run_start and the response serializer)."""
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client(HTTP_AUTHORIZATION=f"Token {token}")
+    with CaptureQueriesContext(connection) as captured:
+        response = client.post(f"/api/v1/workflows/{workflow}/runs/", {"input": {}},
+                               content_type="application/json")
+    statements = [q["sql"] for q in captured.captured_queries]
+    return {"status": response.status_code, "statements": _data(statements),
+            "sql": [q[:300] for q in statements]}

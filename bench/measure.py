@@ -1,0 +1,313 @@
+"""One backend's measurements, in a process of its own: `python -m bench.measure ...`.
+
+bench/run.py starts this module with the backend's environment already set (settings read
+the environment at import, so each backend needs a fresh interpreter) and a migrated, empty
+database. It starts the API server and real Celery workers, measures, stops them, and
+writes one JSON document. Phases, in order:
+
+1. idle: single runs through the real REST API (uvicorn), one at a time: start latency and
+   unloaded step-to-step latency;
+2. loaded: N concurrent runs of a linear chain of core.echo: step-to-step latency under
+   load and throughput;
+3. floor: the same two shapes as a bare Celery canvas on the same broker (bench.floor);
+4. in process, no worker (bench.inprocess): SQL statements per step, the engine's service
+   time per step, the price of a fresh database connection.
+
+It reads Stepwise's state only through its models and drives it only through its services
+and API; it changes nothing in the engine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from .procs import ROOT, Deadline, WorkerDied, api_server, celery_worker
+from .stats import chain_latencies_ms, say, summary
+
+POLL_S = 0.01
+WARMUP = 3  # runs (and floor chains) before the measured ones: imports, connections, caches
+RUN_ENDED = ("completed", "failed", "cancelled", "timed_out")
+
+
+def chain_definition(name: str, steps: int) -> dict:
+    """A linear chain s0 -> s1 -> ... of the built-in pure tool core.echo."""
+    return {
+        "name": name,
+        "input_schema": {"type": "object"},
+        "steps": [
+            {"name": f"s{i}", "type": "tool", "tool": "core.echo", "params": {"step": i},
+             **({"after": [f"s{i - 1}"]} if i else {})}
+            for i in range(steps)
+        ],
+    }
+
+
+def wait_until(predicate, *, deadline: float, what: str, check=lambda: None,
+               interval: float = POLL_S):
+    """Poll `predicate` until truthy; `check()` raises if a process we need has died."""
+    while time.time() < deadline:
+        check()
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise Deadline(f"{what}: not within the deadline")
+
+
+# --- fixtures -------------------------------------------------------------------------------
+
+
+def make_fixtures(steps: int) -> dict:
+    """A team, a token user in it, and the N-step chain workflow."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    from orchestrator.models import Team
+    from orchestrator.services.workflows import workflow_save
+
+    team = Team.objects.create(slug="bench", name="Bench")
+    user = get_user_model().objects.create_user("bench")
+    team.members.add(user)
+    token = Token.objects.create(user=user)
+    chain, _ = workflow_save(team=team, definition=chain_definition("bench-chain", steps), user=user)
+    return {"token": token.key, "chain": chain}
+
+
+# --- 1. idle: start latency and unloaded step-to-step latency -----------------------------
+
+
+def idle_runs(base_url: str, token: str, workflow: str, *, runs: int, steps: int, warmup: int,
+              deadline: float, check) -> dict:
+    """POST one run at a time through the API; the next starts after the previous ended.
+
+    start latency = the first step's started_at (written by the worker's claim) - the instant
+    before the POST. With no other run in flight, every consecutive pair of steps gives the
+    unloaded step-to-step latency: the engine's own overhead, with no queueing in it.
+    """
+    import httpx
+
+    from orchestrator.models import Run, StepRun
+
+    starts, api, stamps, to_queued, to_started, died = [], [], [], [], [], None
+    with httpx.Client(base_url=base_url, timeout=30,
+                      headers={"Authorization": f"Token {token}"}) as http:
+        for i in range(warmup + runs):
+            t0 = time.time()
+            response = http.post(f"/api/v1/workflows/{workflow}/runs/", json={"input": {}})
+            t1 = time.time()
+            if response.status_code != 202:
+                raise RuntimeError(f"run start: HTTP {response.status_code} {response.text[:500]}")
+            run = Run.objects.filter(id=response.json()["id"])
+            try:
+                wait_until(lambda run=run: run.filter(state__in=RUN_ENDED).exists(),
+                           deadline=deadline, what="single run ended", check=check)
+            except WorkerDied as exc:  # keep what the runs before this one measured
+                died = str(exc)
+                break
+            except Deadline as exc:
+                states = list(StepRun.objects.filter(run__in=run).values_list("name", "state"))
+                raise Deadline(f"{exc}: run {run.first()}, steps {states}") from None
+            rows = sorted(StepRun.objects.filter(run__in=run).values_list(
+                "run_id", "position", "started_at", "finished_at", "queued_at"), key=lambda r: r[1])
+            if i < warmup:
+                continue
+            starts.append((rows[0][2].timestamp() - t0) * 1000)
+            api.append((t1 - t0) * 1000)
+            stamps += [(r[0], r[1], _ts(r[2]), _ts(r[3])) for r in rows]
+            for previous, step in zip(rows, rows[1:], strict=False):
+                to_queued.append((step[4] - previous[3]).total_seconds() * 1000)
+                to_started.append((step[2] - step[4]).total_seconds() * 1000)
+    return {"latency_ms": summary(starts), "api_ms": summary(api),
+            "step_latency_ms": summary(chain_latencies_ms(stamps, chain_length=steps)),
+            # where an unloaded step-to-step gap goes: deciding the next step inside the
+            # finishing transaction, then commit + broker + worker pickup + claim
+            "finished_to_queued_ms": summary(to_queued),
+            "queued_to_started_ms": summary(to_started),
+            "warmup_runs": warmup, "worker_died": died}
+
+
+# --- 2. step-to-step latency and throughput ------------------------------------------------
+
+
+def chain_throughput(version, *, runs: int, steps: int, deadline: float, check) -> dict:
+    """Start `runs` chains in one transaction (all dispatched on its commit) and time them."""
+    from django.db import transaction
+
+    from orchestrator.models import Run, StepRun
+    from orchestrator.services.runs import run_start
+
+    t0 = time.time()
+    with transaction.atomic():
+        run_ids = [run_start(version=version, input={}).id for _ in range(runs)]
+    published = time.time()
+    say(f"stepwise: {runs} runs created and dispatched in {published - t0:.2f}s")
+    expected = runs * steps
+    chains = Run.objects.filter(id__in=run_ids)
+    last_report, died = 0.0, None
+    while True:
+        try:
+            check()
+        except WorkerDied as exc:
+            died = str(exc)
+            say(f"stepwise: WORKER DIED ({died}); reporting what finished")
+            break
+        ended = chains.filter(state__in=RUN_ENDED).count()
+        if ended == runs:
+            break
+        if time.time() > deadline:
+            say(f"stepwise: DEADLINE with {ended}/{runs} runs ended; reporting what finished")
+            break
+        if time.time() - last_report > 5:
+            done = StepRun.objects.filter(run_id__in=run_ids, state="completed").count()
+            say(f"stepwise: {done}/{expected} steps completed, {ended}/{runs} runs ended")
+            last_report = time.time()
+        time.sleep(0.25)
+
+    rows = list(StepRun.objects.filter(run_id__in=run_ids)
+                .values_list("run_id", "position", "state", "started_at", "finished_at"))
+    done = [r for r in rows if r[2] == "completed"]
+    stamps = [(r[0], r[1], _ts(r[3]), _ts(r[4])) for r in done]
+    first_start = min((s[2] for s in stamps), default=None)
+    last_finish = max((s[3] for s in stamps), default=None)
+    wall = (last_finish - first_start) if stamps else None
+    return {
+        "latency_ms": summary(chain_latencies_ms(stamps, chain_length=steps)),
+        "steps_expected": expected,
+        "steps_done": len(done),
+        "runs_completed": chains.filter(state="completed").count(),
+        "runs_failed": chains.filter(state="failed").count(),
+        "create_and_dispatch_s": round(published - t0, 3),
+        "wall_s": round(wall, 3) if wall else None,
+        "total_s": round(last_finish - t0, 3) if stamps else None,
+        "steps_per_s": round(len(done) / wall, 2) if wall else None,
+        "step_duration_ms": summary((s[3] - s[2]) * 1000 for s in stamps),
+        "worker_died": died,
+    }
+
+
+def _ts(value) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+# --- driver ---------------------------------------------------------------------------------
+
+
+def measure(args, result: dict) -> None:
+    from django.conf import settings
+
+    from . import floor, inprocess
+
+    var_dir = Path(settings.VAR_DIR)
+    env = dict(os.environ, CELERY_SKIP_CHECKS="1", PYTHONPATH=str(ROOT))
+    result["config"] = {
+        "database": settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1],
+        "broker": settings.CELERY_BROKER_URL.split("://", 1)[0],
+        "runs": args.runs, "steps": args.steps, "start_runs": args.start_runs,
+        "concurrency": args.workers_concurrency, "cpus": os.cpu_count(),
+        "debug": settings.DEBUG, "python": sys.version.split()[0],
+        # 1, 5, 15-minute load: other work on the machine shows up here, and in the figures
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+    }
+    fixtures = make_fixtures(args.steps)
+    incidents = result.setdefault("incidents", [])
+
+    def start_workers():
+        return celery_worker("stepwise", "orchestrator", concurrency=args.workers_concurrency,
+                             env=env, var_dir=var_dir, deadline=args.deadline)
+
+    say("starting the API server (uvicorn) and a Stepwise worker")
+    with ExitStack() as stack:
+        server, base_url = api_server(env=env, var_dir=var_dir, deadline=args.deadline)
+        stack.callback(server.stop)
+        workers = start_workers()
+        stack.callback(lambda: workers.stop())
+        say(f"idle: {args.start_runs} runs, one at a time, through POST /api/v1/.../runs/")
+        result["start"] = idle_runs(base_url, fixtures["token"], "bench-chain",
+                                    runs=args.start_runs, steps=args.steps, warmup=WARMUP,
+                                    deadline=args.deadline, check=workers.check)
+        if result["start"]["worker_died"]:
+            incidents.append(f"idle phase: {result['start']['worker_died']}")
+            say(f"idle: WORKER DIED ({result['start']['worker_died']}); restarting it")
+            workers.stop()
+            workers = start_workers()
+        say(f"step-to-step: {args.runs} concurrent runs of a {args.steps}-step chain")
+        # Leave the floor and the query count a share of the time left.
+        share = time.time() + 0.6 * (args.deadline - time.time())
+        sessions = inprocess.db_sessions()
+        result["stepwise"] = chain_throughput(fixtures["chain"], runs=args.runs,
+                                              steps=args.steps, deadline=share,
+                                              check=workers.check)
+        if result["stepwise"]["worker_died"]:
+            incidents.append(f"loaded phase: {result['stepwise']['worker_died']}")
+        if sessions is not None:
+            time.sleep(1.5)  # backends flush their statistics at most once a second
+            opened = inprocess.db_sessions() - sessions
+            result["stepwise"]["db_connections_opened"] = opened
+            result["stepwise"]["db_connections_per_step"] = round(
+                opened / max(result["stepwise"]["steps_done"], 1), 2)
+        result["rss_mb"] = {"stepwise": workers.peak_rss()}
+    say(f"floor: {args.start_runs} bare Celery chains one at a time, then {args.runs} at once")
+    try:
+        result["floor"] = floor.measure(runs=args.runs, steps=args.steps,
+                                        idle_runs=args.start_runs, warmup=WARMUP,
+                                        concurrency=args.workers_concurrency, env=env,
+                                        var_dir=var_dir, deadline=args.deadline - 20,
+                                        rss=result["rss_mb"])
+        incidents += [f"floor {d}" for d in result["floor"]["worker_died"]]
+    except (Deadline, RuntimeError) as exc:  # the in-process figures do not need the floor
+        result["floor"] = {}
+        incidents.append(f"floor: {str(exc)[-1000:]}")
+        say(f"floor: FAILED ({str(exc)[-300:]})")
+    say("queries per step: one chain through the step services, in process")
+    result["queries"] = inprocess.queries_per_step(fixtures["chain"])
+    result["queries"]["api_start"] = inprocess.api_start_statements(fixtures["token"], "bench-chain")
+    say("service time per step: claim + execute + succeed in process, no broker hop")
+    result["service_ms"] = inprocess.service_time_per_step(fixtures["chain"])
+    result["db_connect_ms"] = inprocess.db_connect_ms()
+
+
+def _terminate(signum, frame):
+    raise SystemExit(f"terminated by signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--start-runs", type=int, default=30)
+    parser.add_argument("--workers-concurrency", type=int, default=2)
+    parser.add_argument("--deadline", type=float, required=True, help="epoch seconds")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    os.environ["BENCH_BACKEND"] = args.backend
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
+    import django
+
+    django.setup()
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    result: dict = {"backend": args.backend}
+    try:
+        measure(args, result)
+    except (Deadline, RuntimeError) as exc:
+        result["error"] = str(exc)[:2000]
+        say(f"FAILED: {exc}")
+    except KeyboardInterrupt:
+        result["error"] = "interrupted"
+        return 130
+    finally:
+        result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        args.out.write_text(json.dumps(result, indent=2, default=str))
+    return 1 if result.get("error") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

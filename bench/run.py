@@ -1,0 +1,110 @@
+"""Benchmark entry point: `python bench/run.py [--backend embedded|postgres|both] ...`.
+
+For each backend: a fresh var dir (and database), `manage.py migrate`, then `bench.measure`
+in a subprocess with that backend's environment, under a deadline. Prints progress while it
+waits, a table at the end, and writes each backend's figures as JSON under var/bench/
+(gitignored). Cleans up on every exit: worker and server process groups, the bench database,
+the temporary directories.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: make the `bench` package importable
+    sys.path.insert(0, str(ROOT))
+
+from bench.backends import BACKENDS, backend_env  # noqa: E402
+from bench.procs import reap_ledger  # noqa: E402
+from bench.stats import table  # noqa: E402
+
+
+def run_backend(backend: str, args, deadline: float) -> dict:
+    print(f"=== {backend}: deadline in {deadline - time.time():.0f}s", flush=True)
+    with backend_env(backend, keep=args.keep) as (env, var_dir):
+        out = var_dir / "result.json"
+        try:
+            subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env,
+                           check=True, timeout=max(deadline - time.time(), 1))
+            cmd = [sys.executable, "-m", "bench.measure", "--backend", backend, "--out", str(out),
+                   "--runs", str(args.runs), "--steps", str(args.steps),
+                   "--start-runs", str(args.start_runs),
+                   "--workers-concurrency", str(args.workers_concurrency),
+                   "--deadline", str(deadline)]
+            child = subprocess.Popen(cmd, cwd=ROOT, env=env)
+            try:
+                child.wait(timeout=max(deadline - time.time(), 0) + 30)
+            except subprocess.TimeoutExpired:
+                print(f"=== {backend}: measuring process overran; terminating it", flush=True)
+                child.send_signal(signal.SIGTERM)
+                try:
+                    child.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+            finally:
+                if child.poll() is None:  # Ctrl-C: the child got SIGINT too; let it clean up
+                    try:
+                        child.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        child.kill()
+                        child.wait()
+            if out.exists():
+                return json.loads(out.read_text())
+            return {"backend": backend, "error": f"no result (exit status {child.returncode})"}
+        except subprocess.SubprocessError as exc:
+            return {"backend": backend, "error": str(exc)}
+        finally:
+            killed = reap_ledger(var_dir)
+            if killed:
+                print(f"=== {backend}: killed {killed} leftover process group(s)", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Stepwise benchmark: start latency, step-to-step latency, throughput, "
+        "against a bare-Celery floor. Prints figures; asserts nothing.")
+    parser.add_argument("--backend", choices=[*BACKENDS, "both"], default="both")
+    parser.add_argument("--runs", type=int, default=200, help="concurrent chains (default 200)")
+    parser.add_argument("--steps", type=int, default=10, help="steps per chain (default 10)")
+    parser.add_argument("--start-runs", type=int, default=30,
+                        help="single runs for the start latency (default 30)")
+    parser.add_argument("--workers-concurrency", type=int, default=2,
+                        help="prefork processes per worker (default 2)")
+    parser.add_argument("--timeout", type=float, default=600,
+                        help="seconds for the whole invocation, shared by the backends (default 600)")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "var" / "bench",
+                        help="where results-<backend>.json go (default var/bench, gitignored)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep each backend's temporary var dir (logs, SQLite file)")
+    args = parser.parse_args(argv)
+    if args.steps < 2 or args.runs < 1 or args.start_runs < 1:
+        parser.error("--steps must be >= 2, --runs and --start-runs >= 1")
+
+    backends = list(BACKENDS) if args.backend == "both" else [args.backend]
+    end = time.time() + args.timeout
+    results = []
+    try:
+        for i, backend in enumerate(backends):
+            share = (end - time.time()) / (len(backends) - i)
+            results.append(run_backend(backend, args, time.time() + share))
+    except KeyboardInterrupt:
+        print("\ninterrupted; cleaned up", flush=True)
+        return 130
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for result in results:
+        (args.out_dir / f"results-{result['backend']}.json").write_text(json.dumps(result, indent=2))
+    print()
+    print(table(results))
+    print(f"\nJSON: {args.out_dir}/results-<backend>.json")
+    return 1 if any(r.get("error") for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Percentiles, latency summaries, progress lines and the printed table."""
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterable, Sequence
+
+
+def say(message: str) -> None:
+    """A progress line, tagged with the backend being measured."""
+    print(f"[{os.environ.get('BENCH_BACKEND', '?')} {time.strftime('%H:%M:%S')}] {message}",
+          flush=True)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) with linear interpolation between ranks; None if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summary(values: Iterable[float]) -> dict:
+    """n, p50, p95, p99, min, max and mean of `values` (rounded to 0.01)."""
+    data = list(values)
+    out: dict = {"n": len(data)}
+    for name, q in (("p50", 50), ("p95", 95), ("p99", 99)):
+        out[name] = _round(percentile(data, q))
+    out["min"] = _round(min(data)) if data else None
+    out["max"] = _round(max(data)) if data else None
+    out["mean"] = _round(sum(data) / len(data)) if data else None
+    return out
+
+
+def chain_latencies_ms(steps: Iterable[tuple], *, chain_length: int) -> list[float]:
+    """next.started - previous.finished for consecutive steps of every complete chain.
+
+    `steps` holds (chain key, position, started, finished) with epoch-second floats; chains
+    missing a step (unfinished at the deadline) contribute only their complete pairs.
+    """
+    by_chain: dict[object, dict[int, tuple[float, float]]] = {}
+    for key, position, started, finished in steps:
+        if started is not None and finished is not None:
+            by_chain.setdefault(key, {})[position] = (started, finished)
+    latencies = []
+    for positions in by_chain.values():
+        for i in range(1, chain_length):
+            if i - 1 in positions and i in positions:
+                latencies.append((positions[i][0] - positions[i - 1][1]) * 1000)
+    return latencies
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a is not None and b else None
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def table(results: list[dict]) -> str:
+    """The end-of-run table for every backend's result dict."""
+    lines = [f"{'backend':<10}{'metric':<36}{'p50':>9}{'p95':>9}{'p99':>9}{'n':>7}"]
+
+    def row(backend: str, metric: str, s: dict | None) -> None:
+        s = s or {}
+        lines.append(f"{backend:<10}{metric:<36}{_fmt(s.get('p50')):>9}{_fmt(s.get('p95')):>9}"
+                     f"{_fmt(s.get('p99')):>9}{_fmt(s.get('n')):>7}")
+
+    for r in results:
+        b = r["backend"]
+        if r.get("error"):
+            lines.append(f"{b:<10}FAILED: {r['error']}")
+        sw, fl, q, st = r.get("stepwise", {}), r.get("floor", {}), r.get("queries", {}), r.get("start", {})
+        if not sw:
+            continue
+        row(b, "start latency (ms)", st.get("latency_ms"))
+        row(b, "  of which API round trip (ms)", st.get("api_ms"))
+        row(b, "floor start latency (ms)", fl.get("start_latency_ms"))
+        row(b, "idle step-to-step latency (ms)", st.get("step_latency_ms"))
+        row(b, "  idle: finished -> next queued (ms)", st.get("finished_to_queued_ms"))
+        row(b, "  idle: queued -> started (ms)", st.get("queued_to_started_ms"))
+        row(b, "floor idle step-to-step (ms)", fl.get("idle_latency_ms"))
+        row(b, "loaded step-to-step latency (ms)", sw.get("latency_ms"))
+        row(b, "floor loaded step-to-step (ms)", fl.get("latency_ms"))
+        for label, a, f in (("idle", st.get("step_latency_ms"), fl.get("idle_latency_ms")),
+                            ("loaded", sw.get("latency_ms"), fl.get("latency_ms"))):
+            value = ratio((a or {}).get("p50"), (f or {}).get("p50"))
+            lines.append(f"{b:<10}{label + ' p50 latency stepwise/floor':<36}{_fmt(value):>9}")
+        sps, fps = sw.get("steps_per_s"), fl.get("steps_per_s")
+        lines.append(f"{b:<10}throughput steps/s  stepwise={_fmt(sps)} floor={_fmt(fps)} "
+                     f"ratio={_fmt(ratio(sps, fps))}")
+        lines.append(f"{b:<10}wall time (s)  stepwise={_fmt(sw.get('wall_s'))} "
+                     f"floor={_fmt(fl.get('wall_s'))}  ({sw.get('steps_done', 0)}/"
+                     f"{sw.get('steps_expected', 0)} and {fl.get('steps_done', 0)}/"
+                     f"{fl.get('steps_expected', 0)} steps done)")
+        if q:
+            per = q["per_step"]
+            lines.append(f"{b:<10}SQL statements per step  claim={_fmt(per['claim'])} "
+                         f"execute={_fmt(per.get('execute'))} "
+                         f"succeed+advance={_fmt(per['succeed'])} total={_fmt(per['total'])} "
+                         f"in {_fmt(per['transactions'])} transactions")
+            lines.append(f"{b:<10}SQL statements per run_start()  {q['run_start']}; "
+                         f"for the last step (completes the run)  {q['last_step']}")
+            if q.get("api_start"):
+                lines.append(f"{b:<10}SQL statements per POST .../runs/  "
+                             f"{q['api_start']['statements']} (HTTP {q['api_start']['status']})")
+        if sw.get("db_connections_per_step") is not None:
+            lines.append(f"{b:<10}new DB connections per step  {sw['db_connections_per_step']} "
+                         f"({sw['db_connections_opened']} opened during the loaded run)")
+        row(b, "in-process service time per step (ms)", r.get("service_ms"))
+        row(b, "open a DB connection + SELECT 1 (ms)", r.get("db_connect_ms"))
+        for incident in r.get("incidents", []):
+            lines.append(f"{b:<10}INCIDENT: {incident}")
+        load = (r.get("config", {}).get("loadavg_start"), r.get("loadavg_end"))
+        lines.append(f"{b:<10}load average (1/5/15 min)  at start={load[0]} at end={load[1]} "
+                     f"on {r.get('config', {}).get('cpus')} CPUs")
+        rss = r.get("rss_mb", {})
+        lines.append(f"{b:<10}worker peak RSS (MB)  stepwise={_rss(rss.get('stepwise'))}; "
+                     f"floor={_rss(rss.get('floor'))}")
+    return "\n".join(lines)
+
+
+def _rss(info: dict | None) -> str:
+    if not info:
+        return "-"
+    return (f"{info['total_mb']:.0f} total over {info['processes']} processes "
+            f"(largest {info['max_mb']:.0f})")
