@@ -145,6 +145,10 @@ else:
 # --- Celery ---------------------------------------------------------------------------------
 BROKER_DIR = VAR_DIR / (f"broker-{XDIST_WORKER}" if XDIST_WORKER else "broker")
 CELERY_BROKER_URL = _isolated_redis(os.environ.get("CELERY_BROKER_URL", "stepwisefs://"))
+if XDIST_INDEX >= 0 and os.environ.get("CELERY_BROKER_URL"):
+    # Celery prefers the CELERY_BROKER_URL environment variable to this setting; under xdist
+    # it must name the isolated database too, or parallel test workers share their queues.
+    os.environ["CELERY_BROKER_URL"] = CELERY_BROKER_URL
 if CELERY_BROKER_URL.startswith(("filesystem://", "stepwisefs://")):
     for sub in ("queue", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
