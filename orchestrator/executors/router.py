@@ -23,10 +23,11 @@ def choose(spec: dict, step_input: dict) -> dict:
             score = evaluate_expression(spec["score"], step_input)
             if isinstance(score, bool) or not isinstance(score, int | float):
                 raise StepError("validation", f"score must be a number, got {score!r}")
-            for route in spec["routes"]:
-                if score >= route["min"]:
-                    return {"route": route["name"], "score": score}
-            return {"route": spec["default"]["name"], "score": score}
+            # The route with the highest threshold the score reaches, whatever the order
+            # the routes are written in.
+            reached = [r for r in spec["routes"] if score >= r["min"]]
+            best = max(reached, key=lambda r: r["min"], default=spec["default"])
+            return {"route": best["name"], "score": score}
         for route in spec["routes"]:
             if evaluate_expression(route["when"], step_input) is True:
                 return {"route": route["name"]}
