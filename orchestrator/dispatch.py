@@ -2,8 +2,17 @@
 
 Every function here registers a `transaction.on_commit` callback; nothing is sent if the
 transaction rolls back, and a message is only ever a reference (ids), never state.
+
+Sending is best effort: if the broker is down, the error is logged and the caller goes on,
+because what was decided is already committed. Every message has a backstop in the reaper's
+sweep of persisted state (queued steps, due retries, waiting maps and parents, compensating
+runs), so a message that was never sent is sent again once the broker is back.
 """
+from functools import partial
+
 from django.db import transaction
+
+after_commit = partial(transaction.on_commit, robust=True)
 
 
 def queue_for(spec: dict) -> str:
@@ -22,14 +31,14 @@ def queue_for(spec: dict) -> str:
 def step_dispatch_on_commit(step_id: int, queue: str) -> None:
     from .tasks import execute_step
 
-    transaction.on_commit(lambda: execute_step.apply_async((step_id,), queue=queue))
+    after_commit(lambda: execute_step.apply_async((step_id,), queue=queue))
 
 
 def retry_due_on_commit(step_id: int, delay_s: float) -> None:
     """A short retry delay may wait in the broker; the reaper's sweep is the backstop."""
     from .tasks import retry_due
 
-    transaction.on_commit(
+    after_commit(
         lambda: retry_due.apply_async((step_id,), countdown=delay_s, queue="orchestrator")
     )
 
@@ -44,14 +53,14 @@ def map_dispatch_on_commit(step_id: int, indexes: list[int], item_queue: str) ->
         header = [map_item.si(step_id, i).set(queue=item_queue) for i in indexes]
         chord(header)(map_join.si(step_id).set(queue="orchestrator"))
 
-    transaction.on_commit(send)
+    after_commit(send)
 
 
 def map_items_redispatch_on_commit(step_id: int, indexes: list[int], item_queue: str) -> None:
     """Re-send lost item tasks without a chord; the reaper joins when they are all done."""
     from .tasks import map_item
 
-    transaction.on_commit(
+    after_commit(
         lambda: [map_item.apply_async((step_id, i), queue=item_queue) for i in indexes]
     )
 
@@ -59,10 +68,11 @@ def map_items_redispatch_on_commit(step_id: int, indexes: list[int], item_queue:
 def child_finished_on_commit(parent_step_id: int) -> None:
     from .tasks import child_finished
 
-    transaction.on_commit(lambda: child_finished.apply_async((parent_step_id,), queue="orchestrator"))
+    after_commit(lambda: child_finished.apply_async((parent_step_id,), queue="orchestrator"))
 
 
-def compensate_on_commit(run_id) -> None:
+def compensate_on_commit(run_id, delay_s: float = 0) -> None:
     from .tasks import compensate_run
 
-    transaction.on_commit(lambda: compensate_run.apply_async((str(run_id),), queue="tools"))
+    after_commit(lambda: compensate_run.apply_async((str(run_id),), countdown=delay_s or None,
+                                                    queue="tools"))
