@@ -361,6 +361,13 @@ def shared_format_schema() -> dict:
             "properties": {
                 "tool": {"type": "string", "description": "A registered tool name."},
                 "params": {"type": "object", "default": {}, "description": "Templated parameters."},
+                "retry": {
+                    **_ref("retry"),
+                    "description": (
+                        "How a failed compensation is retried before the run is left "
+                        "compensation_failed; defaults to the step's own retry policy."
+                    ),
+                },
             },
         },
         "scripted_reply": {

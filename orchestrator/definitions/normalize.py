@@ -81,6 +81,10 @@ def _fill_body(body: dict) -> None:
         body.setdefault("side_effect", False)
         if "compensate" in body:
             body["compensate"].setdefault("params", {})
+            # Undoing calls the same remote as doing: by default it retries the same way.
+            compensation_retry = body["compensate"].setdefault("retry", copy.deepcopy(retry))
+            for key, value in retry.items():
+                compensation_retry.setdefault(key, copy.deepcopy(value))
 
 
 def _fill_proposal(proposal: dict) -> None:

@@ -4,19 +4,22 @@ Each completed side-effecting step may declare `compensate: {tool, params}`; its
 templates over the step's input and its own output (`steps.<its name>.output`). Compensation is a
 new business action, not a rollback: it goes through the effect ledger under its own stable key
 (run, step, "compensate"), so a crash or a redelivery never compensates twice, and each one is
-recorded. A compensation that fails leaves the run `compensation_failed`, visible for a person.
+recorded. A compensation whose error its `retry` policy (by default the step's) allows is tried
+again later, the run still `compensating`; one that fails for good leaves the run
+`compensation_failed`, visible for a person.
 """
 from django.db import transaction
 from jsonschema import Draft202012Validator
 
 from audit.services import external_call_authorize
 
+from ..clock import now
 from ..definitions import TemplateError, render_value
-from ..dispatch import child_finished_on_commit
+from ..dispatch import child_finished_on_commit, compensate_on_commit
 from ..events import event_record
 from ..executors import ExecContext
 from ..models import Effect, Run, RunState, StepRun, StepState
-from ..retry import StepError
+from ..retry import StepError, retry_at
 from ..tools.registry import ToolContext, get_tool
 from .advance import lock_run
 from .effects import effect_perform
@@ -39,10 +42,15 @@ def run_compensate(*, run_id) -> bool:
         return False
     _, graph = definition_of(run)
     for step in compensable_steps(run, graph):
+        action = graph.steps[step.name]["compensate"]
         try:
-            _compensate_one(run, step, graph.steps[step.name]["compensate"])
+            _compensate_one(run, step, action)
         except StepError as error:
-            _end(run.id, failure={"step": step.name, **error.as_dict()})
+            again = _retry_at(run, step, action, error)
+            if again:
+                _retry_later(run.id, step, error, again)
+            else:
+                _end(run.id, failure={"step": step.name, **error.as_dict()})
             return True
         except Exception as exc:  # a bug must not leave the run compensating forever
             _end(run.id, failure={"step": step.name, "class": "permanent",
@@ -73,6 +81,26 @@ def _compensate_one(run: Run, step: StepRun, action: dict) -> None:
         return tool.fn(params, ctx)
 
     effect_perform(step=step, key=key, tool=tool, action="compensate", call=call)
+
+
+def _retry_at(run: Run, step: StepRun, action: dict, error: StepError):
+    """When to try this compensation again, or None: its policy, over the ledger's attempts."""
+    key = idempotency_key_for(run, step.name, "compensate")
+    attempts = Effect.objects.filter(key=key).values_list("attempts", flat=True).first() or 1
+    return retry_at(action["retry"], attempts=attempts, error=error, at=now())
+
+
+def _retry_later(run_id, step: StepRun, error: StepError, at) -> None:
+    """Keep the run compensating and send it again when due (the reaper's sweep is the backstop)."""
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if run.state != RunState.COMPENSATING:
+            return
+        run.progressed_at = now()
+        run.save(update_fields=["progressed_at"])
+        event_record(run=run, kind="run.compensation_retrying", actor="service:compensation",
+                     payload={"step": step.name, "error": error.as_dict(), "at": at.isoformat()})
+        compensate_on_commit(run.id, delay_s=max((at - now()).total_seconds(), 0))
 
 
 def _context(step: StepRun) -> dict:

@@ -86,13 +86,27 @@ def test_type_specific_defaults_are_filled(routing_workflow):
     assert item["description"] == ""
 
 
-def test_compensation_params_default_to_empty():
+def test_compensation_params_default_to_empty_and_its_retry_to_the_steps():
     doc = {
         "name": "comp",
         "input_schema": {},
-        "steps": [{"name": "pay", "type": "tool", "tool": "pay", "compensate": {"tool": "refund"}}],
+        "steps": [{"name": "pay", "type": "tool", "tool": "pay", "retry": {"max_attempts": 4},
+                   "compensate": {"tool": "refund"}}],
     }
-    assert normalize_definition(doc)["steps"][0]["compensate"] == {"tool": "refund", "params": {}}
+    step = normalize_definition(doc)["steps"][0]
+    assert step["compensate"] == {"tool": "refund", "params": {}, "retry": step["retry"]}
+    assert step["compensate"]["retry"]["max_attempts"] == 4
+
+
+def test_a_compensations_own_retry_keeps_what_it_sets_and_takes_the_rest_from_the_step():
+    doc = {
+        "name": "comp",
+        "input_schema": {},
+        "steps": [{"name": "pay", "type": "tool", "tool": "pay", "retry": {"max_attempts": 4, "base_s": 7},
+                   "compensate": {"tool": "refund", "retry": {"max_attempts": 9}}}],
+    }
+    retry = normalize_definition(doc)["steps"][0]["compensate"]["retry"]
+    assert (retry["max_attempts"], retry["base_s"]) == (9, 7)
 
 
 def test_normalization_does_not_mutate_its_input(support_workflow):

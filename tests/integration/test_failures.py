@@ -109,6 +109,25 @@ def test_failed_run_compensates_its_effects_newest_first(workers, team, compensa
             assert {e.step.name for e in compensations} == {"reserve", "hold"}
 
 
+def test_a_compensation_that_fails_transiently_is_retried_under_its_policy(workers, team):
+    with HttpSink() as sink:
+        sink.fail_next(1, 400, path="/charge")
+        sink.fail_next(2, 503, path="/release")
+        release = {"tool": "http.request", "params": {"method": "POST", "url": f"{sink.url}/release"}}
+        version, _ = workflow_save(team=team, definition={
+            "name": "flaky-undo", "input_schema": {"type": "object"}, "steps": [
+                post("reserve", f"{sink.url}/reserve", compensate=release,
+                     retry={"max_attempts": 3, "base_s": 0.1, "max_s": 0.2, "jitter": False}),
+                post("charge", f"{sink.url}/charge", after=["reserve"])]})
+        run = wait_for_run(run_start(version=version, input={}).id,
+                           states=("failed", "compensation_failed", "completed"))
+        assert run.state == "failed", run.error
+        assert [r["path"] for r in sink.requests].count("/release") == 3
+        assert sink.effects[f"{run.id}:reserve:compensate"] == 1
+        kinds = list(run.events.filter(kind__startswith="run.compensat").values_list("kind", flat=True))
+        assert kinds == ["run.compensating", "run.compensation_retrying", "run.compensation_retrying"]
+
+
 def test_step_of_a_killed_worker_is_retried_when_its_lease_expires(workers, team):
     version, _ = workflow_save(team=team, definition={
         "name": "long-think", "input_schema": {"type": "object"}, "steps": [{
