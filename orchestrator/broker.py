@@ -1,19 +1,30 @@
-"""The embedded broker: Kombu's filesystem transport, made safe for several processes.
+"""Broker transports: Kombu's, with two fixes for failures the fault suite found.
 
-Kombu's filesystem transport creates a message file and then writes into it, so a consumer
-in another process can pick the file up while it is still empty and crash on the JSON
-("Unrecoverable error: JSONDecodeError"). Here a message is written to a staging folder and
-moved into the queue folder with an atomic rename, so a consumer only ever sees whole
-messages. Registered as the `stepwisefs://` transport; everything else is Kombu's.
+The embedded broker (`stepwisefs://`): Kombu's filesystem transport creates a message file and
+then writes into it, so a consumer in another process can pick the file up while it is still
+empty and crash on the JSON ("Unrecoverable error: JSONDecodeError"). Here a message is written
+to a staging folder and moved into the queue folder with an atomic rename, so a consumer only
+ever sees whole messages.
+
+Redis (`redis://`, used through the CELERY_BROKER_TRANSPORT setting): when the broker goes
+away while a task is unacknowledged, Celery's consumer lets go of the connection and then
+closes it; closing tries to restore the unacknowledged messages over the connection it no
+longer has and dies with "Unrecoverable error: AttributeError ... 'hostname'", taking the
+whole worker down. Here that restore is skipped instead: the messages stay in Redis's
+unacknowledged set (restored after the visibility timeout), the reaper re-sends anything the
+database says is still owed, and the worker reconnects.
 """
+import logging
 import os
 import uuid
 from time import monotonic
 
 from kombu.exceptions import ChannelError
-from kombu.transport import TRANSPORT_ALIASES, filesystem
+from kombu.transport import TRANSPORT_ALIASES, filesystem, redis
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
+
+log = logging.getLogger(__name__)
 
 
 class Channel(filesystem.Channel):
@@ -36,3 +47,21 @@ class Transport(filesystem.Transport):
 
 
 TRANSPORT_ALIASES["stepwisefs"] = "orchestrator.broker:Transport"
+
+
+class RedisQoS(redis.QoS):
+    def restore_unacked(self, client=None):
+        if client is None and self.channel.connection.client is None:
+            log.warning("broker connection already closed: %d unacknowledged message(s) left "
+                        "to the visibility timeout and the reaper", len(self._delivered))
+            self._delivered.clear()
+            return
+        return super().restore_unacked(client)
+
+
+class RedisChannel(redis.Channel):
+    QoS = RedisQoS
+
+
+class RedisTransport(redis.Transport):
+    Channel = RedisChannel

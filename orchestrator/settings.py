@@ -161,6 +161,8 @@ if CELERY_BROKER_URL.startswith(("filesystem://", "stepwisefs://")):
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+if CELERY_BROKER_URL.startswith("redis://"):
+    CELERY_BROKER_TRANSPORT = "orchestrator.broker:RedisTransport"  # survives a broker restart
 CELERY_RESULT_BACKEND = os.environ.get(
     "CELERY_RESULT_BACKEND", REDIS_URL if REDIS_URL else "django-db"
 )
