@@ -8,7 +8,9 @@ recorded. A compensation whose error its `retry` policy (by default the step's) 
 again later, the run still `compensating`; one that fails for good leaves the run
 `compensation_failed`, visible for a person.
 """
-from django.db import transaction
+import kombu.exceptions
+import redis.exceptions
+from django.db import InterfaceError, OperationalError, transaction
 from jsonschema import Draft202012Validator
 
 from audit.services import external_call_authorize
@@ -25,6 +27,11 @@ from .advance import lock_run
 from .effects import effect_perform
 from .steps import idempotency_key_for
 from .versions import definition_of, runs_with_version
+
+# Infrastructure failing under a compensation (a database restart, a broker or cache outage)
+# says nothing about the compensation itself, which is tried again.
+OUTAGES = (OperationalError, InterfaceError, kombu.exceptions.OperationalError,
+           redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
 def compensable_steps(run: Run, graph) -> list[StepRun]:
@@ -52,6 +59,8 @@ def run_compensate(*, run_id) -> bool:
             else:
                 _end(run.id, failure={"step": step.name, **error.as_dict()})
             return True
+        except OUTAGES:
+            raise  # the database or the broker failed, not the compensation: the reaper re-sends
         except Exception as exc:  # a bug must not leave the run compensating forever
             _end(run.id, failure={"step": step.name, "class": "permanent",
                                   "message": f"{type(exc).__name__}: {exc}"})
