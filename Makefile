@@ -25,8 +25,9 @@ run: install
 
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/pytest -n 2 --dist loadfile -q -m "not ledger_prefix"
+	$(BIN)/pytest -n 2 --dist loadfile -q -m "not ledger_prefix and not restarts_services"
 	$(BIN)/pytest -p no:xdist -q -m ledger_prefix
+	$(BIN)/pytest -p no:xdist -q -m restarts_services
 
 lint: install
 	$(BIN)/ruff check .

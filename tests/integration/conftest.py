@@ -46,17 +46,19 @@ class WorkerGroup:
         self.env = env or {}
         self.proc: subprocess.Popen | None = None
         self.log = Path(settings.VAR_DIR) / f"itest-worker-{name}.log"
+        self.log.unlink(missing_ok=True)  # one log per test session, restarts included
 
     def start(self) -> None:
         cmd = [sys.executable, "-m", "celery", "-A", "orchestrator", "worker", "-Q", self.queues,
                "-c", "2", "-P", "prefork", "--without-mingle", "--without-gossip",
                "--without-heartbeat", "-n", f"{self.name}@%h", "-l", "info"]
+        started = self.log.stat().st_size if self.log.exists() else 0  # restarts append
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**worker_env(), **self.env},
-                                     stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+                                     stdout=self.log.open("a"), stderr=subprocess.STDOUT,
                                      start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if "ready." in self.log.read_text():
+            if "ready." in self.log.read_text()[started:]:
                 return
             if self.proc.poll() is not None:
                 raise RuntimeError(f"worker exited: {self.log.read_text()[-3000:]}")

@@ -1,7 +1,8 @@
 """A real local HTTP server standing in for the outside world in tests.
 
 It counts requests by Idempotency-Key and can be told to fail the first N requests with a
-status (e.g. 500 or 429 with Retry-After), so tests see what a remote API would see.
+status (e.g. 500 or 429 with Retry-After), or to refuse every request to a path, so tests see
+what a remote API would see.
 """
 import json
 import threading
@@ -18,6 +19,8 @@ class HttpSink:
         self.failures: list[tuple[int, dict, str | None]] = []  # (status, headers, path)
         self.delay_s = 0.0  # how long the remote takes before it acts
         self.arrived = 0  # requests received, including those still being handled
+        self.arrivals: Counter = Counter()  # the same, by path
+        self.refused: dict[str, int] = {}  # path -> the status every request to it gets
         self._lock = threading.Lock()
         sink = self
 
@@ -31,6 +34,7 @@ class HttpSink:
                 key = self.headers.get("Idempotency-Key", "")
                 with sink._lock:
                     sink.arrived += 1
+                    sink.arrivals[self.path] += 1
                 if sink.delay_s:
                     time.sleep(sink.delay_s)
                 with sink._lock:
@@ -65,7 +69,13 @@ class HttpSink:
         """Answer the next `count` requests (to `path`, if given) with `status`."""
         self.failures.extend([(status, headers or {}, path)] * count)
 
+    def refuse(self, path: str, status: int) -> None:
+        """Answer every request to `path` with `status` (e.g. 422: a permanent refusal)."""
+        self.refused[path] = status
+
     def _next_outcome(self, path: str) -> tuple[int, dict]:
+        if path in self.refused:
+            return self.refused[path], {}
         for i, (status, headers, only) in enumerate(self.failures):
             if only is None or only == path:
                 del self.failures[i]
