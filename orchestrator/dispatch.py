@@ -12,6 +12,8 @@ from functools import partial
 
 from django.db import transaction
 
+from .definitions import calls_model
+
 after_commit = partial(transaction.on_commit, robust=True)
 
 
@@ -21,7 +23,7 @@ def queue_for(spec: dict) -> str:
     A router that asks a model (strategy: llm) runs where that model's calls run, so a slow
     model never holds up the orchestrator queue.
     """
-    if spec["type"] == "agent" or (spec["type"] == "router" and spec.get("strategy") == "llm"):
+    if calls_model(spec):
         return f"agent.{spec['model']}"
     if spec["type"] == "tool":
         return "tools"

@@ -17,12 +17,14 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.cache import cache
 
+from .definitions import calls_model
+
 TRANSIENT = frozenset({"transient", "timeout", "rate_limit"})
 
 
 def dependency_of(spec: dict) -> str:
     """The shared resource a step calls: its model or its tool."""
-    if spec["type"] == "agent" or (spec["type"] == "router" and spec.get("strategy") == "llm"):
+    if calls_model(spec):
         return f"model:{spec['model']}"
     if spec["type"] == "tool":
         url = str((spec.get("params") or {}).get("url", ""))

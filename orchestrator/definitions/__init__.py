@@ -3,7 +3,8 @@
 The public API the rest of Stepwise uses; import from here, not from the modules:
 
 * `parse_definition_text` (loader.py) - YAML/JSON text to a dict.
-* `definition_format_schema` (format.py) - the JSON Schema of the format.
+* `definition_format_schema`, `calls_model` (format.py) - the JSON Schema of the format; whether
+  a step asks a model.
 * `validate_definition` (validation.py) - every problem, each with its path.
 * `normalize_definition` (normalize.py) - a valid definition with defaults filled in.
 * `compile_expression`, `evaluate_expression`, `expression_roots`, `referenced_steps`
@@ -20,7 +21,7 @@ from .expressions import (
     expression_roots,
     referenced_steps,
 )
-from .format import definition_format_schema
+from .format import calls_model, definition_format_schema
 from .loader import parse_definition_text
 from .normalize import normalize_definition
 from .problems import DefinitionInvalid, Problem
@@ -32,6 +33,7 @@ __all__ = [
     "ExpressionError",
     "Problem",
     "TemplateError",
+    "calls_model",
     "compile_expression",
     "compile_template",
     "definition_format_schema",

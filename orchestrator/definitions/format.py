@@ -26,6 +26,11 @@ JOIN_CHOICES = ("all", "any")
 BACKOFF_CHOICES = ("exponential", "linear", "fixed")
 ROUTER_STRATEGIES = ("rules", "score", "llm")
 MERGE_STRATEGIES = ("list", "dict_merge", "first_success")
+
+
+def calls_model(spec: dict) -> bool:
+    """Whether a step (or map item body) asks a model: an agent, or a router with strategy llm."""
+    return spec["type"] == "agent" or (spec["type"] == "router" and spec.get("strategy") == "llm")
 RETRYABLE_ERRORS = ("timeout", "rate_limit", "transient", "invalid_output")
 SCRIPTED_ERRORS = (*RETRYABLE_ERRORS, "auth", "permanent")
 RISK_TIERS = ("low", "medium", "high", "critical")
