@@ -3,7 +3,8 @@ one effect per logical action and every run in a consistent state.
 
 Each iteration starts two kinds of runs against a local HTTP sink that counts effects by
 idempotency key:
-- checkout: prepare → pay (HTTP, side effect) → notify (email, side effect); ends `completed`;
+- checkout: prepare → quote (a map over three lines: fan-out, fan-in) → pay (HTTP, side
+  effect) → notify (email, side effect); ends `completed`;
 - saga: prepare → pay (compensated by a refund) → ship, which the remote refuses; the run
   compensates and ends `failed`, or `compensation_failed` when the remote refuses the refund too.
 Then it SIGKILLs the worker group before, during or after the payment, or during a refund;
@@ -27,11 +28,11 @@ import pytest
 from django.conf import settings as django_settings
 
 from examples.tools import outbox_path
-from orchestrator.models import Effect, Event, Run, StepRun
+from orchestrator.models import Effect, Event, MapItem, Run, StepRun
 from orchestrator.services import reaper
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
-from orchestrator.tasks import compensate_run, execute_step
+from orchestrator.tasks import compensate_run, execute_step, map_item, map_join
 from tests.support import services
 from tests.support.http_sink import HttpSink
 
@@ -49,9 +50,13 @@ RETRY = {"max_attempts": 6, "base_s": 0.2, "max_s": 1, "jitter": True}
 def checkout(sink_url: str) -> dict:
     return {"name": "checkout", "input_schema": {"type": "object", "required": ["order"]}, "steps": [
         {"name": "prepare", "type": "tool", "tool": "core.echo", "params": {"order": "{{ input.order }}"}},
-        {"name": "pay", "type": "tool", "tool": "http.request", "side_effect": True, "after": ["prepare"],
+        # A fan-out and fan-in (a chord, whose state a Redis restart loses) before the payment.
+        # An item claimed by a killed worker is presumed dead after the item's timeout_s.
+        {"name": "quote", "type": "map", "after": ["prepare"], "over": "input.lines",
+         "item": {"type": "tool", "tool": "core.echo", "timeout_s": 3, "params": {"line": "{{ item }}"}}},
+        {"name": "pay", "type": "tool", "tool": "http.request", "side_effect": True, "after": ["quote"],
          "retry": RETRY, "params": {"method": "POST", "url": f"{sink_url}/pay",
-                                    "json": {"order": "{{ input.order }}"}}},
+                                    "json": {"order": "{{ input.order }}", "lines": "{{ steps.quote.output | length }}"}}},
         {"name": "notify", "type": "tool", "tool": "email.send", "side_effect": True, "after": ["pay"],
          "retry": RETRY, "params": {"to": "buyer@example.com", "subject": "Paid",
                                     "body": "order {{ input.order }}"}},
@@ -78,6 +83,8 @@ def redeliver_everything(runs: list[Run], rng: random.Random) -> int:
     """Send every run's messages again, in random order (the broker may replay anything)."""
     messages = [(execute_step, (step_id,), queue or "tools") for step_id, queue in
                 StepRun.objects.filter(run__in=runs).values_list("id", "queue")]
+    for step_id, index in MapItem.objects.filter(step__run__in=runs).values_list("step_id", "index"):
+        messages += [(map_item, (step_id, index), "tools"), (map_join, (step_id,), "orchestrator")]
     messages += [(compensate_run, (str(run.id),), "tools") for run in runs if run.version.workflow.name == "saga"]
     rng.shuffle(messages)
     for task, args, queue in messages:
@@ -135,7 +142,8 @@ class Iteration:
     def start_runs(self) -> None:
         refused = self.rng.randrange(2)  # which of the two sagas the remote refuses to refund
         for i in range(2):
-            self.runs.append(run_start(version=self.versions["checkout"], input={"order": f"c-{self.number}-{i}"}))
+            self.runs.append(run_start(version=self.versions["checkout"], input={
+                "order": f"c-{self.number}-{i}", "lines": ["a", "b", "c"]}))
         for i in range(2):
             self.runs.append(run_start(version=self.versions["saga"], input={
                 "order": f"s-{self.number}-{i}", "refund": "refund-refused" if i == refused else "refund"}))
@@ -220,6 +228,10 @@ def test_crashes_restarts_and_duplicates_never_lose_a_run_nor_repeat_an_effect(w
         wrong = [run for run in all_runs if states[run.id] != expected[run.id]]
         assert not wrong, (describe(wrong), list(Effect.objects.filter(run__in=wrong).values_list(
             "key", "status", "attempts", "error")))
+
+        # Every fan-out joined with all its items, in order, whatever was lost.
+        quotes = StepRun.objects.filter(run__in=checkouts, name="quote").values_list("output", flat=True)
+        assert list(quotes) == [[{"line": x} for x in "abc"]] * len(checkouts)
 
         # Exactly one payment per run, one refund per refunded saga, nothing shipped.
         pay_keys = {f"{rid}:pay:default" for rid in ids}
