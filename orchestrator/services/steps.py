@@ -96,9 +96,13 @@ def step_spec(*, step_id: int) -> dict:
 
 
 def _locked_step(step_id: int) -> tuple[Run, StepRun]:
-    """The step and its run, with the run row locked (the order every service locks in)."""
+    """The step and its run, with the run row locked (the order every service locks in).
+
+    The step's input (every upstream output it reads) is left unloaded: nothing here changes
+    it, and a save then leaves it out of the UPDATE instead of writing it back whole.
+    """
     run = runs_with_version().select_for_update(of=("self",), no_key=True).get(steps__id=step_id)
-    return run, StepRun.objects.get(id=step_id)
+    return run, StepRun.objects.defer("input").get(id=step_id)
 
 
 def _charge(run: Run, step: StepRun, usage: Usage) -> None:

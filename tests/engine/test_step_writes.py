@@ -1,0 +1,44 @@
+"""Finishing a step writes what changed, not the step's whole input back."""
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from orchestrator.retry import StepError
+from orchestrator.services.runs import run_start
+from orchestrator.services.steps import Usage, step_claim, step_fail, step_succeed
+from orchestrator.services.workflows import workflow_save
+
+BIG = "x" * 20_000
+
+
+@pytest.fixture
+def claimed(team):
+    version, _ = workflow_save(team=team, definition={
+        "name": "writes", "input_schema": {"type": "object"}, "steps": [
+            {"name": "a", "type": "tool", "tool": "core.echo", "params": {"text": "{{ input.big }}"}},
+            {"name": "b", "type": "tool", "tool": "core.echo", "after": ["a"]}]})
+    run = run_start(version=version, input={"big": BIG})
+    step = run.steps.get(name="a")
+    assert BIG in str(step.input)
+    return step, step_claim(step_id=step.id, worker="w")
+
+
+def updates_of(step, queries) -> list[str]:
+    return [q["sql"] for q in queries if q["sql"].startswith("UPDATE")
+            and "orchestrator_steprun" in q["sql"] and f'"id" = {step.id}' in q["sql"]]
+
+
+@pytest.mark.parametrize("finish", ["succeed", "fail"])
+def test_finishing_a_step_leaves_its_input_out_of_the_update(claimed, finish):
+    step, claim = claimed
+    with CaptureQueriesContext(connection) as queries:
+        if finish == "succeed":
+            step_succeed(step_id=step.id, attempt=claim.attempt, output={"ok": True}, usage=Usage(), worker="w")
+        else:
+            step_fail(step_id=step.id, attempt=claim.attempt, error=StepError("permanent", "no"),
+                      usage=Usage(), worker="w")
+    updates = updates_of(step, queries)
+    assert updates, "the step was not updated"
+    assert not any(BIG in sql for sql in updates)
+    step.refresh_from_db()
+    assert BIG in str(step.input)
