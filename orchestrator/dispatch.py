@@ -58,6 +58,14 @@ def map_dispatch_on_commit(step_id: int, indexes: list[int], item_queue: str) ->
     after_commit(send)
 
 
+def map_item_dispatch_on_commit(step_id: int, index: int, item_queue: str, *, delay_s: float = 0) -> None:
+    """One item again, outside the chord (a retry the reaper decided); the reaper joins."""
+    from .tasks import map_item
+
+    after_commit(lambda: map_item.apply_async((step_id, index), queue=item_queue,
+                                              countdown=delay_s or None))
+
+
 def map_items_redispatch_on_commit(step_id: int, indexes: list[int], item_queue: str) -> None:
     """Re-send lost item tasks without a chord; the reaper joins when they are all done."""
     from .tasks import map_item

@@ -1,10 +1,11 @@
-"""The worker side of a lease: a heartbeat thread that renews the claim while a step runs.
+"""The worker side of a lease: a heartbeat thread that renews the claim while work runs.
 
-A step whose worker dies stops being renewed; the reaper sees the lease expire and retries
-the step under its policy. The heartbeat never extends a step past its own timeout: the
+A step (or map item) whose worker dies stops being renewed; the reaper sees the lease expire
+and retries it under its policy. The heartbeat never extends work past its own timeout: the
 timeout is a separate deadline the reaper enforces regardless of heartbeats.
 """
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 
 from django.conf import settings
@@ -15,20 +16,27 @@ from django.db import close_old_connections, connection
 def lease_heartbeat(*, step_id: int, attempt: int):
     from .services.steps import lease_extend
 
+    with heartbeat(lambda: lease_extend(step_id=step_id, attempt=attempt), name=f"lease-{step_id}"):
+        yield
+
+
+@contextmanager
+def heartbeat(renew: Callable[[], bool], *, name: str):
+    """Call `renew` every third of a lease until the block ends or `renew` returns False."""
     stop = threading.Event()
 
     def beat() -> None:
         try:
             while not stop.wait(settings.STEPWISE_LEASE_S / 3):
                 try:
-                    if not lease_extend(step_id=step_id, attempt=attempt):
-                        return  # the step moved on without us (timed out, cancelled)
+                    if not renew():
+                        return  # the work moved on without us (timed out, cancelled)
                 except Exception:  # the database may be restarting; try again next beat
                     close_old_connections()
         finally:
             connection.close()
 
-    thread = threading.Thread(target=beat, name=f"lease-{step_id}", daemon=True)
+    thread = threading.Thread(target=beat, name=name, daemon=True)
     thread.start()
     try:
         yield

@@ -401,13 +401,23 @@ class StepAttempt(models.Model):
 
 
 class MapItem(models.Model):
-    """One item of a map step's fan-out; its result is persisted before the chord joins."""
+    """One item of a map step's fan-out; its result is persisted before the chord joins.
+
+    An item has the life of a small step: claimed under a lease its worker's heartbeat renews
+    (the run's max_parallel caps the leases held at once), retried under the item's `retry`
+    policy, and recovered by the reaper when its worker dies, it overruns its timeout_s, or its
+    message is lost.
+    """
 
     step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="map_items")
     index = models.PositiveIntegerField()
     item = models.JSONField(null=True)
-    # Set when a worker takes the item; the run's max_parallel caps the items taken at once.
-    claimed_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    claimed_at = models.DateTimeField(null=True, blank=True)  # when the current attempt began
+    lease_expires_at = models.DateTimeField(null=True, blank=True)  # set while an attempt runs
+    deadline_at = models.DateTimeField(null=True, blank=True)  # the running attempt's timeout
+    due_at = models.DateTimeField(default=now)  # when the next attempt may start
+    sent_at = models.DateTimeField(default=now)  # when the last message sent for it was to arrive
     done = models.BooleanField(default=False)
     output = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)

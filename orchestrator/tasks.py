@@ -36,10 +36,13 @@ def retry_due(step_id: int) -> None:
 @shared_task(name="orchestrator.tasks.map_item", ignore_result=False, bind=True, max_retries=None)
 def map_item(self, step_id: int, index: int) -> None:
     """One item of a map step. Its result is persisted; the chord only counts completions."""
-    if fanout.map_item_run(step_id=step_id, index=index) == fanout.DEFERRED:
+    outcome = fanout.map_item_run(step_id=step_id, index=index)
+    if outcome.verdict == fanout.DEFERRED:
         # Back of the queue (a retry keeps the chord waiting for this item), so other runs'
         # work interleaves with a large fan-out.
         raise self.retry(countdown=random.uniform(0.05, 0.25))
+    if outcome.verdict == fanout.RETRY:  # the item's retry policy, the chord still waiting
+        raise self.retry(countdown=outcome.delay_s)
 
 
 @shared_task(name="orchestrator.tasks.map_join")

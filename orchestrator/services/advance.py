@@ -132,7 +132,9 @@ def _start_map(run: Run, step: StepRun, spec: dict, record) -> None:
         record(step, "step.completed", {"items": 0})
         return
     step.save()
-    MapItem.objects.bulk_create(MapItem(step=step, index=i, item=it) for i, it in enumerate(items))
+    at = now()
+    MapItem.objects.bulk_create(MapItem(step=step, index=i, item=it, due_at=at, sent_at=at)
+                                for i, it in enumerate(items))
     record(step, "step.waiting", {"for": "map", "items": len(items)})
     map_dispatch_on_commit(step.id, list(range(len(items))), queue_for(spec["item"]))
 

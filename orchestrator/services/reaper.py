@@ -1,7 +1,7 @@
 """The reaper: a periodic sweep (Celery beat) over persisted state.
 
-It enforces what no stuck worker can: step timeouts, expired leases, due retries, lost
-messages, lost chord callbacks, finished children, approval deadlines, and flags runs that
+It enforces what no stuck worker can: step and map item timeouts, expired leases, due retries,
+lost messages, lost chord callbacks, finished children, approval deadlines, and flags runs that
 stopped moving. Every action goes through the same service a worker would call, so a sweep
 racing a worker is harmless: one of them finds the state already moved and does nothing.
 """
@@ -12,11 +12,10 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from ..clock import now
-from ..dispatch import compensate_on_commit, map_items_redispatch_on_commit, queue_for
+from ..dispatch import compensate_on_commit
 from ..events import event_record
-from ..models import RUN_LIVE, Event, Run, RunState, StepRun, StepState
+from ..models import RUN_LIVE, Event, MapItem, Run, RunState, StepRun, StepState
 from . import fanout, runs, steps
-from .versions import definition_of, runs_with_version
 
 BATCH = 200
 STUCK_AFTER = timedelta(minutes=5)
@@ -51,16 +50,12 @@ def _ids(**filters) -> list[int]:
 
 
 def _sweep_maps(stale, report: dict) -> None:
-    for step in StepRun.objects.filter(kind="map", state=StepState.WAITING)[:BATCH]:
-        pending = list(step.map_items.filter(done=False).values_list("index", flat=True))
-        if not pending:
-            report["joined"] += fanout.map_join(step_id=step.id, actor="service:reaper")
-        elif step.started_at and step.started_at < stale:
-            run = runs_with_version().get(id=step.run_id)
-            _, graph = definition_of(run)
-            with transaction.atomic():
-                map_items_redispatch_on_commit(step.id, pending, queue_for(graph.steps[step.name]["item"]))
-            report["items_resent"] += len(pending)
+    """Join a map whose chord callback was lost; recover items that died, overran or went missing."""
+    for step_id in _ids(kind="map", state=StepState.WAITING):
+        if MapItem.objects.filter(step_id=step_id, done=False).exists():
+            report["items_resent"] += fanout.map_items_recover(step_id=step_id, stale_before=stale)
+        else:
+            report["joined"] += fanout.map_join(step_id=step_id, actor="service:reaper")
 
 
 def _sweep_compensations(stale, report: dict) -> None:

@@ -184,6 +184,23 @@ def test_a_failing_dependency_stops_being_called_once_its_breaker_opens(workers,
         assert all(e.startswith("circuit open for tool:http.request:127.0.0.1") for e in errors[5:])
 
 
+def test_map_items_that_fail_transiently_are_retried_and_the_chord_joins_them(workers, team):
+    with HttpSink() as sink:
+        sink.fail_next(3, 503, path="/item")
+        version, _ = workflow_save(team=team, definition={
+            "name": "flaky-fan", "input_schema": {"type": "object"}, "steps": [{
+                "name": "each", "type": "map", "over": "input.items", "item": {
+                    "type": "tool", "tool": "http.request",
+                    "retry": {"max_attempts": 3, "base_s": 0.1, "max_s": 0.2, "jitter": False},
+                    "params": {"method": "POST", "url": f"{sink.url}/item", "json": {"n": "{{ item }}"}}}}]})
+        run = wait_for_run(run_start(version=version, input={"items": [1, 2, 3, 4]}).id,
+                           states=("completed", "failed"))
+        assert run.state == "completed", run.error
+        assert [o["status"] for o in run.steps.get().output] == [200] * 4
+        assert len(sink.requests) == 7
+        assert run.events.filter(kind="step.item_retrying").count() == 3
+
+
 def test_a_large_fan_out_does_not_starve_another_run(workers, team):
     big, _ = workflow_save(team=team, definition={
         "name": "big-fanout", "input_schema": {"type": "object"}, "max_parallel": 2,

@@ -51,9 +51,8 @@ def checkout(sink_url: str) -> dict:
     return {"name": "checkout", "input_schema": {"type": "object", "required": ["order"]}, "steps": [
         {"name": "prepare", "type": "tool", "tool": "core.echo", "params": {"order": "{{ input.order }}"}},
         # A fan-out and fan-in (a chord, whose state a Redis restart loses) before the payment.
-        # An item claimed by a killed worker is presumed dead after the item's timeout_s.
         {"name": "quote", "type": "map", "after": ["prepare"], "over": "input.lines",
-         "item": {"type": "tool", "tool": "core.echo", "timeout_s": 3, "params": {"line": "{{ item }}"}}},
+         "item": {"type": "tool", "tool": "core.echo", "params": {"line": "{{ item }}"}}},
         {"name": "pay", "type": "tool", "tool": "http.request", "side_effect": True, "after": ["quote"],
          "retry": RETRY, "params": {"method": "POST", "url": f"{sink_url}/pay",
                                     "json": {"order": "{{ input.order }}", "lines": "{{ steps.quote.output | length }}"}}},
@@ -254,6 +253,7 @@ def test_crashes_restarts_and_duplicates_never_lose_a_run_nor_repeat_an_effect(w
         totals["emails_sent"] = sum(emails.values())
         totals["attempts_lost"] = StepRun.objects.filter(run__in=all_runs, attempt_records__outcome="lost").count()
         totals["compensation_retries"] = Event.objects.filter(run__in=all_runs, kind="run.compensation_retrying").count()
+        totals["map_item_retries"] = Event.objects.filter(run__in=all_runs, kind="step.item_retrying").count()
     report = {"seed": seed, "broker": broker.kind,
               "database": django_settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1],
               **dict(sorted(totals.items()))}
