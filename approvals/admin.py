@@ -4,12 +4,11 @@ Requests are opened and decided only by `approvals.services`; the screens are re
 the "Approve selected" / "Reject selected" actions call `approval_grant` / `approval_reject`,
 the same services the API uses, one request at a time, reporting each refusal.
 """
-import json
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.utils.html import format_html
 
+from orchestrator.admin_display import badge_column, pretty_json
 from orchestrator.services.errors import NotAllowed
 
 from .models import ApprovalRequest
@@ -18,7 +17,7 @@ from .services import approval_grant, approval_reject, user_may_decide
 
 @admin.register(ApprovalRequest)
 class ApprovalRequestAdmin(admin.ModelAdmin):
-    list_display = ["id", "run", "step_name", "state", "approvers", "requested_at",
+    list_display = ["id", "run", "step_name", badge_column("state"), "approvers", "requested_at",
                     "deadline_at", "decided_by"]
     list_filter = ["state", "approvers"]
     list_select_related = ["run", "step", "decided_by"]
@@ -47,8 +46,7 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
 
     @admin.display(description="context")
     def context_pretty(self, approval: ApprovalRequest) -> str:
-        return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>',
-                           json.dumps(approval.context, indent=2, ensure_ascii=False, default=str))
+        return pretty_json(approval.context)
 
     @admin.action(description="Approve selected", permissions=["decide"])
     def approve_selected(self, request, queryset: QuerySet[ApprovalRequest]) -> None:

@@ -5,13 +5,14 @@ Who may look is `audit.access.can_read_ledger` (the `auditors` group and staff),
 model permissions. The timeline page (`…/auditentry/run/<run id>/`) explains one run from its
 entries alone (`audit.timeline`).
 """
-import json
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
+
+from orchestrator.admin_display import pretty_json
 
 from .access import can_read_ledger
 from .models import AuditEntry
@@ -55,11 +56,6 @@ class ActorFilter(TextInputFilter):
     def queryset(self, request, queryset):
         value = (self.value() or "").strip()
         return queryset.filter(actor__icontains=value) if value else queryset
-
-
-def pretty(value) -> str:
-    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>',
-                       json.dumps(value, indent=2, ensure_ascii=False))
 
 
 @admin.register(AuditEntry)
@@ -122,7 +118,7 @@ class AuditEntryAdmin(admin.ModelAdmin):
 
     @admin.display(description="payload (redacted)")
     def payload_pretty(self, entry: AuditEntry) -> str:
-        return pretty(entry.data)
+        return pretty_json(entry.data)
 
     @admin.display(description="integrity")
     def integrity(self, entry: AuditEntry) -> str:
@@ -146,7 +142,7 @@ class AuditEntryAdmin(admin.ModelAdmin):
             "opts": self.model._meta,
             "title": f"Run {run_id}: audit timeline",
             "timeline": timeline,
-            "input_pretty": pretty(timeline.input) if timeline.started else "",
-            "policy_pretty": pretty(timeline.policy) if timeline.started else "",
+            "input_pretty": pretty_json(timeline.input) if timeline.started else "",
+            "policy_pretty": pretty_json(timeline.policy) if timeline.started else "",
         }
         return TemplateResponse(request, "audit/run_timeline.html", context)

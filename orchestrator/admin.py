@@ -5,13 +5,13 @@ are read-only (no add, change or delete) and every state field is read-only. The
 operator can do here is what the API allows too: "Cancel selected runs" calls `run_cancel`,
 the same service the API and the reaper use.
 """
-import json
 
 from django.contrib import admin, messages
 from django.db.models import Max, QuerySet
 from django.urls import reverse
 from django.utils.html import format_html
 
+from .admin_display import badge_column, pretty_json
 from .models import (
     DeadLetter,
     Effect,
@@ -27,13 +27,6 @@ from .models import (
 from .services.deadletters import dead_letter_redrive, user_may_redrive
 from .services.errors import NotAllowed
 from .services.runs import run_cancel
-
-
-def pretty_json(value) -> str:
-    return format_html(
-        '<pre style="white-space: pre-wrap; margin: 0">{}</pre>',
-        json.dumps(value, indent=2, sort_keys=False, ensure_ascii=False, default=str),
-    )
 
 
 class ReadOnlyAdminMixin:
@@ -136,7 +129,7 @@ _RUN_FIELDS = ["id", "team", "version", "state", "trigger", "created_by", "idemp
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["id", "workflow", "version_number", "team", "state", "cost_usd", "created_at"]
+    list_display = ["id", "workflow", "version_number", "team", badge_column("state"), "cost_usd", "created_at"]
     list_filter = ["state", "version__workflow__name", "team"]
     list_select_related = ["team", "version__workflow"]
     search_fields = ["id", "idempotency_key", "version__workflow__name"]
@@ -201,7 +194,7 @@ class StepAttemptInline(ReadOnlyInline):
 
 @admin.register(StepRun)
 class StepRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["name", "run", "kind", "state", "attempts", "cost_usd", "started_at",
+    list_display = ["name", "run", "kind", badge_column("state"), "attempts", "cost_usd", "started_at",
                     "finished_at"]
     list_filter = ["state", "kind"]
     list_select_related = ["run"]
@@ -234,7 +227,7 @@ class WorkerHeartbeatAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Dead-lettered work. "Redrive selected" calls the same service as the API."""
 
-    list_display = ["id", "run", "step", "error_class", "attempts", "status", "created_at",
+    list_display = ["id", "run", "step", "error_class", "attempts", badge_column("status"), "created_at",
                     "redriven_by"]
     list_filter = ["status", "error_class", "created_at"]
     search_fields = ["run__id", "step__name", "trace_id", "error_message"]
@@ -265,6 +258,6 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class EffectAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The idempotency ledger of side effects: one row per logical action."""
 
-    list_display = ["key", "tool", "action", "status", "attempts", "started_at", "finished_at"]
+    list_display = ["key", "tool", "action", badge_column("status"), "attempts", "started_at", "finished_at"]
     list_filter = ["status", "action", "tool"]
     search_fields = ["key"]

@@ -116,3 +116,23 @@ def test_cancel_selected_runs_action_cancels_through_the_service(staff, gate):
     assert Run.objects.get(pk=gate.run_id).state in ("cancelled", "cancelling")
     gate.refresh_from_db()
     assert gate.state == "cancelled"
+
+
+def test_admin_pages_carry_stepwise_branding_links_and_stylesheet(staff, gate):
+    page = staff.get("/admin/").content.decode()
+    assert "Stepwise operations" in page
+    assert "stepwise/admin.css" in page
+    assert 'href="/admin/orchestrator/deadletter/"' in page and 'href="/api/v1/docs/"' in page
+
+
+def test_states_are_shown_as_badges_that_set_what_needs_a_person_apart(staff, gate):
+    runs = staff.get("/admin/orchestrator/run/").content.decode()
+    approvals = staff.get("/admin/approvals/approvalrequest/").content.decode()
+    assert '<span class="state-badge state-attention">waiting</span>' in runs
+    assert '<span class="state-badge state-attention">pending</span>' in approvals
+
+
+def test_the_admin_stylesheet_is_served(client):
+    from django.contrib.staticfiles import finders
+
+    assert finders.find("stepwise/admin.css")

@@ -1,0 +1,35 @@
+"""How the admin screens show values: JSON documents and states (styled by static/stepwise/admin.css)."""
+import json
+
+from django.contrib import admin
+from django.utils.html import format_html
+
+# Which colour a state is shown in: the ones that need a person stand out.
+STATE_TONES = {
+    "completed": "good", "approved": "good", "succeeded": "good",
+    "failed": "bad", "timed_out": "bad", "compensation_failed": "bad", "rejected": "bad",
+    "expired": "bad", "dead": "bad",
+    "waiting": "attention", "paused": "attention", "pending": "attention", "retrying": "attention",
+    "compensating": "attention", "cancelling": "attention",
+    "open": "attention",
+    "running": "busy", "queued": "busy", "started": "busy",
+}
+
+
+def pretty_json(value) -> str:
+    return format_html('<pre class="stepwise-json">{}</pre>',
+                       json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def state_badge(state: str) -> str:
+    return format_html('<span class="state-badge state-{}">{}</span>',
+                       STATE_TONES.get(state, "quiet"), state.replace("_", " "))
+
+
+def badge_column(field: str):
+    """A list_display column showing `field` (a state or status) as a badge, sortable by it."""
+    @admin.display(description=field, ordering=field)
+    def column(obj) -> str:
+        return state_badge(getattr(obj, field))
+    column.__name__ = f"{field}_badge"
+    return column
