@@ -202,9 +202,8 @@ def test_crashes_restarts_and_duplicates_never_lose_a_run_nor_repeat_an_effect(w
                 sink.fail_next(1, 503, path="/refund")  # a transient refusal: retried
             iteration = Iteration(number, rng, sink, versions, totals)
             if iteration.service == "broker" and broker.kind == "redis" and number % 2:
-                broker.stop()  # runs start while the broker is down: their first message is lost
-                iteration.start_runs()
-                broker.start()
+                with broker.down():  # runs start while the broker is down: their first message is lost
+                    iteration.start_runs()
                 totals["runs_started_with_broker_down"] += len(iteration.runs)
                 totals["broker_restarts"] += 1
                 iteration.service = None

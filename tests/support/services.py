@@ -13,6 +13,7 @@ own (marker `restarts_services`), never beside other tests. What a restart means
 import shutil
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -64,6 +65,15 @@ class RedisBroker:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    @contextmanager
+    def down(self):
+        """The broker is stopped inside the block, and running again after it, whatever happens."""
+        self.stop()
+        try:
+            yield
+        finally:
+            self.start()
 
 
 class FilesystemBroker:
