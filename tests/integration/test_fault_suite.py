@@ -138,11 +138,17 @@ class Iteration:
         self.service = SERVICE_FAULTS[number % len(SERVICE_FAULTS)]
         self.runs: list[Run] = []
 
-    def start_runs(self) -> None:
+    def start_runs(self, api=None) -> None:
+        """Start the iteration's runs; with `api`, the first through the REST API, as a user would."""
         refused = self.rng.randrange(2)  # which of the two sagas the remote refuses to refund
         for i in range(2):
-            self.runs.append(run_start(version=self.versions["checkout"], input={
-                "order": f"c-{self.number}-{i}", "lines": ["a", "b", "c"]}))
+            checkout_input = {"order": f"c-{self.number}-{i}", "lines": ["a", "b", "c"]}
+            if api is not None and i == 0:
+                response = api.post("/api/v1/workflows/checkout/runs/", {"input": checkout_input}, format="json")
+                assert response.status_code == 202, response.content  # the broker's outage is not the caller's
+                self.runs.append(Run.objects.get(id=response.json()["id"]))
+            else:
+                self.runs.append(run_start(version=self.versions["checkout"], input=checkout_input))
         for i in range(2):
             self.runs.append(run_start(version=self.versions["saga"], input={
                 "order": f"s-{self.number}-{i}", "refund": "refund-refused" if i == refused else "refund"}))
@@ -179,7 +185,7 @@ class Iteration:
             self.totals["database_restarts"] += 1
 
 
-def test_crashes_restarts_and_duplicates_never_lose_a_run_nor_repeat_an_effect(workers, team, capsys, settings):
+def test_crashes_restarts_and_duplicates_never_lose_a_run_nor_repeat_an_effect(workers, team, api, capsys, settings):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         pytest.skip("restarts shared servers: run it alone, `pytest -p no:xdist -m restarts_services`")
     # A killed worker or a restarted broker loses the messages it held; the reaper re-sends a
@@ -203,7 +209,7 @@ def test_crashes_restarts_and_duplicates_never_lose_a_run_nor_repeat_an_effect(w
             iteration = Iteration(number, rng, sink, versions, totals)
             if iteration.service == "broker" and broker.kind == "redis" and number % 2:
                 with broker.down():  # runs start while the broker is down: their first message is lost
-                    iteration.start_runs()
+                    iteration.start_runs(api)
                 totals["runs_started_with_broker_down"] += len(iteration.runs)
                 totals["broker_restarts"] += 1
                 iteration.service = None
