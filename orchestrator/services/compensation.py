@@ -50,10 +50,12 @@ def run_compensate(*, run_id) -> bool:
     _, graph = definition_of(run)
     for step in compensable_steps(run, graph):
         action = graph.steps[step.name]["compensate"]
+        # Versions saved before compensations had a policy of their own retry as their step does.
+        policy = action.get("retry") or graph.steps[step.name]["retry"]
         try:
             _compensate_one(run, step, action)
         except StepError as error:
-            again = _retry_at(run, step, action, error)
+            again = _retry_at(run, step, policy, error)
             if again:
                 _retry_later(run.id, step, error, again)
             else:
@@ -92,11 +94,11 @@ def _compensate_one(run: Run, step: StepRun, action: dict) -> None:
     effect_perform(step=step, key=key, tool=tool, action="compensate", call=call)
 
 
-def _retry_at(run: Run, step: StepRun, action: dict, error: StepError):
+def _retry_at(run: Run, step: StepRun, policy: dict, error: StepError):
     """When to try this compensation again, or None: its policy, over the ledger's attempts."""
     key = idempotency_key_for(run, step.name, "compensate")
     attempts = Effect.objects.filter(key=key).values_list("attempts", flat=True).first() or 1
-    return retry_at(action["retry"], attempts=attempts, error=error, at=now())
+    return retry_at(policy, attempts=attempts, error=error, at=now())
 
 
 def _retry_later(run_id, step: StepRun, error: StepError, at) -> None:

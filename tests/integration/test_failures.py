@@ -5,7 +5,7 @@ import time
 import pytest
 from django.contrib.auth.models import Permission
 
-from orchestrator.models import DeadLetter, Effect, Run, StepRun
+from orchestrator.models import DeadLetter, Effect, Run, StepRun, WorkflowVersion
 from orchestrator.services import reaper
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
@@ -109,7 +109,9 @@ def test_failed_run_compensates_its_effects_newest_first(workers, team, compensa
             assert {e.step.name for e in compensations} == {"reserve", "hold"}
 
 
-def test_a_compensation_that_fails_transiently_is_retried_under_its_policy(workers, team):
+@pytest.mark.parametrize("saved_before_compensations_had_a_policy", [False, True])
+def test_a_compensation_that_fails_transiently_is_retried_under_its_policy(
+        workers, team, saved_before_compensations_had_a_policy):
     with HttpSink() as sink:
         sink.fail_next(1, 400, path="/charge")
         sink.fail_next(2, 503, path="/release")
@@ -119,6 +121,10 @@ def test_a_compensation_that_fails_transiently_is_retried_under_its_policy(worke
                 post("reserve", f"{sink.url}/reserve", compensate=release,
                      retry={"max_attempts": 3, "base_s": 0.1, "max_s": 0.2, "jitter": False}),
                 post("charge", f"{sink.url}/charge", after=["reserve"])]})
+        if saved_before_compensations_had_a_policy:  # its stored normalized form has none
+            normalized = version.normalized
+            del normalized["steps"][0]["compensate"]["retry"]
+            WorkflowVersion.objects.filter(id=version.id).update(normalized=normalized)
         run = wait_for_run(run_start(version=version, input={}).id,
                            states=("failed", "compensation_failed", "completed"))
         assert run.state == "failed", run.error
