@@ -8,7 +8,7 @@ the same services the API uses, one request at a time, reporting each refusal.
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 
-from orchestrator.admin_display import badge_column, pretty_json
+from orchestrator.admin_display import ReadOnlyAdminMixin, badge_column, pretty_json
 from orchestrator.services.errors import NotAllowed
 
 from .models import ApprovalRequest
@@ -16,7 +16,7 @@ from .services import approval_grant, approval_reject, user_may_decide
 
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(admin.ModelAdmin):
+class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["id", "run", "step_name", badge_column("state"), "approvers", "requested_at",
                     "deadline_at", "decided_by"]
     list_filter = ["state", "approvers"]
@@ -27,15 +27,6 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
         "requested_at", "deadline_at", "decided_at", "decided_by", "note",
     ]
     actions = ["approve_selected", "reject_selected"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def has_decide_permission(self, request) -> bool:
         return request.user.has_perm("approvals.change_approvalrequest")

@@ -12,7 +12,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from orchestrator.admin_display import pretty_json
+from orchestrator.admin_display import ReadOnlyAdminMixin, pretty_json
 
 from .access import can_read_ledger
 from .models import AuditEntry
@@ -59,7 +59,7 @@ class ActorFilter(TextInputFilter):
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["sequence", "created_at", "actor", "action", "subject", "workflow",
                     "outcome", "run_link"]
     list_filter = [RunFilter, ActorFilter, "actor_kind", "action", "subject_type", "workflow",
@@ -78,16 +78,7 @@ class AuditEntryAdmin(admin.ModelAdmin):
         "hash", "integrity",
     ]
 
-    # --- read-only, for everyone ---------------------------------------------------------
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+    # --- read-only (ReadOnlyAdminMixin); visible to ledger readers only -------------------
 
     def has_view_permission(self, request, obj=None) -> bool:
         return can_read_ledger(request.user)

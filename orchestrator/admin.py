@@ -11,7 +11,7 @@ from django.db.models import Max, QuerySet
 from django.urls import reverse
 from django.utils.html import format_html
 
-from .admin_display import badge_column, pretty_json
+from .admin_display import ReadOnlyAdminMixin, badge_column, pretty_json
 from .models import (
     DeadLetter,
     Effect,
@@ -27,19 +27,6 @@ from .models import (
 from .services.deadletters import dead_letter_redrive, user_may_redrive
 from .services.errors import NotAllowed
 from .services.runs import run_cancel
-
-
-class ReadOnlyAdminMixin:
-    """Viewable by whoever has the view (or change) permission; never added, changed, deleted."""
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):

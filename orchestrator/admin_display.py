@@ -1,8 +1,26 @@
-"""How the admin screens show values: JSON documents and states (styled by static/stepwise/admin.css)."""
+"""What every admin screen shares: read-only access, and how JSON documents and states are shown
+(styled by static/stepwise/admin.css)."""
 import json
 
 from django.contrib import admin
 from django.utils.html import format_html
+
+
+class ReadOnlyAdminMixin:
+    """Viewable by whoever has the view (or change) permission; never added, changed, deleted.
+
+    Every change goes through a service, called by an admin action or the API.
+    """
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
 
 # Which colour a state is shown in: the ones that need a person stand out.
 STATE_TONES = {
