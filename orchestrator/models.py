@@ -106,6 +106,9 @@ class Run(ConcurrentTransitionMixin, models.Model):
                                        help_text="budget.max_duration_s after the start.")
     # Bumped by every change the scheduler makes; the reaper flags runs that stop moving.
     progressed_at = models.DateTimeField(default=now)
+    # Held (and renewed by a heartbeat) by the one worker compensating the run, so a duplicate
+    # compensate_run message never runs the same compensation beside it.
+    compensation_lease_until = models.DateTimeField(null=True, blank=True)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
     tokens_in = models.PositiveBigIntegerField(default=0)
     tokens_out = models.PositiveBigIntegerField(default=0)

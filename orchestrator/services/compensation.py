@@ -4,12 +4,17 @@ Each completed side-effecting step may declare `compensate: {tool, params}`; its
 templates over the step's input and its own output (`steps.<its name>.output`). Compensation is a
 new business action, not a rollback: it goes through the effect ledger under its own stable key
 (run, step, "compensate"), so a crash or a redelivery never compensates twice, and each one is
-recorded. A compensation whose error its `retry` policy (by default the step's) allows is tried
-again later, the run still `compensating`; one that fails for good leaves the run
-`compensation_failed`, visible for a person.
+recorded. One worker at a time compensates a run, under a lease its heartbeat renews, so a
+duplicate message never runs a compensation beside another. A compensation whose error its
+`retry` policy (by default the step's) allows is tried again later, the run still
+`compensating`; one that fails for good leaves the run `compensation_failed`, visible for a
+person.
 """
+from datetime import timedelta
+
 import kombu.exceptions
 import redis.exceptions
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 from jsonschema import Draft202012Validator
 
@@ -20,6 +25,7 @@ from ..definitions import TemplateError, render_value
 from ..dispatch import child_finished_on_commit, compensate_on_commit
 from ..events import event_record
 from ..executors import ExecContext
+from ..leases import heartbeat
 from ..models import Effect, Run, RunState, StepRun, StepState
 from ..retry import StepError, retry_at
 from ..tools.registry import ToolContext, get_tool
@@ -43,10 +49,32 @@ def compensable_steps(run: Run, graph) -> list[StepRun]:
 
 
 def run_compensate(*, run_id) -> bool:
-    """Run every pending compensation of a compensating run. False if there is nothing to do."""
-    run = runs_with_version().get(id=run_id)
-    if run.state != RunState.COMPENSATING:
+    """Run every pending compensation of a compensating run. False if there is nothing to do:
+    the run is not compensating, or another worker is compensating it right now."""
+    if not _lease_take(run_id):
         return False
+    with heartbeat(lambda: _lease_renew(run_id), name=f"compensate-{run_id}"):
+        return _compensate_all(run_id)
+
+
+def _lease_take(run_id) -> bool:
+    with transaction.atomic():
+        run = lock_run(run_id)
+        at = now()
+        if run.state != RunState.COMPENSATING or (run.compensation_lease_until or at) > at:
+            return False
+        run.compensation_lease_until = at + timedelta(seconds=settings.STEPWISE_LEASE_S)
+        run.save(update_fields=["compensation_lease_until"])
+    return True
+
+
+def _lease_renew(run_id) -> bool:
+    return bool(Run.objects.filter(id=run_id, state=RunState.COMPENSATING).update(
+        compensation_lease_until=now() + timedelta(seconds=settings.STEPWISE_LEASE_S)))
+
+
+def _compensate_all(run_id) -> bool:
+    run = runs_with_version().get(id=run_id)
     _, graph = definition_of(run)
     for step in compensable_steps(run, graph):
         action = graph.steps[step.name]["compensate"]
@@ -108,7 +136,8 @@ def _retry_later(run_id, step: StepRun, error: StepError, at) -> None:
         if run.state != RunState.COMPENSATING:
             return
         run.progressed_at = now()
-        run.save(update_fields=["progressed_at"])
+        run.compensation_lease_until = None  # whoever the retry reaches may take it
+        run.save(update_fields=["progressed_at", "compensation_lease_until"])
         event_record(run=run, kind="run.compensation_retrying", actor="service:compensation",
                      payload={"step": step.name, "error": error.as_dict(), "at": at.isoformat()})
         compensate_on_commit(run.id, delay_s=max((at - now()).total_seconds(), 0))
@@ -131,6 +160,7 @@ def _end(run_id, *, failure: dict | None) -> None:
             run.compensation_fail(error=failure)
         else:
             run.compensated()
+        run.compensation_lease_until = None
         run.save()
         event_record(run=run, kind=f"run.{run.state}", actor="service:compensation",
                      payload=failure or {"compensated": True})

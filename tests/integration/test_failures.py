@@ -9,7 +9,7 @@ from orchestrator.models import DeadLetter, Effect, Run, StepRun, WorkflowVersio
 from orchestrator.services import reaper
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
-from orchestrator.tasks import execute_step
+from orchestrator.tasks import compensate_run, execute_step
 from tests.conftest import client_for
 from tests.factories import member
 from tests.support.http_sink import HttpSink
@@ -132,6 +132,29 @@ def test_a_compensation_that_fails_transiently_is_retried_under_its_policy(
         assert sink.effects[f"{run.id}:reserve:compensate"] == 1
         kinds = list(run.events.filter(kind__startswith="run.compensat").values_list("kind", flat=True))
         assert kinds == ["run.compensating", "run.compensation_retrying", "run.compensation_retrying"]
+
+
+def test_duplicate_compensation_messages_never_run_a_compensation_twice_at_once(workers, team):
+    """Two workers handed the same compensating run at once: one compensates, the other leaves.
+
+    Without the run's compensation lease both would call the remote; one that reconciles by
+    lookup rather than by idempotency key would then refund twice."""
+    with HttpSink() as sink:
+        sink.fail_next(1, 400, path="/charge")
+        release = {"tool": "http.request", "params": {"method": "POST", "url": f"{sink.url}/release"}}
+        version, _ = workflow_save(team=team, definition={
+            "name": "double-undo", "input_schema": {"type": "object"}, "steps": [
+                post("reserve", f"{sink.url}/reserve", compensate=release),
+                post("charge", f"{sink.url}/charge", after=["reserve"])]})
+        run = run_start(version=version, input={})
+        wait_for(lambda: sink.arrivals["/charge"])
+        sink.delay_s = 1.5  # the release takes a while: long enough for the duplicates to land
+        wait_for(lambda: Run.objects.filter(id=run.id, state="compensating").exists())
+        for _ in range(3):
+            compensate_run.apply_async((str(run.id),), queue="tools")
+        run = wait_for_run(run.id, states=("failed", "compensation_failed"))
+        assert run.state == "failed", run.error
+        assert sink.by_key[f"{run.id}:reserve:compensate"] == 1
 
 
 def test_step_of_a_killed_worker_is_retried_when_its_lease_expires(workers, team):
