@@ -1,16 +1,23 @@
 """Tool steps: render params, validate them against the tool's schema, call the tool."""
+from collections.abc import Callable
+
 from jsonschema import Draft202012Validator
 
 from audit.services import external_call_authorize
 
 from ..definitions import TemplateError, render_value
 from ..retry import StepError
-from ..tools.registry import ToolContext, get_tool
+from ..tools.registry import Tool, ToolContext, get_tool
 from . import ExecContext, Result
 from .schemas import validate_output
 
 
-def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
+def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool, Callable[[], object]]:
+    """The tool `spec` names, and a call of it with `spec`'s params rendered over `step_input`
+    and checked against the tool's schema. Raises StepError before anything is called.
+
+    Shared by tool steps and compensations (services/compensation.py).
+    """
     try:
         tool = get_tool(spec["tool"])
     except KeyError:
@@ -33,6 +40,11 @@ def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
                                 target=tool.name, request=params)
         return _call(tool, params, tool_ctx)
 
+    return tool, call
+
+
+def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
+    tool, call = prepared_call(spec, step_input, ctx)
     if spec.get("side_effect"):
         from ..models import StepRun
         from ..services.effects import effect_perform

@@ -16,19 +16,15 @@ import kombu.exceptions
 import redis.exceptions
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
-from jsonschema import Draft202012Validator
-
-from audit.services import external_call_authorize
 
 from ..clock import now
-from ..definitions import TemplateError, render_value
 from ..dispatch import child_finished_on_commit, compensate_on_commit
 from ..events import event_record
 from ..executors import ExecContext
+from ..executors.tool import prepared_call
 from ..leases import heartbeat
 from ..models import Effect, Run, RunState, StepRun, StepState
 from ..retry import StepError, retry_at
-from ..tools.registry import ToolContext, get_tool
 from .advance import lock_run
 from .effects import effect_perform
 from .steps import idempotency_key_for
@@ -80,10 +76,11 @@ def _compensate_all(run_id) -> bool:
         action = graph.steps[step.name]["compensate"]
         # Versions saved before compensations had a policy of their own retry as their step does.
         policy = action.get("retry") or graph.steps[step.name]["retry"]
+        key = idempotency_key_for(run, step.name, "compensate")
         try:
-            _compensate_one(run, step, action)
+            _compensate_one(run, step, action, key)
         except StepError as error:
-            again = _retry_at(run, step, policy, error)
+            again = _retry_at(key, policy, error)
             if again:
                 _retry_later(run.id, step, error, again)
             else:
@@ -99,32 +96,16 @@ def _compensate_all(run_id) -> bool:
     return True
 
 
-def _compensate_one(run: Run, step: StepRun, action: dict) -> None:
-    tool = get_tool(action["tool"])
-    try:
-        params = render_value(action.get("params") or {}, _context(step))
-    except TemplateError as exc:
-        raise StepError("validation", f"compensation params could not be rendered: {exc}") from exc
-    errors = list(Draft202012Validator(tool.params_schema).iter_errors(params))
-    if errors:
-        raise StepError("validation", "; ".join(e.message for e in errors[:5]))
-    key = idempotency_key_for(run, step.name, "compensate")
-    ctx = ToolContext(str(run.id), step.name, 1, key, side_effect=True)
-
-    def call():
-        # The ledger entry authorizing the call is committed before it (audit.services).
-        external_call_authorize(
-            ctx=ExecContext(str(run.id), run.version.workflow.name, step.name, 1, key, step_id=step.id),
-            spec={**action, "type": "tool", "name": step.name, "side_effect": True},
-            step_input=_context(step), kind="tool", target=tool.name, request=params)
-        return tool.fn(params, ctx)
-
+def _compensate_one(run: Run, step: StepRun, action: dict, key: str) -> None:
+    """Undo `step` through the effect ledger, as a tool step of its own would call its tool."""
+    ctx = ExecContext(str(run.id), run.version.workflow.name, step.name, 1, key, step_id=step.id)
+    spec = {**action, "type": "tool", "name": step.name, "side_effect": True}
+    tool, call = prepared_call(spec, _context(step), ctx)
     effect_perform(step=step, key=key, tool=tool, action="compensate", call=call)
 
 
-def _retry_at(run: Run, step: StepRun, policy: dict, error: StepError):
+def _retry_at(key: str, policy: dict, error: StepError):
     """When to try this compensation again, or None: its policy, over the ledger's attempts."""
-    key = idempotency_key_for(run, step.name, "compensate")
     attempts = Effect.objects.filter(key=key).values_list("attempts", flat=True).first() or 1
     return retry_at(policy, attempts=attempts, error=error, at=now())
 
