@@ -58,21 +58,14 @@ def map_dispatch_on_commit(step_id: int, indexes: list[int], item_queue: str) ->
     after_commit(send)
 
 
-def map_item_dispatch_on_commit(step_id: int, index: int, item_queue: str, *, delay_s: float = 0) -> None:
-    """One item again, outside the chord (a retry the reaper decided); the reaper joins."""
+def map_items_redispatch_on_commit(step_id: int, delays: dict[int, float], item_queue: str) -> None:
+    """Send items again outside the chord, each after its delay in seconds (index -> delay);
+    the reaper joins when they are all done."""
     from .tasks import map_item
 
-    after_commit(lambda: map_item.apply_async((step_id, index), queue=item_queue,
-                                              countdown=delay_s or None))
-
-
-def map_items_redispatch_on_commit(step_id: int, indexes: list[int], item_queue: str) -> None:
-    """Re-send lost item tasks without a chord; the reaper joins when they are all done."""
-    from .tasks import map_item
-
-    after_commit(
-        lambda: [map_item.apply_async((step_id, i), queue=item_queue) for i in indexes]
-    )
+    after_commit(lambda: [map_item.apply_async((step_id, index), queue=item_queue,
+                                               countdown=delay or None)
+                          for index, delay in delays.items()])
 
 
 def child_finished_on_commit(parent_step_id: int) -> None:

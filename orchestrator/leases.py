@@ -7,9 +7,17 @@ timeout is a separate deadline the reaper enforces regardless of heartbeats.
 import threading
 from collections.abc import Callable
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import close_old_connections, connection
+
+from .clock import now
+
+
+def lease_until(at: datetime | None = None) -> datetime:
+    """When a lease taken or renewed at `at` (default: now) runs out."""
+    return (at or now()) + timedelta(seconds=settings.STEPWISE_LEASE_S)
 
 
 @contextmanager

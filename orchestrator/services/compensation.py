@@ -10,11 +10,9 @@ duplicate message never runs a compensation beside another. A compensation whose
 `compensating`; one that fails for good leaves the run `compensation_failed`, visible for a
 person.
 """
-from datetime import timedelta
 
 import kombu.exceptions
 import redis.exceptions
-from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 
 from ..clock import now
@@ -22,7 +20,7 @@ from ..dispatch import child_finished_on_commit, compensate_on_commit
 from ..events import event_record
 from ..executors import ExecContext
 from ..executors.tool import prepared_call
-from ..leases import heartbeat
+from ..leases import heartbeat, lease_until
 from ..models import Effect, Run, RunState, StepRun, StepState
 from ..retry import StepError, retry_at
 from .advance import lock_run
@@ -59,14 +57,14 @@ def _lease_take(run_id) -> bool:
         at = now()
         if run.state != RunState.COMPENSATING or (run.compensation_lease_until or at) > at:
             return False
-        run.compensation_lease_until = at + timedelta(seconds=settings.STEPWISE_LEASE_S)
+        run.compensation_lease_until = lease_until(at)
         run.save(update_fields=["compensation_lease_until"])
     return True
 
 
 def _lease_renew(run_id) -> bool:
     return bool(Run.objects.filter(id=run_id, state=RunState.COMPENSATING).update(
-        compensation_lease_until=now() + timedelta(seconds=settings.STEPWISE_LEASE_S)))
+        compensation_lease_until=lease_until()))
 
 
 def _compensate_all(run_id) -> bool:

@@ -8,15 +8,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 
 from ..clock import now
-from ..dispatch import map_item_dispatch_on_commit, map_items_redispatch_on_commit, queue_for
+from ..dispatch import map_items_redispatch_on_commit, queue_for
 from ..events import event_record
 from ..executors import ExecContext, execute
-from ..leases import heartbeat
+from ..leases import heartbeat, lease_until
 from ..models import MapItem, Run, RunState, StepRun, StepState
 from ..retry import StepError, retry_at
 from .advance import lock_run, run_advance
@@ -60,7 +59,8 @@ def map_item_run(*, step_id: int, index: int) -> ItemOutcome:
     ctx = ExecContext(str(run.id), run.version.workflow.name, item.step.name, attempt,
                       idempotency_key_for(run, item.step.name, f"item-{index}"), step_id=item.step_id)
     try:
-        with heartbeat(lambda: _lease_extend(item.id, attempt), name=f"item-{item.id}"):
+        with heartbeat(lambda: bool(_owned(item, attempt).update(lease_expires_at=lease_until())),
+                       name=f"item-{item.id}"):
             result = execute(spec, step_input, ctx)
     except StepError as error:
         return _attempt_failed(item, attempt, spec, error, spent=getattr(error, "spent", None))
@@ -76,22 +76,20 @@ def _take_slot(item: MapItem, run: Run, *, cap: int, timeout_s: int) -> tuple[st
     """
     at = now()
     with transaction.atomic():
-        in_flight = (MapItem.objects.filter(step__run_id=run.id, done=False, lease_expires_at__gt=at)
-                     .exclude(id=item.id).count())
-        if in_flight >= cap:
+        if _in_flight(run.id, at).exclude(id=item.id).count() >= cap:
             return DEFERRED, 0
         taken = MapItem.objects.filter(
             id=item.id, done=False, lease_expires_at__isnull=True, due_at__lte=at + CLOCK_SKEW,
         ).update(attempts=F("attempts") + 1, claimed_at=at, deadline_at=at + timedelta(seconds=timeout_s),
-                 lease_expires_at=at + timedelta(seconds=settings.STEPWISE_LEASE_S))
+                 lease_expires_at=lease_until(at))
         if not taken:
             return SKIPPED, 0
         return DONE, MapItem.objects.values_list("attempts", flat=True).get(id=item.id)
 
 
-def _lease_extend(item_id: int, attempt: int) -> bool:
-    return bool(MapItem.objects.filter(id=item_id, done=False, attempts=attempt, lease_expires_at__isnull=False)
-                .update(lease_expires_at=now() + timedelta(seconds=settings.STEPWISE_LEASE_S)))
+def _in_flight(run_id, at):
+    """The run's items under a live lease: what max_parallel caps."""
+    return MapItem.objects.filter(step__run_id=run_id, done=False, lease_expires_at__gt=at)
 
 
 def _owned(item: MapItem, attempt: int):
@@ -160,18 +158,15 @@ def map_items_recover(*, step_id: int, stale_before) -> int:
             delayed[item.index] = outcome.delay_s
     due = pending.filter(lease_expires_at__isnull=True, due_at__lte=at)
     missing = Q(sent_at__lt=F("due_at"))
-    in_flight = MapItem.objects.filter(step__run_id=run.id, done=False, lease_expires_at__gt=at).count()
-    if in_flight < definition["max_parallel"]:
+    if _in_flight(run.id, at).count() < definition["max_parallel"]:
         missing |= Q(sent_at__lt=stale_before)
     resend = list(due.filter(missing).values_list("index", flat=True))
     due.filter(index__in=resend).update(sent_at=at)
-    queue = queue_for(spec)
-    with transaction.atomic():
-        for index, delay in delayed.items():
-            map_item_dispatch_on_commit(step_id, index, queue, delay_s=delay)
-        if resend:
-            map_items_redispatch_on_commit(step_id, resend, queue)
-    return len(resend) + len(delayed)
+    sends = {**dict.fromkeys(resend, 0.0), **delayed}
+    if sends:
+        with transaction.atomic():
+            map_items_redispatch_on_commit(step_id, sends, queue_for(spec))
+    return len(sends)
 
 
 def merge(strategy: str, items: list[MapItem]) -> tuple[object, dict | None]:

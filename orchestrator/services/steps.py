@@ -5,7 +5,6 @@ no longer in the state the message assumed. Each finishes by advancing the run i
 transaction, so the next steps are dispatched with no extra broker hop.
 """
 from dataclasses import dataclass, field
-from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -16,6 +15,7 @@ from ..clock import now
 from ..dispatch import retry_due_on_commit, step_dispatch_on_commit
 from ..events import event_record
 from ..executors import ATTEMPT_META_FIELDS
+from ..leases import lease_until
 from ..models import Run, RunState, StepAttempt, StepRun, StepState
 from ..retry import StepError, retry_at
 from .advance import run_advance
@@ -262,4 +262,4 @@ def lease_extend(*, step_id: int, attempt: int) -> bool:
     False when the step is no longer this attempt's (timed out, lost, cancelled).
     """
     return bool(StepRun.objects.filter(id=step_id, state=StepState.RUNNING, attempts=attempt)
-                .update(lease_expires_at=now() + timedelta(seconds=settings.STEPWISE_LEASE_S)))
+                .update(lease_expires_at=lease_until()))
