@@ -22,13 +22,13 @@ from .base import (
     api_key,
     estimate_tokens,
     parse_json_reply,
+    response_calls_problem,
     token_count,
     unwrap,
     with_contract,
     wrap_schema,
 )
 from .errors import post_json
-from .openai_compat import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
 
 STRUCTURED_MODES = ("tools", "none")
 DEFAULT_MAX_TOKENS = 1024
@@ -44,12 +44,10 @@ class AnthropicProvider(Provider):
         payload, wrapped = self.payload(request, mode)
         headers = {"x-api-key": api_key(self.config, "ANTHROPIC_API_KEY") or "",
                    "anthropic-version": self.config.get("anthropic_version", "2023-06-01")}
-        limit = float(self.config.get("timeout_s", DEFAULT_TIMEOUT_S))
         body = post_json(
             self.config.get("base_url", "https://api.anthropic.com").rstrip("/") + "/v1/messages",
-            headers=headers, payload=payload,
-            timeout_s=min(limit, request.timeout_s) if request.timeout_s else limit,
-            connect_timeout_s=float(self.config.get("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S)))
+            headers=headers, payload=payload, timeout_s=self.call_timeout_s(request),
+            connect_timeout_s=self.connect_timeout_s())
         return self.reply(body, request, wrapped)
 
     def payload(self, request: ModelRequest, mode: str) -> tuple[dict, bool]:
@@ -96,14 +94,9 @@ def _answer(blocks: list) -> tuple[str, object, str]:
     """(raw text, value, why unusable) from the reply's content blocks."""
     calls = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"]
     if calls:
-        raw = json.dumps(calls)[:4000]
-        others = sorted({str(b.get("name")) for b in calls if b.get("name") != RESPONSE_NAME})
-        if others:
-            return raw, None, (f"the reply calls {', '.join(others)}, which is not offered; the "
-                               f"only way to answer is the `{RESPONSE_NAME}` tool, and no tool "
-                               "is ever run from a reply")
-        if len(calls) > 1:
-            return raw, None, f"the reply calls `{RESPONSE_NAME}` {len(calls)} times; call it once"
+        problem = response_calls_problem([b.get("name") for b in calls])
+        if problem:
+            return json.dumps(calls)[:4000], None, problem
         return json.dumps(calls[0].get("input")), calls[0].get("input"), ""
     text = "".join(b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text")
     value, invalid = parse_json_reply(text)

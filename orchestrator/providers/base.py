@@ -14,6 +14,9 @@ from ..retry import StepError
 
 # The name of the one tool / structured-output channel a reply may arrive through.
 RESPONSE_NAME = "respond"
+# Seconds a model call may take, and its connection (registry `timeout_s`, `connect_timeout_s`).
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,26 @@ class Provider:
 
     def complete(self, request: ModelRequest) -> ModelReply:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def call_timeout_s(self, request: ModelRequest) -> float:
+        """The registry's `timeout_s`, cut to what is left of the step's own timeout."""
+        limit = float(self.config.get("timeout_s", DEFAULT_TIMEOUT_S))
+        return min(limit, request.timeout_s) if request.timeout_s else limit
+
+    def connect_timeout_s(self) -> float:
+        return float(self.config.get("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S))
+
+
+def response_calls_problem(names: list[str]) -> str:
+    """Why a reply's tool calls (by name) are not a usable answer ("" when they are): only one
+    call of the response channel is; any other tool is never run from a reply."""
+    others = sorted({str(name) for name in names if name != RESPONSE_NAME})
+    if others:
+        return (f"the reply calls {', '.join(others)}, which is not offered; the only way to "
+                f"answer is the `{RESPONSE_NAME}` tool, and no tool is ever run from a reply")
+    if len(names) > 1:
+        return f"the reply calls `{RESPONSE_NAME}` {len(names)} times; call it once"
+    return ""
 
 
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n(.*)\n\s*```$", re.DOTALL)

@@ -27,6 +27,7 @@ from .base import (
     api_key,
     estimate_tokens,
     parse_json_reply,
+    response_calls_problem,
     token_count,
     unwrap,
     with_contract,
@@ -35,8 +36,6 @@ from .base import (
 from .errors import post_json
 
 STRUCTURED_MODES = ("json_schema", "json_object", "tools", "none")
-DEFAULT_TIMEOUT_S = 60.0
-DEFAULT_CONNECT_TIMEOUT_S = 5.0
 
 
 class OpenAICompatProvider(Provider):
@@ -49,9 +48,8 @@ class OpenAICompatProvider(Provider):
             raise StepError("invalid_request", f"unknown structured_output {mode!r}")
         payload, wrapped = self.payload(request, mode)
         body = post_json(self.url(), headers=self.headers(), payload=payload,
-                         params=self.query(), timeout_s=self.timeout_s(request),
-                         connect_timeout_s=float(self.config.get("connect_timeout_s",
-                                                                 DEFAULT_CONNECT_TIMEOUT_S)))
+                         params=self.query(), timeout_s=self.call_timeout_s(request),
+                         connect_timeout_s=self.connect_timeout_s())
         return self.reply(body, request, wrapped)
 
     # --- the request -----------------------------------------------------------------------
@@ -65,10 +63,6 @@ class OpenAICompatProvider(Provider):
     def headers(self) -> dict:
         key = api_key(self.config, None)
         return {"Authorization": f"Bearer {key}"} if key else {}
-
-    def timeout_s(self, request: ModelRequest) -> float:
-        limit = float(self.config.get("timeout_s", DEFAULT_TIMEOUT_S))
-        return min(limit, request.timeout_s) if request.timeout_s else limit
 
     def payload(self, request: ModelRequest, mode: str) -> tuple[dict, bool]:
         schema, wrapped = request.output_schema, False
@@ -142,15 +136,9 @@ def _answer_text(message: dict) -> tuple[str, str]:
         return str(message["refusal"]), f"the model refused: {str(message['refusal'])[:200]}"
     calls = message.get("tool_calls") or []
     if calls:
-        names = [str(((c or {}).get("function") or {}).get("name")) for c in calls]
-        others = sorted({n for n in names if n != RESPONSE_NAME})
-        raw = json.dumps(calls)[:4000]
-        if others:
-            return raw, (f"the reply calls {', '.join(others)}, which is not offered; the only "
-                         f"way to answer is the `{RESPONSE_NAME}` channel, and no tool is ever "
-                         "run from a reply")
-        if len(calls) > 1:
-            return raw, f"the reply calls `{RESPONSE_NAME}` {len(calls)} times; call it once"
+        problem = response_calls_problem([((c or {}).get("function") or {}).get("name") for c in calls])
+        if problem:
+            return json.dumps(calls)[:4000], problem
         arguments = calls[0]["function"].get("arguments")
         return (arguments if isinstance(arguments, str) else json.dumps(arguments)), ""
     content = message.get("content")

@@ -17,7 +17,7 @@ from django.conf import settings
 
 from ..definitions import ExpressionError, TemplateError, evaluate_expression, render_value
 from ..retry import StepError
-from .base import ModelReply, ModelRequest, Provider
+from .base import ModelReply, ModelRequest, Provider, estimate_tokens
 
 
 @lru_cache(maxsize=32)
@@ -42,7 +42,7 @@ class ScriptedProvider(Provider):
             raise StepError("permanent", "the scripted model has no reply for this input")
         if reply.get("delay_ms"):
             time.sleep(reply["delay_ms"] / 1000)
-        tokens_in = reply.get("tokens_in", len(request.system + request.prompt) // 4 + 1)
+        tokens_in = reply.get("tokens_in", estimate_tokens(request.system + request.prompt))
         if reply.get("error"):
             raise StepError(reply["error"], f"scripted {reply['error']}")
         try:
@@ -50,7 +50,7 @@ class ScriptedProvider(Provider):
         except TemplateError as exc:
             raise StepError("invalid_output", f"scripted reply could not be rendered: {exc}") from exc
         raw = json.dumps(output)
-        return ModelReply(output, tokens_in, reply.get("tokens_out", len(raw) // 4 + 1), raw,
+        return ModelReply(output, tokens_in, reply.get("tokens_out", estimate_tokens(raw)), raw,
                           model_id=f"scripted:{request.model}")
 
     @staticmethod
