@@ -40,14 +40,7 @@ def rate_limit_wait(dep: str) -> float:
     if not dep or not limit:
         return 0.0
     now = time.time()
-    window = int(now)
-    key = f"rl:{dep}:{window}"
-    cache.add(key, 0, timeout=5)
-    try:
-        used = cache.incr(key)
-    except ValueError:  # expired between add and incr
-        cache.add(key, 1, timeout=5)
-        used = 1
+    used = _count(f"rl:{dep}:{int(now)}", timeout=5)
     if used <= limit:
         return 0.0
     return max(math.ceil(now) - now, 0.01)
@@ -75,14 +68,18 @@ def breaker_record(dep: str, *, error_class: str | None) -> None:
         return
     if error_class not in TRANSIENT:
         return
-    key = f"cb:{dep}:failures"
-    cache.add(key, 0, timeout=3600)
-    try:
-        failures = cache.incr(key)
-    except ValueError:
-        cache.add(key, 1, timeout=3600)
-        failures = 1
+    failures = _count(f"cb:{dep}:failures", timeout=3600)
     if failures >= settings.STEPWISE_BREAKER_FAILURES:
         cooldown = settings.STEPWISE_BREAKER_COOLDOWN_S
         cache.set(f"cb:{dep}:until", time.time() + cooldown, timeout=int(cooldown * 4) + 1)
         cache.delete(f"cb:{dep}:probe")
+
+
+def _count(key: str, *, timeout: int) -> int:
+    """Add one to a shared counter (atomic INCR on Redis) and return its new value."""
+    cache.add(key, 0, timeout=timeout)
+    try:
+        return cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.add(key, 1, timeout=timeout)
+        return 1
