@@ -326,6 +326,28 @@ def _tool_properties() -> dict:
     }
 
 
+def _route(required: list[str], step_ref_list: dict, *, when: dict, minimum: dict,
+           name: str = "Unique within the router.", description: dict | None = None) -> dict:
+    """A router's route as each strategy has it: what differs is which of `when`, `min` and
+    `description` it needs."""
+    return {
+        "title": "route",
+        "type": "object",
+        "required": required,
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "description": name},
+            "description": description or {
+                "type": "string",
+                "description": "What this route is for (shown to the model with strategy: llm).",
+            },
+            "when": when,
+            "min": minimum,
+            "then": {**step_ref_list, "description": "Steps that run if this route is taken."},
+        },
+    }
+
+
 def _closed_step(title: str, properties: dict, required: list[str]) -> dict:
     return {
         "title": title,
@@ -407,74 +429,34 @@ def shared_format_schema() -> dict:
             "if": {"required": ["error"]},
             "else": {"required": ["output"]},
         },
-        "rules_route": {
-            "title": "route",
-            "type": "object",
-            "required": ["name", "when", "then"],
-            "additionalProperties": False,
-            "properties": {
-                "name": {
-                    "type": "string",
-                    "minLength": 1,
-                    "description": "Unique within the router.",
-                },
-                "description": {
-                    "type": "string",
-                    "description": "What this route is for (shown to the model with strategy: llm).",
-                },
-                "when": {
-                    **_EXPRESSION,
-                    "description": "The first route whose expression holds is taken. "
-                    + _EXPRESSION["description"],
-                },
-                "min": _only_with("'min' is only used with strategy: score"),
-                "then": {**step_ref_list, "description": "Steps that run if this route is taken."},
+        "rules_route": _route(
+            ["name", "when", "then"], step_ref_list,
+            when={
+                **_EXPRESSION,
+                "description": "The first route whose expression holds is taken. "
+                + _EXPRESSION["description"],
             },
-        },
-        "score_route": {
-            "title": "route",
-            "type": "object",
-            "required": ["name", "min", "then"],
-            "additionalProperties": False,
-            "properties": {
-                "name": {
-                    "type": "string",
-                    "minLength": 1,
-                    "description": "Unique within the router.",
-                },
-                "description": {
-                    "type": "string",
-                    "description": "What this route is for (shown to the model with strategy: llm).",
-                },
-                "when": _only_with("'when' on a route is only used with strategy: rules"),
-                "min": {
-                    "type": "number",
-                    "description": "Taken when the score is >= min; the route with the highest matching min wins.",
-                },
-                "then": {**step_ref_list, "description": "Steps that run if this route is taken."},
+            minimum=_only_with("'min' is only used with strategy: score"),
+        ),
+        "score_route": _route(
+            ["name", "min", "then"], step_ref_list,
+            when=_only_with("'when' on a route is only used with strategy: rules"),
+            minimum={
+                "type": "number",
+                "description": "Taken when the score is >= min; the route with the highest matching min wins.",
             },
-        },
-        "llm_route": {
-            "title": "route",
-            "type": "object",
-            "required": ["name", "description", "then"],
-            "additionalProperties": False,
-            "properties": {
-                "name": {
-                    "type": "string",
-                    "minLength": 1,
-                    "description": "Unique within the router; the model answers with it.",
-                },
-                "description": {
-                    "type": "string",
-                    "minLength": 1,
-                    "description": "What this route is for; shown to the model.",
-                },
-                "when": _only_with("'when' on a route is only used with strategy: rules"),
-                "min": _only_with("'min' is only used with strategy: score"),
-                "then": {**step_ref_list, "description": "Steps that run if this route is taken."},
+        ),
+        "llm_route": _route(
+            ["name", "description", "then"], step_ref_list,
+            name="Unique within the router; the model answers with it.",
+            description={
+                "type": "string",
+                "minLength": 1,
+                "description": "What this route is for; shown to the model.",
             },
-        },
+            when=_only_with("'when' on a route is only used with strategy: rules"),
+            minimum=_only_with("'min' is only used with strategy: score"),
+        ),
         "proposal": {
             "title": "proposal",
             "type": "object",
