@@ -8,6 +8,8 @@ audit ledger).
 """
 from django.db import transaction
 
+from ..clock import now
+from ..dispatch import step_dispatch_on_commit
 from ..events import event_record
 from ..models import DeadLetter, Run, RunState, StepRun, StepState
 from ..retry import StepError
@@ -55,8 +57,6 @@ def _requeue(run: Run, step: StepRun, *, actor: str, reason: str) -> None:
     step.redrive(queue=step.queue)
     step.save()
     event_record(run=run, step=step, kind="step.queued", actor=actor, payload={"reason": reason})
-    from ..dispatch import step_dispatch_on_commit
-
     step_dispatch_on_commit(step.id, step.queue)
 
 
@@ -72,8 +72,6 @@ def dead_letter_redrive(*, dead_letter_id: int, user) -> DeadLetter:
             raise NotAllowed(f"dead letter {letter.id} was already redriven")
         actor = f"user:{user.username}"
         _requeue(run, letter.step, actor=actor, reason=f"redrive of dead letter {letter.id}")
-        from ..clock import now
-
         letter.status, letter.redriven_at, letter.redriven_by = DeadLetter.Status.REDRIVEN, now(), user
         letter.save()
         event_record(run=run, step=letter.step, kind="dead_letter.redriven", actor=actor,

@@ -10,6 +10,7 @@ from ..events import event_record
 from ..models import RUN_LIVE, Run, RunState, StepRun, StepState, WorkflowVersion
 from .advance import cancel_open_steps, lock_run, run_advance
 from .errors import IdempotencyConflict, InputInvalid, NotAllowed
+from .versions import definition_of
 from .workflows import digest_of
 
 
@@ -112,8 +113,7 @@ def run_finish(run: Run, *, outcome: str, detail: dict, actor: str) -> None:
 
 
 def _has_compensations(run: Run) -> bool:
-    from .compensation import compensable_steps
-    from .versions import definition_of
+    from .compensation import compensable_steps  # compensation imports this module (via steps)
 
     _, graph = definition_of(run)
     if not any(s.get("compensate") for s in graph.steps.values()):
