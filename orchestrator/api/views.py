@@ -238,8 +238,7 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
     def cancel(self, request, pk=None):
         run = self.get_object()
         run_cancel(run_id=run.id, actor=f"user:{request.user.username}")
-        run = with_steps(self.get_queryset()).get(pk=run.pk)
-        return Response(self.get_serializer(run).data, status=status.HTTP_202_ACCEPTED)
+        return self._accepted(run)
 
 
     @extend_schema(request=None, responses={202: s.RunDetailSerializer, 409: _ERRORS},
@@ -248,8 +247,7 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
     def resume(self, request, pk=None):
         run = self.get_object()
         run_resume(run_id=run.id, actor=f"user:{request.user.username}")
-        return Response(self.get_serializer(with_steps(self.get_queryset()).get(pk=run.pk)).data,
-                        status=status.HTTP_202_ACCEPTED)
+        return self._accepted(run)
 
     @extend_schema(request=None, responses={202: s.RunDetailSerializer, 409: _ERRORS},
                    description="Run a failed step again (paused or failed run). Operators only.")
@@ -272,8 +270,12 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
         if step_id is None:
             raise NotFound(f"run has no step '{name}'")
         service(step_id=step_id, actor=f"user:{request.user.username}")
-        return Response(self.get_serializer(with_steps(self.get_queryset()).get(pk=run.pk)).data,
-                        status=status.HTTP_202_ACCEPTED)
+        return self._accepted(run)
+
+    def _accepted(self, run: Run) -> Response:
+        """202 with the run as it is now, steps included, after an action on it."""
+        run = with_steps(self.get_queryset()).get(pk=run.pk)
+        return Response(self.get_serializer(run).data, status=status.HTTP_202_ACCEPTED)
 
 
 class DeadLetterViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
