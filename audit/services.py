@@ -15,8 +15,6 @@ Nothing here calls the network or schedules work.
 """
 from __future__ import annotations
 
-import os
-import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -26,6 +24,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from orchestrator.clock import now
+from orchestrator.leases import worker_id
 from orchestrator.models import Event, Run, StepRun
 
 from . import chain
@@ -37,11 +36,6 @@ if TYPE_CHECKING:
 
 # Step kinds a worker executes; their transitions carry the attempt's idempotency key.
 WORKER_KINDS = {"agent", "tool", "router"}
-
-
-def _worker() -> str:
-    """This worker process, named as `orchestrator.tasks.worker_id` names it in step events."""
-    return f"worker:{socket.gethostname()}:{os.getpid()}"
 
 
 def actor_kind(actor: str) -> str:
@@ -293,7 +287,7 @@ def external_call_authorize(*, ctx: ExecContext, spec: dict, step_input: dict, k
         if "item" in step_input:
             payload["item_index"] = step_input.get("index")
         return audit_record(
-            action="external_call.authorized", actor=_worker(),
+            action="external_call.authorized", actor=f"worker:{worker_id()}",
             subject_type=SubjectType.STEP, subject_id=step.id, outcome="authorized", run=run,
             step=step, payload=payload, redactor=redactor, idempotency_key=ctx.idempotency_key,
             model=model, prompt_version=prompt_version)

@@ -4,6 +4,8 @@ A step (or map item) whose worker dies stops being renewed; the reaper sees the 
 and retries it under its policy. The heartbeat never extends work past its own timeout: the
 timeout is a separate deadline the reaper enforces regardless of heartbeats.
 """
+import os
+import socket
 import threading
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -13,6 +15,12 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from .clock import now
+
+
+def worker_id() -> str:
+    """This worker process, the holder of its leases (prefork children share the parent's
+    import, so ask at call time)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def lease_until(at: datetime | None = None) -> datetime:

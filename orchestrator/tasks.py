@@ -2,21 +2,15 @@
 
 Any message may be a replay; the services make a replay do nothing.
 """
-import os
 import random
-import socket
 
 from celery import shared_task
 from celery.utils.log import get_task_logger
 
+from .leases import worker_id
 from .services import compensation, execution, fanout, reaper, steps
 
 log = get_task_logger(__name__)
-
-
-def worker_id() -> str:
-    """This worker process (prefork children share the parent's import, so ask at call time)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @shared_task(name="orchestrator.tasks.execute_step", bind=True)
