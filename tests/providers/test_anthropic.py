@@ -1,11 +1,13 @@
 """The Anthropic Messages provider against a real local server speaking /v1/messages."""
+from functools import partial
+
 import pytest
 
-from orchestrator.providers import ModelRequest
 from orchestrator.providers.anthropic import AnthropicProvider
 from orchestrator.retry import StepError
 from tests.support.fake_llm import (
     MODEL_VERSION,
+    SCHEMA,
     TOKENS_IN,
     TOKENS_OUT,
     call,
@@ -14,15 +16,9 @@ from tests.support.fake_llm import (
     status,
     text,
 )
+from tests.support.fake_llm import ask as ask_classification
 
-SCHEMA = {"type": "object", "required": ["category"],
-          "properties": {"category": {"enum": ["billing", "technical"]}}}
-
-
-def ask(config: dict, **fields):
-    request = ModelRequest(model=config["model_id"], prompt="Classify: my invoice is wrong",
-                           system="You classify tickets.", output_schema=SCHEMA, **fields)
-    return AnthropicProvider(config).complete(request)
+ask = partial(ask_classification, AnthropicProvider)
 
 
 def test_the_answer_is_a_forced_call_of_the_respond_tool(fake_llm, anthropic_config):

@@ -1,4 +1,6 @@
 """The OpenAI-compatible provider against a real local server speaking chat completions."""
+from functools import partial
+
 import pytest
 
 from orchestrator.providers import ModelRequest
@@ -6,6 +8,7 @@ from orchestrator.providers.openai_compat import AzureOpenAIProvider, OpenAIComp
 from orchestrator.retry import StepError
 from tests.support.fake_llm import (
     MODEL_VERSION,
+    SCHEMA,
     TOKENS_IN,
     TOKENS_OUT,
     call,
@@ -14,15 +17,9 @@ from tests.support.fake_llm import (
     status,
     text,
 )
+from tests.support.fake_llm import ask as ask_classification
 
-SCHEMA = {"type": "object", "required": ["category"],
-          "properties": {"category": {"enum": ["billing", "technical"]}}}
-
-
-def ask(config: dict, **fields):
-    request = ModelRequest(model=config["model_id"], prompt="Classify: my invoice is wrong",
-                           system="You classify tickets.", output_schema=SCHEMA, **fields)
-    return OpenAICompatProvider(config).complete(request)
+ask = partial(ask_classification, OpenAICompatProvider)
 
 
 def test_a_valid_reply_is_parsed_with_usage_and_model_version(fake_llm, openai_config):

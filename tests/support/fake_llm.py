@@ -23,6 +23,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODEL_VERSION = "fake-model-2025-01-01"
 TOKENS_IN, TOKENS_OUT = 11, 7
+# What the provider suites ask: classify a ticket into one of two categories.
+SCHEMA = {"type": "object", "required": ["category"],
+          "properties": {"category": {"enum": ["billing", "technical"]}}}
+
+
+def ask(provider_class, config: dict, **fields):
+    """One classification request through `provider_class` configured with `config`."""
+    from orchestrator.providers import ModelRequest
+
+    request = ModelRequest(model=config["model_id"], prompt="Classify: my invoice is wrong",
+                           system="You classify tickets.", output_schema=SCHEMA, **fields)
+    return provider_class(config).complete(request)
 
 
 @dataclass
