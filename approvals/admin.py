@@ -1,22 +1,29 @@
 """Admin screens for approval requests: browse them, and decide them in bulk.
 
-Requests are opened and decided only by `approvals.services`; the screens are read-only and
-the "Approve selected" / "Reject selected" actions call `approval_grant` / `approval_reject`,
-the same services the API uses, one request at a time, reporting each refusal.
+Requests are opened and decided only by the human gate's services; the screens are read-only
+and scoped to the viewer's teams, and the "Approve selected" / "Reject selected" actions call
+`approval_grant` / `approval_reject`, the same services the API uses, which check the decider's
+authority themselves — one request at a time, reporting each refusal.
 """
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 
-from orchestrator.admin_display import ReadOnlyAdminMixin, badge_column, pretty_json
-from orchestrator.services.errors import NotAllowed
+from orchestrator.admin_display import (
+    ReadOnlyAdminMixin,
+    TeamScopedAdminMixin,
+    badge_column,
+    pretty_json,
+)
+from orchestrator.errors import Forbidden, NotAllowed
+from orchestrator.services.kinds.human_gate import approval_grant, approval_reject
 
 from .models import ApprovalRequest
-from .services import approval_grant, approval_reject, user_may_decide
 
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class ApprovalRequestAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    team_field = "run__team"
     list_display = ["id", "run", "step_name", badge_column("state"), "approvers", "requested_at",
                     "deadline_at", "decided_by"]
     list_filter = ["state", "approvers"]
@@ -29,7 +36,7 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     actions = ["approve_selected", "reject_selected"]
 
     def has_decide_permission(self, request) -> bool:
-        return request.user.has_perm("approvals.change_approvalrequest")
+        return request.user.groups.exists() or request.user.is_superuser
 
     @admin.display(description="step", ordering="step__name")
     def step_name(self, approval: ApprovalRequest) -> str:
@@ -49,15 +56,11 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def _decide(self, request, queryset, service, verb: str) -> None:
         done = 0
-        for approval in queryset.select_related("run__team"):
-            if not user_may_decide(request.user, approval):
-                self.message_user(request, f"Approval {approval.id}: you are not one of its "
-                                  f"approvers ({approval.approvers}).", messages.ERROR)
-                continue
+        for approval_id in queryset.values_list("id", flat=True):
             try:
-                service(approval_id=approval.id, user=request.user, note="(decided in the admin)")
+                service(approval_id=approval_id, user=request.user, note="(decided in the admin)")
                 done += 1
-            except NotAllowed as exc:
-                self.message_user(request, f"Approval {approval.id}: {exc}", messages.ERROR)
+            except (NotAllowed, Forbidden) as exc:
+                self.message_user(request, f"Approval {approval_id}: {exc}", messages.ERROR)
         if done:
             self.message_user(request, f"{verb} {done} request(s).", messages.SUCCESS)

@@ -22,13 +22,14 @@ This module must not decide what is recorded (services) or what is hidden (redac
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.db import connection
+
+from orchestrator.hashing import canonical_json, sha256_hex
 
 from .models import GENESIS_HASH, AuditEntry
 
@@ -44,16 +45,6 @@ CONTENT_FIELDS = (
     "payload", "payload_ref",
 )
 CHAIN_FIELDS = ("sequence", "prev_hash", "hash", "digest")
-
-
-def canonical_json(value: object) -> str:
-    """Sorted keys, no whitespace, ASCII only (so NUL and odd characters are escaped)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False)
-
-
-def sha256_hex(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def timestamp_text(value: datetime) -> str:

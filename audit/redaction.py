@@ -37,6 +37,8 @@ from uuid import UUID
 
 from django.conf import settings
 
+from orchestrator.hashing import canonical_json
+
 SECRET_WORDS = ("password", "passwd", "passphrase", "secret", "secrets", "token", "apikey",
                 "authorization", "cookie", "cookies", "credential", "credentials", "privatekey",
                 "sessionid")
@@ -63,8 +65,6 @@ def _redaction_key() -> bytes:
 
 def keyed_hash(value: object) -> str:
     """The keyed hash of a JSON value, as "hmac-sha256:<hex>"."""
-    from .chain import canonical_json
-
     text = value if isinstance(value, str) else canonical_json(json_safe(value))
     return "hmac-sha256:" + hmac.new(_redaction_key(), text.encode(), hashlib.sha256).hexdigest()
 

@@ -18,24 +18,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from django.conf import settings
 from django.db import connection, transaction
 
 from orchestrator.clock import now
-from orchestrator.leases import worker_id
+from orchestrator.hashing import canonical_json
+from orchestrator.keys import idempotency_key_for, worker_id
 from orchestrator.models import Event, Run, StepRun
+from orchestrator.prompts import prompt_hash
+from orchestrator.selectors import definition_of
+from orchestrator.states import WORKER_KINDS
 
 from . import chain
 from .models import ActorKind, AuditEntry, SubjectType
 from .redaction import Policy, Redactor, keyed_hash, reference
 
-if TYPE_CHECKING:
-    from orchestrator.executors import ExecContext
 
-# Step kinds a worker executes; their transitions carry the attempt's idempotency key.
-WORKER_KINDS = {"agent", "tool", "router"}
+class CallContext(Protocol):
+    """What an executor knows of the call it is about to make (`executors.ExecContext`)."""
+
+    run_id: str
+    step_id: int
+    step_name: str
+    attempt: int
+    idempotency_key: str
 
 
 def actor_kind(actor: str) -> str:
@@ -76,7 +84,7 @@ def audit_record(*, action: str, actor: str, subject_type: str, subject_id: obje
         event_id=event_id, proposal_hash=proposal_hash, model=model[:100],
         prompt_version=prompt_version, idempotency_key=redactor.text(idempotency_key)[:255],
         correlation_id=redactor.text(correlation_id)[:255], outcome=outcome[:32],
-        payload=chain.canonical_json(redactor.scrub(payload or {})), payload_ref=payload_ref[:255],
+        payload=canonical_json(redactor.scrub(payload or {})), payload_ref=payload_ref[:255],
     )
     return chain.link_and_insert(entry)
 
@@ -102,8 +110,6 @@ class RunContext:
 
     @cached_property
     def definition(self) -> dict:
-        from orchestrator.services.versions import definition_of
-
         return definition_of(self.run)[0]
 
     @cached_property
@@ -151,8 +157,6 @@ class RunContext:
         if not spec or spec["type"] != "agent":
             return "", ""
         # The same prompt version the attempt record carries (templates + framing version).
-        from orchestrator.executors.agent import prompt_hash
-
         return spec["model"], "sha256:" + prompt_hash(spec)
 
 
@@ -243,9 +247,7 @@ def _record_event(event: Event) -> AuditEntry:
         if spec["type"] in WORKER_KINDS and kind in {
                 "step.queued", "step.running", "step.completed", "step.failed", "step.retrying",
                 "step.timed_out"}:
-            from orchestrator.services.steps import idempotency_key_for
-
-            details["idempotency_key"] = idempotency_key_for(run, step.name)
+            details["idempotency_key"] = idempotency_key_for(run.id, step.name)
     if payload.get("proposal_hash"):
         details["proposal_hash"] = str(payload["proposal_hash"])
     return audit_record(
@@ -257,7 +259,7 @@ def _record_event(event: Event) -> AuditEntry:
 # --- external calls -------------------------------------------------------------------------
 
 
-def external_call_authorize(*, ctx: ExecContext, spec: dict, step_input: dict, kind: str,
+def external_call_authorize(*, ctx: CallContext, spec: dict, step_input: dict, kind: str,
                             target: str, request: dict) -> AuditEntry:
     """Commit the entry that authorizes one tool or model call, before the call is made.
 

@@ -21,7 +21,7 @@ def _step_through(run, step_id: int, *, spy=None) -> None:
     from contextlib import nullcontext
 
     from orchestrator.executors import ExecContext, execute
-    from orchestrator.services import steps as services
+    from orchestrator.services.kinds import worker as services
 
     spy = spy or (lambda phase: nullcontext())
     with spy("claim"):
@@ -47,11 +47,12 @@ def service_time_per_step(version, *, runs: int = 3) -> dict:
     The engine's own cost per step, database included, with no broker hop and no other load:
     one worker process cannot go faster than 1000 / p50 steps per second.
     """
+    from orchestrator.authz import System
     from orchestrator.services.runs import run_start
 
     times = []
     for _ in range(runs):
-        run = run_start(version=version, input={})
+        run = run_start(version=version, input={}, actor=System("bench"))
         ids = _step_ids(run)
         for step_id in ids[:-1]:
             t0 = time.perf_counter()
@@ -74,11 +75,12 @@ def queries_per_step(version) -> dict:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    from orchestrator.authz import System
     from orchestrator.services.runs import run_start
 
-    run_start(version=version, input={})  # warm the per-process definition cache first
+    run_start(version=version, input={}, actor=System("bench"))  # warm the per-process definition cache first
     with CaptureQueriesContext(connection) as started:
-        run = run_start(version=version, input={})
+        run = run_start(version=version, input={}, actor=System("bench"))
     phases = ("claim", "execute", "succeed")
     per_step: list[dict[str, list[str]]] = []
     for step_id in _step_ids(run):

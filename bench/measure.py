@@ -74,9 +74,9 @@ def make_fixtures(steps: int) -> dict:
 
     team = Team.objects.create(slug="bench", name="Bench")
     user = get_user_model().objects.create_user("bench")
-    team.members.add(user)
+    team.members.add(user, through_defaults={"role": "owner"})
     token = Token.objects.create(user=user)
-    chain, _ = workflow_save(team=team, definition=chain_definition("bench-chain", steps), user=user)
+    chain, _ = workflow_save(team=team, definition=chain_definition("bench-chain", steps), actor=user)
     return {"token": token.key, "chain": chain}
 
 
@@ -140,12 +140,13 @@ def chain_throughput(version, *, runs: int, steps: int, deadline: float, check) 
     """Start `runs` chains in one transaction (all dispatched on its commit) and time them."""
     from django.db import transaction
 
+    from orchestrator.authz import System
     from orchestrator.models import Run, StepRun
     from orchestrator.services.runs import run_start
 
     t0 = time.time()
     with transaction.atomic():
-        run_ids = [run_start(version=version, input={}).id for _ in range(runs)]
+        run_ids = [run_start(version=version, input={}, actor=System("bench")).id for _ in range(runs)]
     published = time.time()
     say(f"stepwise: {runs} runs created and dispatched in {published - t0:.2f}s")
     expected = runs * steps

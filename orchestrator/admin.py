@@ -1,9 +1,10 @@
 """Admin screens for workflows, runs, steps and events: a window, not a control panel.
 
 Runs, steps, attempts, events and versions are written only by the services, so their screens
-are read-only (no add, change or delete) and every state field is read-only. The one thing an
-operator can do here is what the API allows too: "Cancel selected runs" calls `run_cancel`,
-the same service the API and the reaper use.
+are read-only (no add, change or delete), every state field is read-only, and each person sees
+their teams' objects only. What an operator can do here is what the API allows too, through the
+same services, which check the permission themselves: "Cancel selected runs" calls `run_cancel`,
+"Redrive selected dead letters" calls `dead_letter_redrive`.
 """
 
 from django.contrib import admin, messages
@@ -11,7 +12,9 @@ from django.db.models import Max, QuerySet
 from django.urls import reverse
 from django.utils.html import format_html
 
-from .admin_display import ReadOnlyAdminMixin, badge_column, pretty_json
+from .admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column, pretty_json
+from .authz import Action, teams_where
+from .errors import Forbidden, NotAllowed
 from .models import (
     DeadLetter,
     Effect,
@@ -20,12 +23,12 @@ from .models import (
     StepAttempt,
     StepRun,
     Team,
+    TeamMembership,
     WorkerHeartbeat,
     Workflow,
     WorkflowVersion,
 )
-from .services.deadletters import dead_letter_redrive, user_may_redrive
-from .services.errors import NotAllowed
+from .services.operators import dead_letter_redrive
 from .services.runs import run_cancel
 
 
@@ -38,11 +41,19 @@ class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
         return self.fields
 
 
+class TeamMembershipInline(admin.TabularInline):
+    model = TeamMembership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
+    """Teams and who is in them with which role: for superusers (docs/permissions.md)."""
+
     list_display = ["slug", "name"]
     search_fields = ["slug", "name"]
-    filter_horizontal = ["members"]
+    inlines = [TeamMembershipInline]
 
 
 class WorkflowVersionInline(ReadOnlyInline):
@@ -52,7 +63,7 @@ class WorkflowVersionInline(ReadOnlyInline):
 
 
 @admin.register(Workflow)
-class WorkflowAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["name", "team", "latest_version", "created_at"]
     list_filter = ["team"]
     search_fields = ["name"]
@@ -69,7 +80,8 @@ class WorkflowAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(WorkflowVersion)
-class WorkflowVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class WorkflowVersionAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    team_field = "workflow__team"
     list_display = ["workflow", "number", "digest", "created_at", "created_by"]
     list_filter = ["workflow__team", "workflow__name"]
     list_select_related = ["workflow__team", "created_by"]
@@ -115,7 +127,7 @@ _RUN_FIELDS = ["id", "team", "version", "state", "trigger", "created_by", "idemp
 
 
 @admin.register(Run)
-class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["id", "workflow", "version_number", "team", badge_column("state"), "cost_usd", "created_at"]
     list_filter = ["state", "version__workflow__name", "team"]
     list_select_related = ["team", "version__workflow"]
@@ -154,18 +166,20 @@ class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return pretty_json(run.error)
 
     def has_cancel_permission(self, request) -> bool:
-        return request.user.has_perm("orchestrator.change_run")
+        # Offered to whoever may cancel runs in some team, or has started runs; the service
+        # decides for each run.
+        user = request.user
+        return teams_where(user, Action.RUN_CANCEL).exists() or Run.objects.filter(created_by=user).exists()
 
     @admin.action(description="Cancel selected runs", permissions=["cancel"])
     def cancel_runs(self, request, queryset: QuerySet[Run]) -> None:
-        actor = f"user:{request.user.username}"
         cancelled = 0
         for run_id in queryset.values_list("id", flat=True):
             try:
-                run_cancel(run_id=run_id, actor=actor)
+                run_cancel(run_id=run_id, actor=request.user)
                 cancelled += 1
-            except NotAllowed as exc:
-                self.message_user(request, str(exc), messages.ERROR)
+            except (NotAllowed, Forbidden) as exc:
+                self.message_user(request, f"run {run_id}: {exc}", messages.ERROR)
         if cancelled:
             self.message_user(request, f"Cancelled (or cancelling) {cancelled} run(s).",
                               messages.SUCCESS)
@@ -180,7 +194,9 @@ class StepAttemptInline(ReadOnlyInline):
 
 
 @admin.register(StepRun)
-class StepRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class StepRunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    team_field = "run__team"
+
     list_display = ["name", "run", "kind", badge_column("state"), "attempts", "cost_usd", "started_at",
                     "finished_at"]
     list_filter = ["state", "kind"]
@@ -196,7 +212,9 @@ class StepRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class EventAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    team_field = "run__team"
+
     list_display = ["created_at", "kind", "run", "step", "actor"]
     list_filter = ["kind"]
     list_select_related = ["run", "step"]
@@ -211,8 +229,10 @@ class WorkerHeartbeatAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class DeadLetterAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Dead-lettered work. "Redrive selected" calls the same service as the API."""
+
+    team_field = "run__team"
 
     list_display = ["id", "run", "step", "error_class", "attempts", badge_column("status"), "created_at",
                     "redriven_by"]
@@ -226,24 +246,26 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return super().get_queryset(request).select_related("run", "step", "redriven_by")
 
     def has_redrive_permission(self, request) -> bool:
-        return user_may_redrive(request.user)
+        return teams_where(request.user, Action.DEAD_LETTER_REDRIVE).exists()
 
     @admin.action(description="Redrive selected dead letters", permissions=["redrive"])
     def redrive(self, request, queryset: QuerySet[DeadLetter]) -> None:
         done = 0
         for letter_id in queryset.values_list("id", flat=True):
             try:
-                dead_letter_redrive(dead_letter_id=letter_id, user=request.user)
+                dead_letter_redrive(dead_letter_id=letter_id, actor=request.user)
                 done += 1
-            except (NotAllowed, PermissionError) as exc:
+            except (NotAllowed, Forbidden) as exc:
                 self.message_user(request, f"dead letter {letter_id}: {exc}", messages.ERROR)
         if done:
             self.message_user(request, f"Redrove {done} dead letter(s).", messages.SUCCESS)
 
 
 @admin.register(Effect)
-class EffectAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class EffectAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """The idempotency ledger of side effects: one row per logical action."""
+
+    team_field = "run__team"
 
     list_display = ["key", "tool", "action", badge_column("status"), "attempts", "started_at", "finished_at"]
     list_filter = ["status", "action", "tool"]

@@ -1,15 +1,16 @@
-"""What every admin screen shares: read-only access, and how JSON documents and states are shown
-(styled by static/stepwise/admin.css)."""
+"""What every admin screen shares: read-only access scoped to the viewer's teams, and how JSON
+documents and states are shown (styled by static/stepwise/admin.css)."""
 import json
 
 from django.contrib import admin
 from django.utils.html import format_html
 
+from .authz import teams_visible_to, visible
+
 
 class ReadOnlyAdminMixin:
-    """Viewable by whoever has the view (or change) permission; never added, changed, deleted.
-
-    Every change goes through a service, called by an admin action or the API.
+    """Never added, changed or deleted here: every change goes through a service, called by an
+    admin action or the API.
     """
 
     def has_add_permission(self, request, obj=None) -> bool:
@@ -20,6 +21,22 @@ class ReadOnlyAdminMixin:
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+class TeamScopedAdminMixin:
+    """Shows a person the objects of their teams only, as the API does (`authz.visible`);
+    a person with no team sees nothing. Model permissions play no part: staff grants nothing."""
+
+    team_field = "team"
+
+    def get_queryset(self, request):
+        return visible(super().get_queryset(request), request.user, team_field=self.team_field)
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return teams_visible_to(request.user).exists()
+
+    def has_module_permission(self, request) -> bool:
+        return self.has_view_permission(request)
 
 
 # Which colour a state is shown in: the ones that need a person stand out.

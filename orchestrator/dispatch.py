@@ -7,14 +7,22 @@ Sending is best effort: if the broker is down, the error is logged and the calle
 because what was decided is already committed. Every message has a backstop in the reaper's
 sweep of persisted state (queued steps, due retries, waiting maps and parents, compensating
 runs), so a message that was never sent is sent again once the broker is back.
+
+Tasks are sent by name (`orchestrator.tasks.*`), never imported: the services that call these
+sit below the Celery entry points in the import graph.
 """
 from functools import partial
 
+from celery import chord, current_app, signature
 from django.db import transaction
 
 from .definitions import calls_model
 
 after_commit = partial(transaction.on_commit, robust=True)
+
+
+def _send(task: str, args: tuple, **options) -> None:
+    current_app.send_task(f"orchestrator.tasks.{task}", args, **options)
 
 
 def queue_for(spec: dict) -> str:
@@ -31,29 +39,23 @@ def queue_for(spec: dict) -> str:
 
 
 def step_dispatch_on_commit(step_id: int, queue: str) -> None:
-    from .tasks import execute_step
-
-    after_commit(lambda: execute_step.apply_async((step_id,), queue=queue))
+    after_commit(lambda: _send("execute_step", (step_id,), queue=queue))
 
 
 def retry_due_on_commit(step_id: int, delay_s: float) -> None:
     """A short retry delay may wait in the broker; the reaper's sweep is the backstop."""
-    from .tasks import retry_due
-
-    after_commit(
-        lambda: retry_due.apply_async((step_id,), countdown=delay_s, queue="orchestrator")
-    )
+    after_commit(lambda: _send("retry_due", (step_id,), countdown=delay_s, queue="orchestrator"))
 
 
 def map_dispatch_on_commit(step_id: int, indexes: list[int], item_queue: str) -> None:
     """Fan a map step out as a Celery chord: one task per item, the join as the chord body."""
-    from celery import chord
-
-    from .tasks import map_item, map_join
 
     def send() -> None:
-        header = [map_item.si(step_id, i).set(queue=item_queue) for i in indexes]
-        chord(header)(map_join.si(step_id).set(queue="orchestrator"))
+        header = [signature("orchestrator.tasks.map_item", (step_id, i), immutable=True,
+                            queue=item_queue) for i in indexes]
+        join = signature("orchestrator.tasks.map_join", (step_id,), immutable=True,
+                         queue="orchestrator")
+        chord(header, app=current_app)(join)
 
     after_commit(send)
 
@@ -61,21 +63,15 @@ def map_dispatch_on_commit(step_id: int, indexes: list[int], item_queue: str) ->
 def map_items_redispatch_on_commit(step_id: int, delays: dict[int, float], item_queue: str) -> None:
     """Send items again outside the chord, each after its delay in seconds (index -> delay);
     the reaper joins when they are all done."""
-    from .tasks import map_item
-
-    after_commit(lambda: [map_item.apply_async((step_id, index), queue=item_queue,
-                                               countdown=delay or None)
+    after_commit(lambda: [_send("map_item", (step_id, index), queue=item_queue,
+                                countdown=delay or None)
                           for index, delay in delays.items()])
 
 
 def child_finished_on_commit(parent_step_id: int) -> None:
-    from .tasks import child_finished
-
-    after_commit(lambda: child_finished.apply_async((parent_step_id,), queue="orchestrator"))
+    after_commit(lambda: _send("child_finished", (parent_step_id,), queue="orchestrator"))
 
 
 def compensate_on_commit(run_id, delay_s: float = 0) -> None:
-    from .tasks import compensate_run
-
-    after_commit(lambda: compensate_run.apply_async((str(run_id),), countdown=delay_s or None,
-                                                    queue="tools"))
+    after_commit(lambda: _send("compensate_run", (str(run_id),), countdown=delay_s or None,
+                               queue="tools"))

@@ -4,8 +4,6 @@ A step (or map item) whose worker dies stops being renewed; the reaper sees the 
 and retries it under its policy. The heartbeat never extends work past its own timeout: the
 timeout is a separate deadline the reaper enforces regardless of heartbeats.
 """
-import os
-import socket
 import threading
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -17,23 +15,9 @@ from django.db import close_old_connections, connection
 from .clock import now
 
 
-def worker_id() -> str:
-    """This worker process, the holder of its leases (prefork children share the parent's
-    import, so ask at call time)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def lease_until(at: datetime | None = None) -> datetime:
     """When a lease taken or renewed at `at` (default: now) runs out."""
     return (at or now()) + timedelta(seconds=settings.STEPWISE_LEASE_S)
-
-
-@contextmanager
-def lease_heartbeat(*, step_id: int, attempt: int):
-    from .services.steps import lease_extend
-
-    with heartbeat(lambda: lease_extend(step_id=step_id, attempt=attempt), name=f"lease-{step_id}"):
-        yield
 
 
 @contextmanager

@@ -13,17 +13,53 @@ from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
 from .clock import now
+from .states import (
+    RUN_LIVE,
+    RUN_TERMINAL,
+    STEP_OPEN,
+    STEP_RECOVERABLE,
+    STEP_TERMINAL,
+    RunState,
+    StepKind,
+    StepState,
+    in_order,
+)
 
 
 class Team(models.Model):
-    """Workflows and runs belong to a team; an API user sees its teams' objects only."""
+    """Workflows and runs belong to a team; a person sees and acts on its objects only through
+    a membership, whose role says what they may do (`orchestrator.authz`)."""
 
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
-    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="teams", blank=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="teams", blank=True,
+                                     through="TeamMembership")
 
     def __str__(self) -> str:
         return self.slug
+
+
+class Role(models.TextChoices):
+    """What a member may do in a team; docs/permissions.md has the whole matrix."""
+
+    MEMBER = "member", "member: sees the team's workflows and runs, starts runs"
+    EDITOR = "editor", "editor: member, and saves new versions of workflows"
+    OPERATOR = "operator", "operator: member, and cancels, resumes, retries, skips and redrives"
+    OWNER = "owner", "owner: every action in the team"
+
+
+class TeamMembership(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="team_memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="one_membership_per_team")]
+        ordering = ["team", "user"]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
 
 
 class Workflow(models.Model):
@@ -60,25 +96,6 @@ class WorkflowVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow.name} v{self.number}"
-
-
-class RunState(models.TextChoices):
-    PENDING = "pending"
-    RUNNING = "running"
-    WAITING = "waiting"
-    PAUSED = "paused"
-    CANCELLING = "cancelling"
-    CANCELLED = "cancelled"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    COMPENSATING = "compensating"
-    COMPENSATION_FAILED = "compensation_failed"
-
-
-RUN_TERMINAL = frozenset({RunState.CANCELLED, RunState.COMPLETED, RunState.FAILED, RunState.TIMED_OUT,
-                          RunState.COMPENSATION_FAILED})
-RUN_LIVE = [RunState.RUNNING, RunState.WAITING, RunState.PAUSED]
 
 
 class Run(ConcurrentTransitionMixin, models.Model):
@@ -156,7 +173,7 @@ class Run(ConcurrentTransitionMixin, models.Model):
         self.error = reason
         self.progressed_at = now()
 
-    @transition(field=state, source=RUN_LIVE, target=RunState.CANCELLING)
+    @transition(field=state, source=in_order(RUN_LIVE), target=RunState.CANCELLING)
     def request_cancel(self) -> None:
         self.progressed_at = now()
 
@@ -169,17 +186,17 @@ class Run(ConcurrentTransitionMixin, models.Model):
         self.output = output
         self.finished_at = self.progressed_at = now()
 
-    @transition(field=state, source=[*RUN_LIVE, RunState.PENDING], target=RunState.FAILED)
+    @transition(field=state, source=[*in_order(RUN_LIVE), RunState.PENDING], target=RunState.FAILED)
     def fail(self, *, error: dict) -> None:
         self.error = error
         self.finished_at = self.progressed_at = now()
 
-    @transition(field=state, source=RUN_LIVE, target=RunState.TIMED_OUT)
+    @transition(field=state, source=in_order(RUN_LIVE), target=RunState.TIMED_OUT)
     def time_out(self, *, error: dict) -> None:
         self.error = error
         self.finished_at = self.progressed_at = now()
 
-    @transition(field=state, source=[*RUN_LIVE, RunState.CANCELLING], target=RunState.COMPENSATING)
+    @transition(field=state, source=[*in_order(RUN_LIVE), RunState.CANCELLING], target=RunState.COMPENSATING)
     def compensate(self, *, error: dict) -> None:
         """The run failed after effects happened: undo them, newest first, before ending."""
         self.error = error
@@ -200,37 +217,6 @@ class Run(ConcurrentTransitionMixin, models.Model):
         self.error = None
         self.finished_at = None
         self.progressed_at = now()
-
-class StepState(models.TextChoices):
-    BLOCKED = "blocked"
-    READY = "ready"
-    QUEUED = "queued"
-    RUNNING = "running"
-    RETRYING = "retrying"
-    WAITING = "waiting"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-    TIMED_OUT = "timed_out"
-    CANCELLED = "cancelled"
-
-
-STEP_DONE = frozenset({StepState.COMPLETED, StepState.SKIPPED})
-STEP_BROKEN = frozenset({StepState.FAILED, StepState.TIMED_OUT, StepState.CANCELLED})
-STEP_TERMINAL = STEP_DONE | STEP_BROKEN
-STEP_ACTIVE = frozenset({StepState.QUEUED, StepState.RUNNING, StepState.RETRYING})
-STEP_OPEN = [StepState.BLOCKED, StepState.READY, StepState.QUEUED, StepState.RETRYING,
-             StepState.RUNNING, StepState.WAITING]
-
-
-class StepKind(models.TextChoices):
-    AGENT = "agent"
-    TOOL = "tool"
-    ROUTER = "router"
-    MAP = "map"
-    HUMAN_GATE = "human_gate"
-    SUB_WORKFLOW = "sub_workflow"
-
 
 class StepRun(ConcurrentTransitionMixin, models.Model):
     """One step of one run. Its row is the only owner of the step's state."""
@@ -337,13 +323,13 @@ class StepRun(ConcurrentTransitionMixin, models.Model):
         self.finished_at = now()
         self.lease_owner, self.lease_expires_at = "", None
 
-    @transition(field=state, source=STEP_OPEN, target=StepState.CANCELLED)
+    @transition(field=state, source=in_order(STEP_OPEN), target=StepState.CANCELLED)
     def cancel(self, *, reason: str) -> None:
         self.skip_reason = reason[:200]
         self.finished_at = now()
         self.lease_owner, self.lease_expires_at = "", None
 
-    @transition(field=state, source=[StepState.FAILED, StepState.TIMED_OUT], target=StepState.QUEUED)
+    @transition(field=state, source=in_order(STEP_RECOVERABLE), target=StepState.QUEUED)
     def redrive(self, *, queue: str) -> None:
         """Run a dead-lettered step again (an explicit, audited operator action)."""
         self.queue = queue
@@ -351,7 +337,7 @@ class StepRun(ConcurrentTransitionMixin, models.Model):
         self.error = None
         self.finished_at = None
 
-    @transition(field=state, source=[StepState.FAILED, StepState.TIMED_OUT], target=StepState.SKIPPED)
+    @transition(field=state, source=in_order(STEP_RECOVERABLE), target=StepState.SKIPPED)
     def skip_failed(self, *, reason: str) -> None:
         """An operator decides a paused run goes on without this step."""
         self.skip_reason = reason[:200]
@@ -516,7 +502,6 @@ class DeadLetter(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        permissions = [("redrive_deadletter", "Can redrive dead-lettered work")]
 
     def __str__(self) -> str:
         return f"dead letter {self.id}: {self.step} {self.error_class}"

@@ -12,13 +12,12 @@ It decides nothing and executes nothing: a proposal is data. The action is perfo
 tool step the definition names; the risk tier is computed in `risk.py`. Nothing here reads
 the database or calls a model.
 """
-import hashlib
-import json
 import unicodedata
 
 from jsonschema import Draft202012Validator
 
-from .executors.schemas import strict
+from .hashing import digest_of
+from .output_schemas import strict
 from .risk import TIERS
 
 FIELDS = ("action_type", "params", "evidence", "rationale", "confidence")
@@ -188,12 +187,6 @@ def normalize_proposal(declaration: dict, value: object) -> object:
     return value
 
 
-def canonical_json(value: object) -> str:
-    """Sorted keys, no whitespace, UTF-8 text, no NaN: the same value always gives the same text."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
-
-
 def proposal_hash(proposal: dict) -> str:
     """SHA-256 of the canonical {action_type, params}: what would be executed.
 
@@ -201,4 +194,4 @@ def proposal_hash(proposal: dict) -> str:
     they are not hashed; any change of the action or a parameter changes the hash.
     """
     effect = {"action_type": proposal["action_type"], "params": proposal["params"]}
-    return hashlib.sha256(canonical_json(effect).encode("utf-8")).hexdigest()
+    return digest_of(effect)

@@ -1,14 +1,16 @@
 """Celery entry points. Each takes ids, re-reads state through a service, and delegates.
 
-Any message may be a replay; the services make a replay do nothing.
+Any message may be a replay; the services make a replay do nothing. Services send these tasks
+by name (`orchestrator.dispatch`); nothing below this module imports it.
 """
 import random
 
 from celery import shared_task
 from celery.utils.log import get_task_logger
 
-from .leases import worker_id
-from .services import compensation, execution, fanout, reaper, steps
+from .keys import worker_id
+from .services import compensation, reaper
+from .services.kinds import map_step, sub_workflow, worker
 
 log = get_task_logger(__name__)
 
@@ -16,7 +18,7 @@ log = get_task_logger(__name__)
 @shared_task(name="orchestrator.tasks.execute_step", bind=True)
 def execute_step(self, step_id: int) -> None:
     """Claim a queued step, run its executor, commit the outcome (which schedules the next)."""
-    wait = execution.step_execute(step_id=step_id, worker=worker_id())
+    wait = worker.step_execute(step_id=step_id, worker=worker_id())
     if wait:  # throttled by a shared rate limit: the step stays queued; come back later
         self.apply_async((step_id,), countdown=wait,
                          queue=(self.request.delivery_info or {}).get("routing_key"))
@@ -24,29 +26,29 @@ def execute_step(self, step_id: int) -> None:
 
 @shared_task(name="orchestrator.tasks.retry_due")
 def retry_due(step_id: int) -> None:
-    steps.step_retry_due(step_id=step_id)
+    worker.step_retry_due(step_id=step_id)
 
 
 @shared_task(name="orchestrator.tasks.map_item", ignore_result=False, bind=True, max_retries=None)
 def map_item(self, step_id: int, index: int) -> None:
     """One item of a map step. Its result is persisted; the chord only counts completions."""
-    outcome = fanout.map_item_run(step_id=step_id, index=index)
-    if outcome.verdict == fanout.DEFERRED:
+    outcome = map_step.map_item_run(step_id=step_id, index=index)
+    if outcome.verdict == map_step.DEFERRED:
         # Back of the queue (a retry keeps the chord waiting for this item), so other runs'
         # work interleaves with a large fan-out.
         raise self.retry(countdown=random.uniform(0.05, 0.25))
-    if outcome.verdict == fanout.RETRY:  # the item's retry policy, the chord still waiting
+    if outcome.verdict == map_step.RETRY:  # the item's retry policy, the chord still waiting
         raise self.retry(countdown=outcome.delay_s)
 
 
 @shared_task(name="orchestrator.tasks.map_join")
 def map_join(step_id: int) -> None:
-    fanout.map_join(step_id=step_id)
+    map_step.map_join(step_id=step_id)
 
 
 @shared_task(name="orchestrator.tasks.child_finished")
 def child_finished(parent_step_id: int) -> None:
-    fanout.child_finished(parent_step_id=parent_step_id)
+    sub_workflow.child_finished(parent_step_id=parent_step_id)
 
 
 @shared_task(name="orchestrator.tasks.compensate_run")

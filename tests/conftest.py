@@ -3,6 +3,8 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from orchestrator.models import Role
+
 from .factories import TeamFactory, member
 
 
@@ -13,20 +15,20 @@ def team(db):
 
 @pytest.fixture
 def requester(team):
-    """Starts runs and edits workflows of the support team."""
-    return member(team, "requester")
+    """An editor of the support team: starts runs and edits workflows."""
+    return member(team, "requester", role=Role.EDITOR)
 
 
 @pytest.fixture
 def approver(team):
-    """A support lead: may approve the support workflow's gate."""
-    return member(team, "approver", groups=("support_leads",))
+    """A support lead: a member of the support team who may approve its gate."""
+    return member(team, "approver", role=Role.MEMBER, groups=("support_leads",))
 
 
 @pytest.fixture
 def operator(team):
-    """Staff: sees and operates everything."""
-    return member(team, "operator", staff=True)
+    """An operator of the support team: cancels, resumes, retries, skips and redrives."""
+    return member(team, "operator", role=Role.OPERATOR, staff=True)
 
 
 @pytest.fixture

@@ -5,9 +5,13 @@ import factory
 import yaml
 from django.contrib.auth.models import Group, User
 
-from orchestrator.models import Team
+from orchestrator.authz import System
+from orchestrator.models import Role, Team, TeamMembership
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+# The actor for what a test sets up without a person behind it (saving a fixture workflow,
+# starting a run the test then drives): the engine acting on its own.
+SETUP = System("test-setup")
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -33,9 +37,11 @@ def example_definition(name: str) -> dict:
     return yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
 
 
-def member(team: Team, username: str, *, groups: tuple[str, ...] = (), staff: bool = False) -> User:
+def member(team: Team, username: str, *, role: str = Role.EDITOR, groups: tuple[str, ...] = (),
+           staff: bool = False) -> User:
+    """A user with `role` in `team` (and in the named groups)."""
     user = UserFactory(username=username, is_staff=staff)
-    team.members.add(user)
+    TeamMembership.objects.update_or_create(team=team, user=user, defaults={"role": role})
     for name in groups:
         user.groups.add(Group.objects.get_or_create(name=name)[0])
     return user

@@ -2,7 +2,8 @@
 
 Every error body has one shape, `{"errors": [{"path", "message"}, ...]}`, listing every
 problem at once. Views let service exceptions propagate; `ServiceErrorsMixin` maps them:
-DefinitionInvalid and InputInvalid -> 400, IdempotencyConflict and NotAllowed -> 409.
+DefinitionInvalid and InputInvalid -> 400, Forbidden -> 403, IdempotencyConflict and
+NotAllowed -> 409.
 It must not decide anything; the services do.
 """
 from rest_framework import status
@@ -10,10 +11,11 @@ from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.response import Response
 
 from ..definitions import DefinitionInvalid, Problem
-from ..services.errors import IdempotencyConflict, InputInvalid, NotAllowed, ServiceError
+from ..errors import Forbidden, IdempotencyConflict, InputInvalid, NotAllowed, ServiceError
 
 _STATUS = {
     InputInvalid: status.HTTP_400_BAD_REQUEST,
+    Forbidden: status.HTTP_403_FORBIDDEN,
     IdempotencyConflict: status.HTTP_409_CONFLICT,
     NotAllowed: status.HTTP_409_CONFLICT,
 }
@@ -41,7 +43,7 @@ class DefinitionParseError(ParseError):
 
 
 class ServiceErrorsMixin:
-    """Turn the services' exceptions into 400/409 responses with an `errors` list."""
+    """Turn the services' exceptions into 400/403/409 responses with an `errors` list."""
 
     def handle_exception(self, exc):
         if isinstance(exc, DefinitionInvalid):

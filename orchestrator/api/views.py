@@ -1,8 +1,9 @@
 """The API endpoints: parse the request, call one service, serialize the answer.
 
-Every queryset is scoped to the caller's teams (`permissions.scoped`), so an object of another
-team is a 404. Service exceptions propagate to `ServiceErrorsMixin`, which maps them to
-400/409 with an `errors` list; views do not catch them one by one.
+Every queryset is scoped to the caller's teams (`authz.visible`), so an object of another
+team is a 404. Whether the caller may act is the service's to decide (`authz`); service
+exceptions propagate to `ServiceErrorsMixin`, which maps them to 400/403/409 with an `errors`
+list; views do not catch them one by one.
 """
 from django.db.models import Max, Prefetch, QuerySet
 from drf_spectacular.types import OpenApiTypes
@@ -16,23 +17,23 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.parsers import JSONParser
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from approvals.models import ApprovalRequest
-from approvals.services import approval_grant, approval_reject
 
+from ..authz import visible
 from ..definitions import DefinitionInvalid, parse_definition_text
 from ..models import DeadLetter, Run, StepRun, Workflow, WorkflowVersion
-from ..services.deadletters import dead_letter_redrive, run_resume, step_retry, step_skip
+from ..selectors import latest_version, runs_with_version
+from ..services.kinds.human_gate import approval_grant, approval_reject
+from ..services.operators import dead_letter_redrive, run_resume, step_retry, step_skip
 from ..services.runs import run_cancel, run_start
-from ..services.versions import runs_with_version
-from ..services.workflows import definition_problems, latest_version, workflow_save
+from ..services.workflows import definition_problems, workflow_save
 from . import serializers as s
 from .errors import ServiceErrorsMixin, error_body, errors_of, problems_body, valid_data
 from .filters import ApprovalFilter, DeadLetterFilter, RunFilter, WorkflowFilter
 from .parsers import TextYAMLParser, YAMLParser
-from .permissions import MayDecide, MayOperate, scoped, team_for_write
+from .permissions import team_for_write
 
 _ERRORS = OpenApiResponse(s.ErrorsSerializer, description="Every problem, each with its path.")
 _DEFINITION_BODY = {
@@ -70,7 +71,7 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
     serializer_class = s.WorkflowListSerializer
 
     def get_queryset(self) -> QuerySet[Workflow]:
-        workflows = scoped(Workflow.objects.select_related("team"), self.request.user)
+        workflows = visible(Workflow.objects.select_related("team"), self.request.user)
         if self.action == "list":
             workflows = workflows.annotate(
                 latest_number=Max("versions__number"), updated_at=Max("versions__created_at")
@@ -121,7 +122,7 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
     def create(self, request):
         definition, slug = read_definition(request)
         team = team_for_write(request.user, slug)
-        version, created = workflow_save(team=team, definition=definition, user=request.user)
+        version, created = workflow_save(team=team, definition=definition, actor=request.user)
         context = {**self.get_serializer_context(), "created": created}
         return Response(s.WorkflowVersionSerializer(version, context=context).data,
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
@@ -192,7 +193,7 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
         body = valid_data(s.RunStartRequestSerializer(data=request.data))
         run = run_start(
             version=self._version_to_run(workflow, body.get("version")), input=body["input"],
-            user=request.user, idempotency_key=request.headers.get("Idempotency-Key"),
+            actor=request.user, idempotency_key=request.headers.get("Idempotency-Key"),
             trigger="api",
         )
         return Response(s.RunSerializer(run, context=self.get_serializer_context()).data,
@@ -223,7 +224,7 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
     filterset_class = RunFilter
 
     def get_queryset(self) -> QuerySet[Run]:
-        runs = scoped(runs_with_version().select_related("team", "created_by"), self.request.user)
+        runs = visible(runs_with_version().select_related("team", "created_by"), self.request.user)
         if self.action == "retrieve":
             runs = with_steps(runs)
         return runs.order_by("-created_at")
@@ -231,35 +232,33 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
     def get_serializer_class(self):
         return s.RunSerializer if self.action == "list" else s.RunDetailSerializer
 
-    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 409: _ERRORS},
+    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS},
                    description="Cancel the run: nothing new starts, running steps finish, then "
-                   "the run is `cancelled`. 409 if it has already ended.")
+                   "the run is `cancelled`. Operators, or whoever started the run. 409 if it "
+                   "has already ended or is compensating.")
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         run = self.get_object()
-        run_cancel(run_id=run.id, actor=f"user:{request.user.username}")
+        run_cancel(run_id=run.id, actor=request.user)
         return self._accepted(run)
 
-
-    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 409: _ERRORS},
+    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS},
                    description="Resume a paused run. Operators only.")
-    @action(detail=True, methods=["post"], permission_classes=[IsAuthenticated, MayOperate])
+    @action(detail=True, methods=["post"])
     def resume(self, request, pk=None):
         run = self.get_object()
-        run_resume(run_id=run.id, actor=f"user:{request.user.username}")
+        run_resume(run_id=run.id, actor=request.user)
         return self._accepted(run)
 
-    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 409: _ERRORS},
+    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS},
                    description="Run a failed step again (paused or failed run). Operators only.")
-    @action(detail=True, methods=["post"], url_path=r"steps/(?P<step>[a-z][a-z0-9_]*)/retry",
-            permission_classes=[IsAuthenticated, MayOperate])
+    @action(detail=True, methods=["post"], url_path=r"steps/(?P<step>[a-z][a-z0-9_]*)/retry")
     def retry_step(self, request, pk=None, step=None):
         return self._on_step(request, step, step_retry)
 
-    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 409: _ERRORS},
+    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS},
                    description="Let a paused run go on without its failed step. Operators only.")
-    @action(detail=True, methods=["post"], url_path=r"steps/(?P<step>[a-z][a-z0-9_]*)/skip",
-            permission_classes=[IsAuthenticated, MayOperate])
+    @action(detail=True, methods=["post"], url_path=r"steps/(?P<step>[a-z][a-z0-9_]*)/skip")
     def skip_step(self, request, pk=None, step=None):
         return self._on_step(request, step, step_skip)
 
@@ -269,7 +268,7 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
         step_id = run.steps.filter(name=name).values_list("id", flat=True).first()
         if step_id is None:
             raise NotFound(f"run has no step '{name}'")
-        service(step_id=step_id, actor=f"user:{request.user.username}")
+        service(step_id=step_id, actor=request.user)
         return self._accepted(run)
 
     def _accepted(self, run: Run) -> Response:
@@ -287,15 +286,15 @@ class DeadLetterViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retrie
 
     def get_queryset(self) -> QuerySet[DeadLetter]:
         letters = DeadLetter.objects.select_related("run__team", "step", "redriven_by")
-        return scoped(letters, self.request.user, team_field="run__team").order_by("-created_at")
+        return visible(letters, self.request.user, team_field="run__team").order_by("-created_at")
 
-    @extend_schema(request=None, responses={200: s.DeadLetterSerializer, 403: None, 409: _ERRORS},
+    @extend_schema(request=None, responses={200: s.DeadLetterSerializer, 403: _ERRORS, 409: _ERRORS},
                    description="Run the dead-lettered step again after re-checking its state; "
                    "its side effects are not repeated (the effect ledger). Operators only.")
-    @action(detail=True, methods=["post"], permission_classes=[IsAuthenticated, MayOperate])
+    @action(detail=True, methods=["post"])
     def redrive(self, request, pk=None):
         letter = self.get_object()
-        dead_letter_redrive(dead_letter_id=letter.id, user=request.user)
+        dead_letter_redrive(dead_letter_id=letter.id, actor=request.user)
         return Response(self.get_serializer(self.get_queryset().get(pk=letter.pk)).data)
 
 
@@ -307,12 +306,12 @@ def with_steps(runs: QuerySet[Run]) -> QuerySet[Run]:
 
 
 @extend_schema_view(
-    list=extend_schema(description="Approval requests of your teams' runs (staff: all)."),
+    list=extend_schema(description="Approval requests of your teams' runs (superusers: all)."),
     retrieve=extend_schema(description="One approval request, with the context it approves."),
 )
 class ApprovalViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                       viewsets.GenericViewSet):
-    """Approval requests of your teams' runs (staff: all). Filter with `?state=pending`."""
+    """Approval requests of your teams' runs (superusers: all). Filter with `?state=pending`."""
 
     filterset_class = ApprovalFilter
     serializer_class = s.ApprovalSerializer
@@ -321,13 +320,13 @@ class ApprovalViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retrieve
         approvals = ApprovalRequest.objects.select_related(
             "run__team", "run__version__workflow", "step", "decided_by"
         ).defer("run__version__definition", "run__version__normalized")
-        return scoped(approvals, self.request.user, team_field="run__team").order_by("-requested_at")
+        return visible(approvals, self.request.user, team_field="run__team").order_by("-requested_at")
 
     @extend_schema(request=s.ApprovalDecisionSerializer,
-                   responses={200: s.ApprovalSerializer, 403: None, 409: _ERRORS},
+                   responses={200: s.ApprovalSerializer, 403: _ERRORS, 409: _ERRORS},
                    description="Approve: the gate completes with {approved, note, decided_by} "
                    "and the run moves on. 403 unless you are one of the approvers.")
-    @action(detail=True, methods=["post"], permission_classes=[IsAuthenticated, MayDecide])
+    @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         approval = self.get_object()
         body = valid_data(s.ApprovalDecisionSerializer(data=request.data))
@@ -335,10 +334,10 @@ class ApprovalViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retrieve
         return Response(self.get_serializer(self.get_queryset().get(pk=approval.pk)).data)
 
     @extend_schema(request=s.ApprovalDecisionSerializer,
-                   responses={200: s.ApprovalSerializer, 403: None, 409: _ERRORS},
+                   responses={200: s.ApprovalSerializer, 403: _ERRORS, 409: _ERRORS},
                    description="Reject: the gate fails (class `rejected`) and the workflow's "
                    "on_error policy applies. 403 unless you are one of the approvers.")
-    @action(detail=True, methods=["post"], permission_classes=[IsAuthenticated, MayDecide])
+    @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
         approval = self.get_object()
         body = valid_data(s.ApprovalDecisionSerializer(data=request.data))

@@ -1,64 +1,22 @@
 """Executors: run one step (or one map item) and return its output, or raise StepError.
 
 They perform the side effects — model calls, tool calls — and never change persisted state;
-the step services commit what they return. Each validates what it returns against the step's
-output_schema, so malformed output is a classified failure, never data flowing on.
+the step services commit what they return (a side-effecting tool call goes through the effect
+ledger the services hand over in `ExecContext.effects`). Each validates what it returns against
+the step's output_schema, so malformed output is a classified failure, never data flowing on.
+Executors import no service.
 """
-from dataclasses import dataclass, field
-from decimal import Decimal
-
 from ..retry import StepError
+from . import agent, router, tool
+from .base import ATTEMPT_META_FIELDS, ExecContext, Result, SpentStepError
 
-
-@dataclass(frozen=True)
-class ExecContext:
-    run_id: str
-    workflow: str
-    step_name: str
-    attempt: int
-    idempotency_key: str
-    step_id: int = 0
-
-
-@dataclass(frozen=True)
-class Result:
-    output: object
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost_usd: Decimal = Decimal("0")
-    model: str = ""
-    provider: str = ""
-    # What produced the output, for the attempt record: keys are ATTEMPT_META_FIELDS.
-    meta: dict = field(default_factory=dict)
-
-
-# StepAttempt columns an executor's `meta` fills (the step services persist them):
-# prompt_hash (SHA-256 of the prompt templates and the contract framing), schema_hash (of the
-# schema the reply had to satisfy), model_params (temperature, max_tokens, repair bound...),
-# model_id (the model version the provider said answered), proposal_hash, risk_tier,
-# repair_count, decision (a router's choice and why).
-ATTEMPT_META_FIELDS = ("prompt_hash", "schema_hash", "model_params", "model_id",
-                       "proposal_hash", "risk_tier", "repair_count", "decision")
-
-
-@dataclass(eq=False)  # like StepError: not frozen, Python sets __traceback__ when re-raising
-class SpentStepError(StepError):
-    """A failed attempt that still spent tokens (model calls, repairs): they must be charged.
-
-    `spent` carries the usage and meta of the calls made before the failure, so budgets and the
-    attempt record see them; it is a StepError, so every caller that handles those still works.
-    """
-
-    spent: Result | None = None
+RUNNERS = {"agent": agent.run, "tool": tool.run, "router": router.run}
 
 
 def execute(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
     """Run `spec` on `step_input`. Raises StepError for every failure."""
-    from . import agent, router, tool
-
-    runners = {"agent": agent.run, "tool": tool.run, "router": router.run}
     try:
-        runner = runners[spec["type"]]
+        runner = RUNNERS[spec["type"]]
     except KeyError:
         raise StepError("permanent", f"steps of type '{spec['type']}' are not run by a worker") from None
     return runner(spec, step_input, ctx)

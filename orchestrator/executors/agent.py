@@ -12,7 +12,6 @@ risk block (`orchestrator.risk`) the approval gate's `when` reads. This executor
 run or step state (it only records the audit entry authorizing each call) and runs no tool:
 an action is performed only by a tool step the definition names.
 """
-import hashlib
 import time
 from dataclasses import dataclass, field, replace
 
@@ -21,8 +20,10 @@ from budgets.services import cost_of
 
 from ..definitions import TemplateError, render_template
 from ..definitions.format import DEFAULT_REPAIR_ATTEMPTS
+from ..hashing import digest_of
+from ..output_schemas import validate_output
+from ..prompts import prompt_hash
 from ..proposals import (
-    canonical_json,
     envelope_schema,
     normalize_proposal,
     proposal_hash,
@@ -31,17 +32,9 @@ from ..proposals import (
 from ..providers import ModelReply, ModelRequest, Provider, provider_for
 from ..retry import StepError
 from ..risk import assess
-from . import ExecContext, Result, SpentStepError
-from .schemas import validate_output
+from .base import ExecContext, Result, SpentStepError
 
-# Bump when the framing we add around the author's prompts (contract text, repair turns)
-# changes, so the prompt hash on an attempt tells which framing produced the output.
-FRAME_VERSION = "stepwise-agent/1"
 MAX_PROBLEMS_SHOWN = 10
-
-
-def sha256_of(value: object) -> str:
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -108,13 +101,6 @@ def render_prompts(spec: dict, step_input: dict) -> tuple[str, str]:
     return system, prompt
 
 
-def prompt_hash(spec: dict) -> str:
-    """Which prompt produced an output: the templates (not the rendered text, which the
-    persisted step input reproduces) and the framing version."""
-    return sha256_of({"system": spec.get("system") or "", "prompt": spec["prompt"],
-                      "frame": FRAME_VERSION})
-
-
 def contract_of(spec: dict) -> dict | None:
     """The schema a reply must satisfy."""
     if spec.get("proposal"):
@@ -164,7 +150,7 @@ def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
         spec.get("repair_attempts", DEFAULT_REPAIR_ATTEMPTS))
     talk.meta = {
         "prompt_hash": prompt_hash(spec),
-        "schema_hash": sha256_of(contract) if contract is not None else "",
+        "schema_hash": digest_of(contract) if contract is not None else "",
         "model_params": {"temperature": spec.get("temperature"),
                          "max_tokens": spec.get("max_tokens"), "repair_attempts": bound,
                          "structured_output": talk.config.get("structured_output")},

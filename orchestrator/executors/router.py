@@ -10,11 +10,13 @@ is a classified StepError for the retry policy, not a silent default.
 from audit.services import external_call_authorize
 
 from ..definitions import ExpressionError, evaluate_expression
+from ..hashing import digest_of
+from ..output_schemas import validate_output
+from ..prompts import prompt_hash
 from ..providers import ModelRequest
 from ..retry import StepError
-from . import ExecContext, Result
-from .agent import FRAME_VERSION, Conversation, render_prompts, sha256_of
-from .schemas import validate_output
+from .agent import Conversation, render_prompts
+from .base import ExecContext, Result
 
 
 def choose(spec: dict, step_input: dict) -> dict:
@@ -80,9 +82,8 @@ def choose_by_model(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
     talk = Conversation.start(spec)
     schema = answer_schema(spec)
     talk.meta = {
-        "prompt_hash": sha256_of({"system": spec.get("system") or "", "prompt": spec["prompt"],
-                                  "menu": route_menu(spec), "frame": FRAME_VERSION}),
-        "schema_hash": sha256_of(schema),
+        "prompt_hash": prompt_hash(spec, menu=route_menu(spec)),
+        "schema_hash": digest_of(schema),
         "model_params": {"temperature": spec.get("temperature"),
                          "structured_output": talk.config.get("structured_output")},
         "repair_count": 0,

@@ -1,4 +1,7 @@
-"""Tool steps: render params, validate them against the tool's schema, call the tool."""
+"""Tool steps: render params, validate them against the tool's schema, call the tool.
+
+A side-effecting call goes through the effect ledger handed over in `ctx.effects`.
+"""
 from collections.abc import Callable
 
 from jsonschema import Draft202012Validator
@@ -6,10 +9,10 @@ from jsonschema import Draft202012Validator
 from audit.services import external_call_authorize
 
 from ..definitions import TemplateError, render_value
+from ..output_schemas import validate_output
 from ..retry import StepError
 from ..tools.registry import Tool, ToolContext, get_tool
-from . import ExecContext, Result
-from .schemas import validate_output
+from .base import ExecContext, Result
 
 
 def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool, Callable[[], object]]:
@@ -46,11 +49,9 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
 def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
     tool, call = prepared_call(spec, step_input, ctx)
     if spec.get("side_effect"):
-        from ..models import StepRun
-        from ..services.effects import effect_perform
-
-        step = StepRun.objects.select_related("run").get(id=ctx.step_id)
-        output = effect_perform(step=step, key=ctx.idempotency_key, tool=tool, call=call)
+        if ctx.effects is None:  # a side effect outside the ledger could happen twice
+            raise StepError("permanent", "a side-effecting call needs the effect ledger")
+        output = ctx.effects(tool=tool, call=call)
     else:
         output = call()
     validate_output(spec.get("output_schema") or tool.output_schema, output)

@@ -15,31 +15,27 @@ import kombu.exceptions
 import redis.exceptions
 from django.db import InterfaceError, OperationalError, transaction
 
+from ..authz import System, label
 from ..clock import now
-from ..dispatch import child_finished_on_commit, compensate_on_commit
+from ..dispatch import compensate_on_commit
 from ..events import event_record
 from ..executors import ExecContext
 from ..executors.tool import prepared_call
+from ..keys import idempotency_key_for
 from ..leases import heartbeat, lease_until
-from ..models import Effect, Run, RunState, StepRun, StepState
+from ..models import Effect, Run, StepRun
 from ..retry import StepError, retry_at
-from .advance import lock_run
+from ..selectors import compensable_steps, definition_of, lock_run, runs_with_version
+from ..states import RunState
 from .effects import effect_perform
-from .steps import idempotency_key_for
-from .versions import definition_of, runs_with_version
+from .scheduling import run_ended_notify
+
+COMPENSATION = System("compensation")
 
 # Infrastructure failing under a compensation (a database restart, a broker or cache outage)
 # says nothing about the compensation itself, which is tried again.
 OUTAGES = (OperationalError, InterfaceError, kombu.exceptions.OperationalError,
            redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
-
-
-def compensable_steps(run: Run, graph) -> list[StepRun]:
-    """Completed steps with a `compensate` action whose effect happened, newest first."""
-    done = Effect.objects.filter(run=run, action="default", status=Effect.Status.SUCCEEDED)
-    steps = StepRun.objects.filter(run=run, state=StepState.COMPLETED, id__in=done.values("step_id"))
-    return sorted((s for s in steps if graph.steps[s.name].get("compensate")),
-                  key=lambda s: s.finished_at, reverse=True)
 
 
 def run_compensate(*, run_id) -> bool:
@@ -74,7 +70,7 @@ def _compensate_all(run_id) -> bool:
         action = graph.steps[step.name]["compensate"]
         # Versions saved before compensations had a policy of their own retry as their step does.
         policy = action.get("retry") or graph.steps[step.name]["retry"]
-        key = idempotency_key_for(run, step.name, "compensate")
+        key = idempotency_key_for(run.id, step.name, "compensate")
         try:
             _compensate_one(run, step, action, key)
         except StepError as error:
@@ -99,7 +95,7 @@ def _compensate_one(run: Run, step: StepRun, action: dict, key: str) -> None:
     ctx = ExecContext(str(run.id), run.version.workflow.name, step.name, 1, key, step_id=step.id)
     spec = {**action, "type": "tool", "name": step.name, "side_effect": True}
     tool, call = prepared_call(spec, _context(step), ctx)
-    effect_perform(step=step, key=key, tool=tool, action="compensate", call=call)
+    effect_perform(tool=tool, call=call, step_id=step.id, key=key, action="compensate")
 
 
 def _retry_at(key: str, policy: dict, error: StepError):
@@ -117,7 +113,7 @@ def _retry_later(run_id, step: StepRun, error: StepError, at) -> None:
         run.progressed_at = now()
         run.compensation_lease_until = None  # whoever the retry reaches may take it
         run.save(update_fields=["progressed_at", "compensation_lease_until"])
-        event_record(run=run, kind="run.compensation_retrying", actor="service:compensation",
+        event_record(run=run, kind="run.compensation_retrying", actor=label(COMPENSATION),
                      payload={"step": step.name, "error": error.as_dict(), "at": at.isoformat()})
         compensate_on_commit(run.id, delay_s=max((at - now()).total_seconds(), 0))
 
@@ -141,7 +137,6 @@ def _end(run_id, *, failure: dict | None) -> None:
             run.compensated()
         run.compensation_lease_until = None
         run.save()
-        event_record(run=run, kind=f"run.{run.state}", actor="service:compensation",
+        event_record(run=run, kind=f"run.{run.state}", actor=label(COMPENSATION),
                      payload=failure or {"compensated": True})
-        if run.parent_step_id:
-            child_finished_on_commit(run.parent_step_id)
+        run_ended_notify(run)

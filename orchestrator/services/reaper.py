@@ -11,11 +11,14 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
+from ..authz import REAPER, label
 from ..clock import now
 from ..dispatch import compensate_on_commit
 from ..events import event_record
-from ..models import RUN_LIVE, Event, MapItem, Run, RunState, StepRun, StepState
-from . import fanout, runs, steps
+from ..models import Event, MapItem, Run, StepRun
+from ..states import RUN_LIVE, RUN_TERMINAL, RunState, StepState
+from . import runs
+from .kinds import handler_for, map_step, sub_workflow, worker
 
 BATCH = 200
 STUCK_AFTER = timedelta(minutes=5)
@@ -27,15 +30,16 @@ def reap() -> dict[str, int]:
     report = {"timed_out": 0, "leases": 0, "retries": 0, "redispatched": 0, "joined": 0,
               "items_resent": 0, "children": 0, "stuck": 0, "runs_timed_out": 0,
               "compensations": 0}
-    for step_id in _ids(state__in=[StepState.RUNNING, StepState.WAITING], deadline_at__lt=at):
-        report["timed_out"] += steps.step_time_out(step_id=step_id, reason="step timeout elapsed")
+    late = StepRun.objects.filter(state__in=[StepState.RUNNING, StepState.WAITING], deadline_at__lt=at)
+    for step_id, kind in late.values_list("id", "kind")[:BATCH]:
+        report["timed_out"] += handler_for(kind).time_out(step_id=step_id, reason="step timeout elapsed")
     for step_id in _ids(state=StepState.RUNNING, lease_expires_at__lt=at):
-        report["leases"] += steps.step_lease_expired(step_id=step_id)
+        report["leases"] += worker.step_lease_expired(step_id=step_id)
     for step_id in _ids(state=StepState.RETRYING, next_attempt_at__lte=at):
-        report["retries"] += steps.step_retry_due(step_id=step_id)
+        report["retries"] += worker.step_retry_due(step_id=step_id)
     stale = at - timedelta(seconds=settings.STEPWISE_REDISPATCH_AFTER_S)
     for step_id in _ids(state=StepState.QUEUED, queued_at__lt=stale):
-        report["redispatched"] += steps.step_redispatch(step_id=step_id)
+        report["redispatched"] += worker.step_redispatch(step_id=step_id)
     for run_id in Run.objects.filter(state__in=RUN_LIVE, deadline_at__lt=at).values_list("id", flat=True)[:BATCH]:
         report["runs_timed_out"] += runs.run_time_out(run_id=run_id)
     _sweep_compensations(stale, report)
@@ -53,9 +57,9 @@ def _sweep_maps(stale, report: dict) -> None:
     """Join a map whose chord callback was lost; recover items that died, overran or went missing."""
     for step_id in _ids(kind="map", state=StepState.WAITING):
         if MapItem.objects.filter(step_id=step_id, done=False).exists():
-            report["items_resent"] += fanout.map_items_recover(step_id=step_id, stale_before=stale)
+            report["items_resent"] += map_step.map_items_recover(step_id=step_id, stale_before=stale)
         else:
-            report["joined"] += fanout.map_join(step_id=step_id, actor="service:reaper")
+            report["joined"] += map_step.map_join(step_id=step_id, actor=REAPER)
 
 
 def _sweep_compensations(stale, report: dict) -> None:
@@ -68,11 +72,10 @@ def _sweep_compensations(stale, report: dict) -> None:
 
 
 def _sweep_children(report: dict) -> None:
-    finished = Run.objects.filter(parent_step=OuterRef("pk"), state__in=[
-        RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT])
+    finished = Run.objects.filter(parent_step=OuterRef("pk"), state__in=RUN_TERMINAL)
     waiting = StepRun.objects.filter(kind="sub_workflow", state=StepState.WAITING).filter(Exists(finished))
     for step_id in waiting.values_list("id", flat=True)[:BATCH]:
-        report["children"] += fanout.child_finished(parent_step_id=step_id)
+        report["children"] += sub_workflow.child_finished(parent_step_id=step_id)
 
 
 def _flag_stuck(at, report: dict) -> None:
@@ -81,7 +84,7 @@ def _flag_stuck(at, report: dict) -> None:
     stuck = Run.objects.filter(state=RunState.RUNNING, progressed_at__lt=at - STUCK_AFTER).exclude(Exists(flagged))
     for run in stuck[:BATCH]:
         with transaction.atomic():
-            event_record(run=run, kind="run.stuck", actor="service:reaper",
+            event_record(run=run, kind="run.stuck", actor=label(REAPER),
                          payload={"since": run.progressed_at.isoformat()})
         report["stuck"] += 1
 

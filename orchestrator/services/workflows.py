@@ -1,24 +1,15 @@
 """Saving workflow definitions as immutable, validated versions."""
-import hashlib
-import json
-
 from django.conf import settings
 from django.db import transaction
 
 from audit.services import audit_record
 
+from ..authz import Action, Actor, label, person, require
 from ..definitions import DefinitionInvalid, Problem, normalize_definition, validate_definition
+from ..hashing import digest_of
 from ..models import Team, Workflow, WorkflowVersion
+from ..selectors import latest_version
 from ..tools.registry import tool_param_schemas
-
-
-def canonical_json(value: object) -> str:
-    """The canonical JSON text used for digests and hashes (sorted keys, no spaces)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def digest_of(value: object) -> str:
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
 def definition_problems(definition: object, *, team: Team) -> list[Problem]:
@@ -34,19 +25,14 @@ def definition_problems(definition: object, *, team: Team) -> list[Problem]:
     )
 
 
-def latest_version(*, team: Team, name: str) -> WorkflowVersion | None:
-    return (
-        WorkflowVersion.objects.filter(workflow__team=team, workflow__name=name)
-        .order_by("-number").first()
-    )
-
-
-def workflow_save(*, team: Team, definition: dict, user=None) -> tuple[WorkflowVersion, bool]:
+def workflow_save(*, team: Team, definition: dict, actor: Actor) -> tuple[WorkflowVersion, bool]:
     """Validate and store `definition`; return (version, created).
 
     An unchanged definition returns the existing latest version (created=False); a changed one
-    becomes the next version. Raises DefinitionInvalid listing every problem.
+    becomes the next version. Raises Forbidden without the workflow.save permission in `team`,
+    DefinitionInvalid listing every problem.
     """
+    require(actor, Action.WORKFLOW_SAVE, team=team)
     problems = definition_problems(definition, team=team)
     if problems:
         raise DefinitionInvalid(problems)
@@ -59,10 +45,10 @@ def workflow_save(*, team: Team, definition: dict, user=None) -> tuple[WorkflowV
         number = (latest.number if latest else 0) + 1
         version = WorkflowVersion.objects.create(
             workflow=workflow, number=number, definition=definition,
-            normalized=normalize_definition(definition), digest=digest, created_by=user,
+            normalized=normalize_definition(definition), digest=digest,
+            created_by=person(actor),
         )
-        audit_record(action="workflow.version_created", outcome="created",
-                     actor=f"user:{user.username}" if user else "service:stepwise",
+        audit_record(action="workflow.version_created", outcome="created", actor=label(actor),
                      subject_type="workflow", subject_id=workflow.id, workflow=workflow.name,
                      workflow_version=number, definition_digest=digest, team=team.slug)
     return version, True

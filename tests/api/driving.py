@@ -4,8 +4,8 @@ No worker runs in API tests (on_commit callbacks never fire inside the test tran
 these claim and complete steps with the same services a worker calls.
 """
 from orchestrator.models import Run, StepState
+from orchestrator.services.kinds.worker import Usage, step_claim, step_succeed
 from orchestrator.services.runs import run_start
-from orchestrator.services.steps import Usage, step_claim, step_succeed
 from orchestrator.services.workflows import workflow_save
 from tests.factories import example_definition
 
@@ -21,8 +21,8 @@ SUPPORT_OUTPUTS = {
 
 
 def support_run(team, user) -> Run:
-    version, _ = workflow_save(team=team, definition=example_definition("support"), user=user)
-    return run_start(version=version, input=SUPPORT_INPUT, user=user)
+    version, _ = workflow_save(team=team, definition=example_definition("support"), actor=user)
+    return run_start(version=version, input=SUPPORT_INPUT, actor=user)
 
 
 def drive_to_gate(run: Run) -> Run:

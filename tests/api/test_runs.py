@@ -13,7 +13,7 @@ RUNS = "/api/v1/workflows/support-reply/runs/"
 
 @pytest.fixture
 def support(team, requester):
-    version, _ = workflow_save(team=team, definition=example_definition("support"), user=requester)
+    version, _ = workflow_save(team=team, definition=example_definition("support"), actor=requester)
     return version
 
 
@@ -62,7 +62,7 @@ def test_input_not_wrapped_in_input_is_a_400(api, support):
 def test_a_pinned_older_version_is_run(api, team, requester, support):
     changed = example_definition("support")
     changed["description"] = "v2"
-    workflow_save(team=team, definition=changed, user=requester)
+    workflow_save(team=team, definition=changed, actor=requester)
 
     pinned = start(api, {"input": SUPPORT_INPUT, "version": 1})
     latest = start(api)
@@ -137,7 +137,7 @@ def test_run_detail_takes_the_same_number_of_queries_however_far_the_run_got(api
 
 @pytest.mark.django_db
 def test_runs_list_filters_by_state_and_workflow_newest_first(api, team, requester, support):
-    workflow_save(team=team, definition=example_definition("lead-routing"), user=requester)
+    workflow_save(team=team, definition=example_definition("lead-routing"), actor=requester)
     first = start(api).json()["id"]
     second = start(api, {"input": {**SUPPORT_INPUT, "ticket_id": "T-2"}}).json()["id"]
     api.post(f"/api/v1/runs/{first}/cancel/")
@@ -201,7 +201,7 @@ def test_cancel_is_202_and_cancelling_again_is_409(api, support):
 def test_idempotency_key_reused_for_another_version_is_a_409(api, team, requester, support):
     changed = example_definition("support")
     changed["description"] = "v2"
-    workflow_save(team=team, definition=changed, user=requester)
+    workflow_save(team=team, definition=changed, actor=requester)
     start(api, {"input": SUPPORT_INPUT, "version": 1}, **{"Idempotency-Key": "k-2"})
 
     response = start(api, {"input": SUPPORT_INPUT, "version": 2}, **{"Idempotency-Key": "k-2"})

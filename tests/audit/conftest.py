@@ -11,10 +11,10 @@ import pytest
 from django.db import connection
 
 from approvals.models import ApprovalRequest
-from approvals.services import approval_grant
 from audit.chain import seal_pending
 from audit.models import AuditEntry
 from orchestrator.models import Run, StepRun, StepState
+from orchestrator.services.kinds.human_gate import approval_grant
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 from orchestrator.tasks import execute_step
@@ -49,8 +49,8 @@ def support_definition(**audit) -> dict:
 
 
 def finished_support_run(team, requester, approver, *, definition=None, note="Offer a voucher") -> Run:
-    version, _ = workflow_save(team=team, definition=definition or support_definition(), user=requester)
-    run = work(run_start(version=version, input=SUPPORT_INPUT, user=requester))
+    version, _ = workflow_save(team=team, definition=definition or support_definition(), actor=requester)
+    run = work(run_start(version=version, input=SUPPORT_INPUT, actor=requester))
     approval = ApprovalRequest.objects.get(run=run)
     approval_grant(approval_id=approval.id, user=approver, note=note)
     return work(run)

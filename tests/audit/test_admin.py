@@ -43,7 +43,7 @@ def test_filtering_by_run_shows_only_that_runs_entries(superuser_client, support
 
     from .conftest import SUPPORT_INPUT
 
-    other = run_start(version=support_run.version, input={**SUPPORT_INPUT, "ticket_id": "T-9"}, user=requester)
+    other = run_start(version=support_run.version, input={**SUPPORT_INPUT, "ticket_id": "T-9"}, actor=requester)
     response = superuser_client.get(f"{CHANGELIST}?run={support_run.id}")
 
     shown = response.context["cl"].result_count
@@ -71,11 +71,13 @@ def test_nobody_may_add_change_or_delete_an_entry(superuser_client, support_run)
     assert AuditEntry.objects.filter(pk=entry.pk, outcome=entry.outcome).exists()
 
 
-@pytest.mark.parametrize("staff, group, allowed", [
-    (True, "auditors", True), (True, None, True), (False, "auditors", False), (False, None, False),
+@pytest.mark.parametrize("staff, superuser, group, allowed", [
+    (True, False, "auditors", True), (True, True, None, True), (True, False, None, False),
+    (False, False, "auditors", False), (False, False, None, False),
 ])
-def test_access_is_limited_to_auditors_and_staff(client, support_run, staff, group, allowed):
-    user = User.objects.create_user("someone", is_staff=staff)
+def test_access_is_limited_to_auditors_and_superusers(client, support_run, staff, superuser, group,
+                                                       allowed):
+    user = User.objects.create_user("someone", is_staff=staff, is_superuser=superuser)
     if group:
         user.groups.add(Group.objects.get_or_create(name=group)[0])
     client.force_login(user)
@@ -83,8 +85,10 @@ def test_access_is_limited_to_auditors_and_staff(client, support_run, staff, gro
     for url in (CHANGELIST, timeline_url(support_run)):
         response = client.get(url)
         assert (response.status_code == 200) is allowed, url
-        if not allowed:
+        if not allowed and not staff:
             assert response.status_code == 302 and "/login/" in response["Location"]
+        elif not allowed:  # staff, but being staff grants nothing by itself
+            assert response.status_code == 403, url
 
 
 def test_the_timeline_explains_a_finished_support_run(auditor_client, support_run):

@@ -20,6 +20,7 @@ from audit.models import AuditEntry
 from orchestrator.models import StepRun
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
+from tests.factories import SETUP
 from tests.integration.conftest import ROOT, wait_for, worker_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -61,8 +62,8 @@ def test_a_worker_killed_during_an_authorized_call_leaves_the_entry(lone_worker,
         "name": "slow-model", "input_schema": {"type": "object"}, "steps": [{
             "name": "think", "type": "agent", "model": MODEL, "prompt": "think hard",
             "timeout_s": 120, "output_schema": {"type": "object"},
-            "script": [{"output": {}, "delay_ms": 60000}]}]})
-    run = run_start(version=version, input={})
+            "script": [{"output": {}, "delay_ms": 60000}]}]}, actor=SETUP)
+    run = run_start(version=version, input={}, actor=SETUP)
 
     authorized = wait_for(lambda: AuditEntry.objects.filter(
         run_id=run.id, action="external_call.authorized", sequence__isnull=False).first(), timeout=60)

@@ -3,20 +3,19 @@ writes exactly one ledger entry, in the transaction of the change it records."""
 from collections import Counter
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.db import transaction
 
 from approvals.models import ApprovalRequest
-from approvals.services import approval_reject
 from audit.chain import verify_ledger
 from audit.models import AuditEntry
 from audit.services import audit_record
-from orchestrator.models import DeadLetter, Event, Run, StepRun
-from orchestrator.services.deadletters import dead_letter_redrive
+from orchestrator.models import DeadLetter, Event, Role, Run, StepRun
+from orchestrator.services.kinds.human_gate import approval_reject
+from orchestrator.services.kinds.worker import step_retry_due
+from orchestrator.services.operators import dead_letter_redrive
 from orchestrator.services.runs import run_cancel, run_start
-from orchestrator.services.steps import step_retry_due
 from orchestrator.services.workflows import workflow_save
-from tests.factories import member
+from tests.factories import SETUP, member
 
 from .conftest import SUPPORT_INPUT, ledger, support_definition, work
 
@@ -98,8 +97,8 @@ def test_the_gate_decision_is_recorded_with_its_approver_and_proposal_hash(suppo
 
 
 def test_a_rejection_is_one_entry_and_the_run_fails(team, requester, approver):
-    version, _ = workflow_save(team=team, definition=support_definition(), user=requester)
-    run = work(run_start(version=version, input=SUPPORT_INPUT, user=requester))
+    version, _ = workflow_save(team=team, definition=support_definition(), actor=requester)
+    run = work(run_start(version=version, input=SUPPORT_INPUT, actor=requester))
     approval_reject(approval_id=ApprovalRequest.objects.get(run=run).id, user=approver, note="no")
 
     rejected = ledger(run_id=run.id, action="approval.rejected")
@@ -120,8 +119,8 @@ def test_a_retry_is_one_entry_and_each_attempt_one_authorized_call(team):
 
     with HttpSink() as sink:
         sink.fail_next(1, 503)
-        version, _ = workflow_save(team=team, definition=flaky_definition(f"{sink.url}/x", 2))
-        run = work(run_start(version=version, input={}))
+        version, _ = workflow_save(team=team, definition=flaky_definition(f"{sink.url}/x", 2), actor=SETUP)
+        run = work(run_start(version=version, input={}, actor=SETUP))
         step = StepRun.objects.get(run=run, name="post")
         assert step.state == "retrying"
         assert step_retry_due(step_id=step.id)
@@ -139,15 +138,14 @@ def test_a_retry_is_one_entry_and_each_attempt_one_authorized_call(team):
 def test_a_redrive_is_one_entry_by_the_operator_who_asked(team):
     from tests.support.http_sink import HttpSink
 
-    operator = member(team, "operator", staff=True)
-    operator.user_permissions.add(Permission.objects.get(codename="redrive_deadletter"))
+    operator = member(team, "operator", role=Role.OPERATOR)
     with HttpSink() as sink:
         sink.fail_next(1, 400)
-        version, _ = workflow_save(team=team, definition=flaky_definition(f"{sink.url}/x", 1))
-        run = work(run_start(version=version, input={}))
+        version, _ = workflow_save(team=team, definition=flaky_definition(f"{sink.url}/x", 1), actor=SETUP)
+        run = work(run_start(version=version, input={}, actor=SETUP))
         assert run.state == "failed"
         letter = DeadLetter.objects.get(run=run)
-        dead_letter_redrive(dead_letter_id=letter.id, user=operator)
+        dead_letter_redrive(dead_letter_id=letter.id, actor=operator)
         run = work(run)
 
     assert run.state == "completed"
@@ -157,10 +155,10 @@ def test_a_redrive_is_one_entry_by_the_operator_who_asked(team):
     assert len([e for e in entries if e.action == "external_call.authorized"]) == 2
 
 
-def test_a_cancellation_is_recorded_with_who_cancelled(team, requester):
-    version, _ = workflow_save(team=team, definition=support_definition(), user=requester)
-    run = run_start(version=version, input=SUPPORT_INPUT, user=requester)
-    run_cancel(run_id=run.id, actor="user:operator")
+def test_a_cancellation_is_recorded_with_who_cancelled(team, requester, operator):
+    version, _ = workflow_save(team=team, definition=support_definition(), actor=requester)
+    run = run_start(version=version, input=SUPPORT_INPUT, actor=requester)
+    run_cancel(run_id=run.id, actor=operator)
 
     entries = assert_one_entry_per_event(Run.objects.get(pk=run.pk))
     assert [e.action for e in entries if e.actor == "user:operator"][:1] == ["run.cancelling"]
@@ -168,11 +166,11 @@ def test_a_cancellation_is_recorded_with_who_cancelled(team, requester):
 
 
 def test_the_entry_is_rolled_back_with_the_change_it_records(team, requester):
-    version, _ = workflow_save(team=team, definition=support_definition(), user=requester)
+    version, _ = workflow_save(team=team, definition=support_definition(), actor=requester)
     before = AuditEntry.objects.count()
 
     with pytest.raises(RuntimeError), transaction.atomic():
-        run_start(version=version, input=SUPPORT_INPUT, user=requester)
+        run_start(version=version, input=SUPPORT_INPUT, actor=requester)
         raise RuntimeError("the change fails after it was recorded")
 
     assert AuditEntry.objects.count() == before
@@ -200,8 +198,8 @@ def test_a_budget_gate_that_pauses_a_run_is_one_entry_saying_why(team):
     version, _ = workflow_save(team=team, definition={
         "name": "pricey", "input_schema": {"type": "object"}, "budget": {"max_cost_usd": 0.01},
         "steps": [{"name": "think", "type": "agent", "model": "deep", "prompt": "think",
-                   "output_schema": {"type": "object"}, "script": [{"output": {}}]}]})
-    run = run_start(version=version, input={})
+                   "output_schema": {"type": "object"}, "script": [{"output": {}}]}]}, actor=SETUP)
+    run = run_start(version=version, input={}, actor=SETUP)
 
     assert Run.objects.get(pk=run.pk).state == "paused"
     entries = assert_one_entry_per_event(run)

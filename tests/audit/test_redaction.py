@@ -11,6 +11,7 @@ from audit.services import audit_record
 from orchestrator.models import Run, StepRun
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
+from tests.factories import SETUP
 
 from .conftest import (
     SENSITIVE,
@@ -139,8 +140,8 @@ def test_secrets_in_tool_params_never_reach_the_ledger(team):
                 "name": "call", "type": "tool", "tool": "http.request",
                 "params": {"method": "POST", "url": f"{sink.url}/x",
                            "headers": {"Authorization": "Bearer s3cr3t-t0ken-value"},
-                           "json": {"password": "hunter2!", "user": "bob"}}}]})
-        run = work(run_start(version=version, input={}))
+                           "json": {"password": "hunter2!", "user": "bob"}}}]}, actor=SETUP)
+        run = work(run_start(version=version, input={}, actor=SETUP))
 
     assert run.state == "completed"
     stored = everything_stored(run)

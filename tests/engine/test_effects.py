@@ -7,6 +7,7 @@ from orchestrator.services.effects import effect_perform
 from orchestrator.services.runs import run_cancel, run_start
 from orchestrator.services.workflows import workflow_save
 from orchestrator.tools.registry import Tool
+from tests.factories import SETUP
 
 pytestmark = pytest.mark.django_db
 
@@ -16,8 +17,8 @@ DEFINITION = {"name": "effects", "input_schema": {"type": "object"},
 
 @pytest.fixture
 def step(team):
-    version, _ = workflow_save(team=team, definition=DEFINITION)
-    run = run_start(version=version, input={})
+    version, _ = workflow_save(team=team, definition=DEFINITION, actor=SETUP)
+    run = run_start(version=version, input={}, actor=SETUP)
     return StepRun.objects.select_related("run").get(run=run, name="act")
 
 
@@ -41,8 +42,8 @@ def tool(**kwargs) -> Tool:
 
 def test_replay_of_a_succeeded_effect_returns_the_stored_result_without_calling(step):
     remote = Remote()
-    first = effect_perform(step=step, key="k", tool=tool(), call=remote)
-    again = effect_perform(step=step, key="k", tool=tool(), call=remote)
+    first = effect_perform(tool=tool(), call=remote, step_id=step.id, key="k")
+    again = effect_perform(tool=tool(), call=remote, step_id=step.id, key="k")
     assert first == again == {"n": 1} and remote.calls == 1
     assert Effect.objects.get(key="k").status == "succeeded"
 
@@ -50,9 +51,9 @@ def test_replay_of_a_succeeded_effect_returns_the_stored_result_without_calling(
 def test_a_classified_failure_is_recorded_and_may_be_tried_again(step):
     failing = Remote(fail_with=StepError("transient", "HTTP 503"))
     with pytest.raises(StepError):
-        effect_perform(step=step, key="k", tool=tool(), call=failing)
+        effect_perform(tool=tool(), call=failing, step_id=step.id, key="k")
     assert Effect.objects.get(key="k").status == "failed"
-    assert effect_perform(step=step, key="k", tool=tool(), call=Remote()) == {"n": 1}
+    assert effect_perform(tool=tool(), call=Remote(), step_id=step.id, key="k") == {"n": 1}
     assert Effect.objects.get(key="k").attempts == 2
 
 
@@ -64,21 +65,21 @@ def _uncertain(step, key="k"):
 def test_uncertain_effect_found_by_lookup_is_not_repeated(step):
     _uncertain(step)
     remote = Remote()
-    result = effect_perform(step=step, key="k", tool=tool(lookup=lambda key: {"found": key}), call=remote)
+    result = effect_perform(tool=tool(lookup=lambda key: {"found": key}), call=remote, step_id=step.id, key="k")
     assert result == {"found": "k"} and remote.calls == 0
 
 
 def test_uncertain_effect_absent_by_lookup_is_performed(step):
     _uncertain(step)
     remote = Remote()
-    effect_perform(step=step, key="k", tool=tool(lookup=lambda key: None), call=remote)
+    effect_perform(tool=tool(lookup=lambda key: None), call=remote, step_id=step.id, key="k")
     assert remote.calls == 1
 
 
 def test_uncertain_effect_on_a_remote_that_dedupes_by_key_is_sent_again_with_the_key(step):
     _uncertain(step)
     remote = Remote()
-    effect_perform(step=step, key="k", tool=tool(dedupes_by_key=True), call=remote)
+    effect_perform(tool=tool(dedupes_by_key=True), call=remote, step_id=step.id, key="k")
     assert remote.calls == 1
 
 
@@ -86,14 +87,14 @@ def test_uncertain_effect_without_a_way_to_reconcile_is_never_repeated_blindly(s
     _uncertain(step)
     remote = Remote()
     with pytest.raises(StepError) as raised:
-        effect_perform(step=step, key="k", tool=tool(), call=remote)
+        effect_perform(tool=tool(), call=remote, step_id=step.id, key="k")
     assert raised.value.error_class == "uncertain" and remote.calls == 0
 
 
 def test_no_effect_starts_once_the_run_is_being_cancelled(step):
-    run_cancel(run_id=step.run_id, actor="user:operator")
+    run_cancel(run_id=step.run_id, actor=SETUP)
     remote = Remote()
     with pytest.raises(StepError) as raised:
-        effect_perform(step=step, key="k", tool=tool(), call=remote)
+        effect_perform(tool=tool(), call=remote, step_id=step.id, key="k")
     assert raised.value.error_class == "cancelled" and remote.calls == 0
     assert not Effect.objects.exists()

@@ -11,9 +11,10 @@ import pytest
 
 from orchestrator.clock import now
 from orchestrator.models import Event, MapItem
-from orchestrator.services import fanout
+from orchestrator.services.kinds import map_step as fanout
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
+from tests.factories import SETUP
 from tests.support.http_sink import HttpSink
 
 
@@ -29,8 +30,8 @@ def fan_out(team, sink, *, items=1, retry=None, timeout_s=300, max_parallel=10):
         "name": "fan", "input_schema": {"type": "object"}, "max_parallel": max_parallel,
         "steps": [{"name": "each", "type": "map", "over": "input.items", "item": {
             "type": "tool", "tool": "http.request", "retry": retry, "timeout_s": timeout_s,
-            "params": {"method": "POST", "url": f"{sink.url}/item", "json": {"n": "{{ item }}"}}}}]})
-    run = run_start(version=version, input={"items": list(range(items))})
+            "params": {"method": "POST", "url": f"{sink.url}/item", "json": {"n": "{{ item }}"}}}}]}, actor=SETUP)
+    run = run_start(version=version, input={"items": list(range(items))}, actor=SETUP)
     return run.steps.get(name="each")
 
 

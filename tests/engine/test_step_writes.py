@@ -4,9 +4,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from orchestrator.retry import StepError
+from orchestrator.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
 from orchestrator.services.runs import run_start
-from orchestrator.services.steps import Usage, step_claim, step_fail, step_succeed
 from orchestrator.services.workflows import workflow_save
+from tests.factories import SETUP
 
 BIG = "x" * 20_000
 
@@ -16,8 +17,8 @@ def claimed(team):
     version, _ = workflow_save(team=team, definition={
         "name": "writes", "input_schema": {"type": "object"}, "steps": [
             {"name": "a", "type": "tool", "tool": "core.echo", "params": {"text": "{{ input.big }}"}},
-            {"name": "b", "type": "tool", "tool": "core.echo", "after": ["a"]}]})
-    run = run_start(version=version, input={"big": BIG})
+            {"name": "b", "type": "tool", "tool": "core.echo", "after": ["a"]}]}, actor=SETUP)
+    run = run_start(version=version, input={"big": BIG}, actor=SETUP)
     step = run.steps.get(name="a")
     assert BIG in str(step.input)
     return step, step_claim(step_id=step.id, worker="w")

@@ -13,6 +13,7 @@ from django.conf import settings
 from orchestrator.models import StepRun
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
+from tests.factories import SETUP
 from tests.support.tcp_proxy import TcpProxy
 
 from .conftest import WorkerGroup, wait_for, wait_for_run
@@ -39,8 +40,8 @@ def test_a_worker_survives_losing_the_broker_mid_task_and_the_run_completes(prox
         "name": "think-through-outage", "input_schema": {"type": "object"}, "steps": [
             {"name": "think", "type": "agent", "model": "fast", "prompt": "think",
              "output_schema": {"type": "object"}, "script": [{"output": {}, "delay_ms": 1500}]},
-            {"name": "answer", "type": "tool", "tool": "core.echo", "after": ["think"]}]})
-    run = run_start(version=version, input={})
+            {"name": "answer", "type": "tool", "tool": "core.echo", "after": ["think"]}]}, actor=SETUP)
+    run = run_start(version=version, input={}, actor=SETUP)
     wait_for(lambda: StepRun.objects.filter(run=run, name="think", state="running").exists())
     proxy.cut()  # the broker is gone while "think" runs, its message unacknowledged
     time.sleep(2)

@@ -6,10 +6,10 @@ import pytest
 from approvals.models import ApprovalRequest
 from examples.tools import outbox_path
 from orchestrator.models import MapItem, Run, StepRun
-from orchestrator.services.runs import run_start
+from orchestrator.services.runs import run_cancel, run_start
 from orchestrator.services.workflows import workflow_save
 from tests.conftest import client_for
-from tests.factories import example_definition, member
+from tests.factories import SETUP, example_definition, member
 from tests.support.http_sink import HttpSink
 
 from .conftest import wait_for, wait_for_run
@@ -58,8 +58,8 @@ def test_support_workflow_runs_to_the_gate_and_through_it_after_approval(workers
 
 
 def test_spam_skips_the_rest_of_the_support_workflow(workers, team):
-    version, _ = workflow_save(team=team, definition=example_definition("support"))
-    run = run_start(version=version, input={**SUPPORT_INPUT, "body": "WIN A PRIZE now"})
+    version, _ = workflow_save(team=team, definition=example_definition("support"), actor=SETUP)
+    run = run_start(version=version, input={**SUPPORT_INPUT, "body": "WIN A PRIZE now"}, actor=SETUP)
     run = wait_for_run(run.id, states=("completed", "failed"))
     assert run.state == "completed"
     states = {n: s.state for n, s in steps_of(run.id).items()}
@@ -68,9 +68,9 @@ def test_spam_skips_the_rest_of_the_support_workflow(workers, team):
 
 
 def test_map_fans_out_as_a_chord_and_merges_the_items(workers, team):
-    version, _ = workflow_save(team=team, definition=example_definition("document-digest"))
+    version, _ = workflow_save(team=team, definition=example_definition("document-digest"), actor=SETUP)
     docs = [{"id": f"d{i}", "text": f"document number {i}"} for i in range(6)]
-    run = run_start(version=version, input={"documents": docs})
+    run = run_start(version=version, input={"documents": docs}, actor=SETUP)
     run = wait_for_run(run.id, states=("completed", "failed"))
     assert run.state == "completed", run.error
     summarize = steps_of(run.id)["summarize"]
@@ -85,8 +85,8 @@ def test_map_fans_out_as_a_chord_and_merges_the_items(workers, team):
     (0.1, "archive", {"notify_sales", "nurture"}),
 ])
 def test_score_router_takes_one_branch_and_skips_the_others(workers, team, score, chosen, skipped):
-    version, _ = workflow_save(team=team, definition=example_definition("lead-routing"))
-    run = run_start(version=version, input={"company": "ACME", "score": score})
+    version, _ = workflow_save(team=team, definition=example_definition("lead-routing"), actor=SETUP)
+    run = run_start(version=version, input={"company": "ACME", "score": score}, actor=SETUP)
     run = wait_for_run(run.id, states=("completed", "failed"))
     states = {n: s.state for n, s in steps_of(run.id).items()}
     assert run.state == "completed"
@@ -103,9 +103,9 @@ def test_sub_workflow_parent_waits_and_takes_the_child_output(workers, team):
                          "input": {"n": 21}},
                         {"name": "after", "type": "tool", "tool": "core.echo", "after": ["call"],
                          "params": {"got": "{{ steps.call.output.double.value }}"}}]}
-    workflow_save(team=team, definition=child)
-    version, _ = workflow_save(team=team, definition=parent)
-    run = run_start(version=version, input={})
+    workflow_save(team=team, definition=child, actor=SETUP)
+    version, _ = workflow_save(team=team, definition=parent, actor=SETUP)
+    run = run_start(version=version, input={}, actor=SETUP)
     run = wait_for_run(run.id, states=("completed", "failed"))
     assert run.state == "completed", run.error
     assert run.output == {"after": {"got": "42"}}
@@ -120,8 +120,8 @@ def test_transient_http_failures_are_retried_with_the_same_idempotency_key(worke
             "name": "post", "type": "tool", "tool": "http.request", "side_effect": True,
             "retry": {"max_attempts": 3, "base_s": 0.05, "max_s": 0.1, "jitter": False},
             "params": {"method": "POST", "url": f"{sink.url}/effects", "json": {"a": 1}}}]}
-        version, _ = workflow_save(team=team, definition=definition)
-        run = run_start(version=version, input={})
+        version, _ = workflow_save(team=team, definition=definition, actor=SETUP)
+        run = run_start(version=version, input={}, actor=SETUP)
         run = wait_for_run(run.id, states=("completed", "failed"))
         assert run.state == "completed", run.error
         step = steps_of(run.id)["post"]
@@ -138,8 +138,8 @@ def test_permanent_failure_is_not_retried_and_fails_the_run(workers, team):
             "name": "post", "type": "tool", "tool": "http.request",
             "retry": {"max_attempts": 5, "base_s": 0.05},
             "params": {"method": "POST", "url": f"{sink.url}/x"}}]}
-        version, _ = workflow_save(team=team, definition=definition)
-        run = run_start(version=version, input={})
+        version, _ = workflow_save(team=team, definition=definition, actor=SETUP)
+        run = run_start(version=version, input={}, actor=SETUP)
         run = wait_for_run(run.id, states=("completed", "failed"))
         assert run.state == "failed"
         step = steps_of(run.id)["post"]
@@ -148,16 +148,14 @@ def test_permanent_failure_is_not_retried_and_fails_the_run(workers, team):
 
 
 def test_cancelled_run_with_a_running_step_ends_cancelled_without_starting_anything(workers, team):
-    from orchestrator.services.runs import run_cancel
-
     definition = {"name": "slow", "input_schema": {"type": "object"}, "steps": [
         {"name": "think", "type": "agent", "model": "fast", "prompt": "think",
          "output_schema": {"type": "object"}, "script": [{"output": {}, "delay_ms": 1500}]},
         {"name": "next", "type": "tool", "tool": "core.echo", "after": ["think"]}]}
-    version, _ = workflow_save(team=team, definition=definition)
-    run = run_start(version=version, input={})
+    version, _ = workflow_save(team=team, definition=definition, actor=SETUP)
+    run = run_start(version=version, input={}, actor=SETUP)
     wait_for(lambda: StepRun.objects.filter(run=run, name="think", state="running").exists())
-    assert run_cancel(run_id=run.id, actor="user:operator").state == "cancelling"
+    assert run_cancel(run_id=run.id, actor=SETUP).state == "cancelling"
     run = wait_for_run(run.id, states=("cancelled",))
     states = {n: s.state for n, s in steps_of(run.id).items()}
     assert states == {"think": "completed", "next": "cancelled"}
@@ -168,7 +166,7 @@ def test_a_run_whose_last_step_was_waiting_completes(workers, team):
     version, _ = workflow_save(team=team, definition={
         "name": "only-map", "input_schema": {"type": "object"},
         "steps": [{"name": "each", "type": "map", "over": "[1, 2, 3]", "item": {
-            "type": "tool", "tool": "core.echo", "params": {"n": "{{ item }}"}}}]})
-    run = wait_for_run(run_start(version=version, input={}).id, states=("completed", "failed"))
+            "type": "tool", "tool": "core.echo", "params": {"n": "{{ item }}"}}}]}, actor=SETUP)
+    run = wait_for_run(run_start(version=version, input={}, actor=SETUP).id, states=("completed", "failed"))
     assert run.state == "completed"
     assert run.output == {"each": [{"n": "1"}, {"n": "2"}, {"n": "3"}]}

@@ -3,15 +3,14 @@ duplicate deliveries."""
 import time
 
 import pytest
-from django.contrib.auth.models import Permission
 
-from orchestrator.models import DeadLetter, Effect, Run, StepRun, WorkflowVersion
+from orchestrator.models import DeadLetter, Effect, Role, Run, StepRun, WorkflowVersion
 from orchestrator.services import reaper
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 from orchestrator.tasks import compensate_run, execute_step
 from tests.conftest import client_for
-from tests.factories import member
+from tests.factories import SETUP, member
 from tests.support.http_sink import HttpSink
 
 from .conftest import LEASE_S, wait_for, wait_for_run
@@ -26,9 +25,7 @@ def post(name, url, **extra):
 
 
 def operator_client(team):
-    operator = member(team, "operator", staff=True)
-    operator.user_permissions.add(Permission.objects.get(codename="redrive_deadletter"))
-    return client_for(operator)
+    return client_for(member(team, "operator", role=Role.OPERATOR))
 
 
 def reap_until(predicate, timeout=30):
@@ -44,8 +41,8 @@ def test_exhausted_step_is_dead_lettered_and_redriven_by_an_operator(workers, te
         sink.fail_next(1, 400)
         version, _ = workflow_save(team=team, definition={
             "name": "deliver", "input_schema": {"type": "object"},
-            "steps": [post("deliver", f"{sink.url}/deliver")]})
-        run = wait_for_run(run_start(version=version, input={}).id, states=ENDED)
+            "steps": [post("deliver", f"{sink.url}/deliver")]}, actor=SETUP)
+        run = wait_for_run(run_start(version=version, input={}, actor=SETUP).id, states=ENDED)
         assert run.state == "failed"
         letter = DeadLetter.objects.get(run=run)
         assert (letter.step.name, letter.error_class, letter.attempts) == ("deliver", "permanent", 1)
@@ -70,8 +67,8 @@ def test_on_error_pause_waits_for_an_operator_who_skips_the_failed_step(workers,
             "name": "pausing", "input_schema": {"type": "object"}, "on_error": "pause",
             "steps": [post("enrich", f"{sink.url}/enrich"),
                       {"name": "report", "type": "tool", "tool": "core.echo", "after": ["enrich"],
-                       "join": "any"}]})
-        run = wait_for_run(run_start(version=version, input={}).id, states=ENDED)
+                       "join": "any"}]}, actor=SETUP)
+        run = wait_for_run(run_start(version=version, input={}, actor=SETUP).id, states=ENDED)
         assert run.state == "paused"
         response = operator_client(team).post(f"/api/v1/runs/{run.id}/steps/enrich/skip/")
         assert response.status_code == 202
@@ -94,8 +91,8 @@ def test_failed_run_compensates_its_effects_newest_first(workers, team, compensa
             "name": "trip", "input_schema": {"type": "object"}, "steps": [
                 post("reserve", f"{sink.url}/reserve", compensate=undo("reserve", "release")),
                 post("hold", f"{sink.url}/hold", after=["reserve"], compensate=undo("hold", "unhold")),
-                post("charge", f"{sink.url}/charge", after=["hold"])]})
-        run = wait_for_run(run_start(version=version, input={}).id,
+                post("charge", f"{sink.url}/charge", after=["hold"])]}, actor=SETUP)
+        run = wait_for_run(run_start(version=version, input={}, actor=SETUP).id,
                            states=("failed", "compensation_failed", "completed"))
         paths = [r["path"] for r in sink.requests]
         assert paths[:4] == ["/reserve", "/hold", "/charge", "/unhold"]
@@ -120,12 +117,12 @@ def test_a_compensation_that_fails_transiently_is_retried_under_its_policy(
             "name": "flaky-undo", "input_schema": {"type": "object"}, "steps": [
                 post("reserve", f"{sink.url}/reserve", compensate=release,
                      retry={"max_attempts": 3, "base_s": 0.1, "max_s": 0.2, "jitter": False}),
-                post("charge", f"{sink.url}/charge", after=["reserve"])]})
+                post("charge", f"{sink.url}/charge", after=["reserve"])]}, actor=SETUP)
         if saved_before_compensations_had_a_policy:  # its stored normalized form has none
             normalized = version.normalized
             del normalized["steps"][0]["compensate"]["retry"]
             WorkflowVersion.objects.filter(id=version.id).update(normalized=normalized)
-        run = wait_for_run(run_start(version=version, input={}).id,
+        run = wait_for_run(run_start(version=version, input={}, actor=SETUP).id,
                            states=("failed", "compensation_failed", "completed"))
         assert run.state == "failed", run.error
         assert [r["path"] for r in sink.requests].count("/release") == 3
@@ -145,8 +142,8 @@ def test_duplicate_compensation_messages_never_run_a_compensation_twice_at_once(
         version, _ = workflow_save(team=team, definition={
             "name": "double-undo", "input_schema": {"type": "object"}, "steps": [
                 post("reserve", f"{sink.url}/reserve", compensate=release),
-                post("charge", f"{sink.url}/charge", after=["reserve"])]})
-        run = run_start(version=version, input={})
+                post("charge", f"{sink.url}/charge", after=["reserve"])]}, actor=SETUP)
+        run = run_start(version=version, input={}, actor=SETUP)
         wait_for(lambda: sink.arrivals["/charge"])
         sink.delay_s = 1.5  # the release takes a while: long enough for the duplicates to land
         wait_for(lambda: Run.objects.filter(id=run.id, state="compensating").exists())
@@ -162,8 +159,8 @@ def test_step_of_a_killed_worker_is_retried_when_its_lease_expires(workers, team
         "name": "long-think", "input_schema": {"type": "object"}, "steps": [{
             "name": "think", "type": "agent", "model": "fast", "prompt": "think",
             "retry": {"max_attempts": 3, "base_s": 0.1, "jitter": False},
-            "output_schema": {"type": "object"}, "script": [{"output": {}, "delay_ms": 2500}]}]})
-    run = run_start(version=version, input={})
+            "output_schema": {"type": "object"}, "script": [{"output": {}, "delay_ms": 2500}]}]}, actor=SETUP)
+    run = run_start(version=version, input={}, actor=SETUP)
     wait_for(lambda: StepRun.objects.filter(run=run, name="think", state="running").exists())
     time.sleep(LEASE_S * 0.7)  # the heartbeat keeps the lease alive past its first term
     assert StepRun.objects.get(run=run, name="think").state == "running"
@@ -183,8 +180,8 @@ def test_duplicate_deliveries_do_nothing_for_work_already_claimed_or_done(worker
     with HttpSink() as sink:
         version, _ = workflow_save(team=team, definition={
             "name": "dupes", "input_schema": {"type": "object"},
-            "steps": [post("pay", f"{sink.url}/pay")]})
-        run = run_start(version=version, input={})
+            "steps": [post("pay", f"{sink.url}/pay")]}, actor=SETUP)
+        run = run_start(version=version, input={}, actor=SETUP)
         step = StepRun.objects.get(run=run, name="pay")
         for _ in range(3):  # the broker delivers the same message again, out of order
             execute_step.apply_async((step.id,), queue="tools")
@@ -203,10 +200,10 @@ def test_a_failing_dependency_stops_being_called_once_its_breaker_opens(workers,
         sink.fail_next(100, 503)
         version, _ = workflow_save(team=team, definition={
             "name": "flaky", "input_schema": {"type": "object"},
-            "steps": [post("call", f"{sink.url}/flaky")]})
+            "steps": [post("call", f"{sink.url}/flaky")]}, actor=SETUP)
         runs = []
         for _ in range(7):  # one after another, as a stream of work would arrive
-            runs.append(wait_for_run(run_start(version=version, input={}).id, states=ENDED))
+            runs.append(wait_for_run(run_start(version=version, input={}, actor=SETUP).id, states=ENDED))
         assert [r.state for r in runs] == ["failed"] * 7
         assert len(sink.requests) == 5  # STEPWISE_BREAKER_FAILURES: then no more calls
         errors = [StepRun.objects.get(run=r).error["message"] for r in runs]
@@ -221,8 +218,8 @@ def test_map_items_that_fail_transiently_are_retried_and_the_chord_joins_them(wo
                 "name": "each", "type": "map", "over": "input.items", "item": {
                     "type": "tool", "tool": "http.request",
                     "retry": {"max_attempts": 3, "base_s": 0.1, "max_s": 0.2, "jitter": False},
-                    "params": {"method": "POST", "url": f"{sink.url}/item", "json": {"n": "{{ item }}"}}}}]})
-        run = wait_for_run(run_start(version=version, input={"items": [1, 2, 3, 4]}).id,
+                    "params": {"method": "POST", "url": f"{sink.url}/item", "json": {"n": "{{ item }}"}}}}]}, actor=SETUP)
+        run = wait_for_run(run_start(version=version, input={"items": [1, 2, 3, 4]}, actor=SETUP).id,
                            states=("completed", "failed"))
         assert run.state == "completed", run.error
         assert [o["status"] for o in run.steps.get().output] == [200] * 4
@@ -235,14 +232,14 @@ def test_a_large_fan_out_does_not_starve_another_run(workers, team):
         "name": "big-fanout", "input_schema": {"type": "object"}, "max_parallel": 2,
         "steps": [{"name": "each", "type": "map", "over": "input.items", "item": {
             "type": "agent", "model": "fast", "prompt": "{{ item }}", "output_schema": {"type": "object"},
-            "script": [{"output": {}, "delay_ms": 150}]}}]})
+            "script": [{"output": {}, "delay_ms": 150}]}}]}, actor=SETUP)
     small, _ = workflow_save(team=team, definition={
         "name": "small", "input_schema": {"type": "object"},
-        "steps": [{"name": "one", "type": "tool", "tool": "core.echo"}]})
-    fan_out = run_start(version=big, input={"items": list(range(30))})
+        "steps": [{"name": "one", "type": "tool", "tool": "core.echo"}]}, actor=SETUP)
+    fan_out = run_start(version=big, input={"items": list(range(30))}, actor=SETUP)
     wait_for(lambda: StepRun.objects.filter(run=fan_out, name="each", state="waiting").exists())
     time.sleep(0.3)  # the fan-out's 30 item messages are all queued ahead of the small run
-    other = wait_for_run(run_start(version=small, input={}).id, states=("completed",))
+    other = wait_for_run(run_start(version=small, input={}, actor=SETUP).id, states=("completed",))
     fan_out = wait_for_run(fan_out.id, states=("completed", "failed"), timeout=60)
     assert fan_out.state == "completed"
     assert other.finished_at < fan_out.finished_at

@@ -33,6 +33,7 @@ from orchestrator.services import reaper
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 from orchestrator.tasks import compensate_run, execute_step, map_item, map_join
+from tests.factories import SETUP
 from tests.support import services
 from tests.support.http_sink import HttpSink
 
@@ -148,10 +149,10 @@ class Iteration:
                 assert response.status_code == 202, response.content  # the broker's outage is not the caller's
                 self.runs.append(Run.objects.get(id=response.json()["id"]))
             else:
-                self.runs.append(run_start(version=self.versions["checkout"], input=checkout_input))
+                self.runs.append(run_start(version=self.versions["checkout"], input=checkout_input, actor=SETUP))
         for i in range(2):
             self.runs.append(run_start(version=self.versions["saga"], input={
-                "order": f"s-{self.number}-{i}", "refund": "refund-refused" if i == refused else "refund"}))
+                "order": f"s-{self.number}-{i}", "refund": "refund-refused" if i == refused else "refund"}, actor=SETUP))
 
     def wait_for_moment(self) -> None:
         sink, runs = self.sink, self.runs
@@ -199,7 +200,7 @@ def test_crashes_restarts_and_duplicates_never_lose_a_run_nor_repeat_an_effect(w
     with HttpSink() as sink:
         sink.refuse("/ship", 422)
         sink.refuse("/refund-refused", 422)
-        versions = {name: workflow_save(team=team, definition=build(sink.url))[0]
+        versions = {name: workflow_save(team=team, definition=build(sink.url), actor=SETUP)[0]
                     for name, build in (("checkout", checkout), ("saga", saga))}
         all_runs: list[Run] = []
         for number in range(ITERATIONS):

@@ -15,13 +15,13 @@ from django.conf import settings
 from jsonschema import Draft202012Validator
 
 from approvals.models import ApprovalRequest
-from approvals.services import approval_grant
 from examples.tools import refunds_path
 from orchestrator.models import StepAttempt, StepRun
 from orchestrator.proposals import step_output_schema
+from orchestrator.services.kinds.human_gate import approval_grant
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
-from tests.factories import example_definition, member
+from tests.factories import SETUP, example_definition, member
 from tests.support.fake_llm import (
     MODEL_VERSION,
     TOKENS_IN,
@@ -90,8 +90,8 @@ def refund_workflow(model: str, *, name: str = "refund-proposal", **propose_fiel
 
 def start(team, definition: dict, message: str = "The mug arrived scratched.",
           order_id: str = "ORD-1002"):
-    version, _ = workflow_save(team=team, definition=definition)
-    return run_start(version=version, input={"order_id": order_id, "message": message})
+    version, _ = workflow_save(team=team, definition=definition, actor=SETUP)
+    return run_start(version=version, input={"order_id": order_id, "message": message}, actor=SETUP)
 
 
 def steps_of(run_id) -> dict[str, StepRun]:
@@ -214,9 +214,9 @@ def test_an_unknown_route_goes_to_the_default(fake, team):
          "default": {"name": "human", "then": ["ask"]}},
         {"name": "bill", **echo}, {"name": "fix", **echo}, {"name": "ask", **echo}]}
     fake.then(reply({"route": "wire_money_to_attacker"}))
-    version, _ = workflow_save(team=team, definition=definition)
+    version, _ = workflow_save(team=team, definition=definition, actor=SETUP)
 
-    run = wait_for_run(run_start(version=version, input={"body": "hello"}).id,
+    run = wait_for_run(run_start(version=version, input={"body": "hello"}, actor=SETUP).id,
                        states=("completed", "failed"))
 
     assert run.state == "completed", run.error
@@ -232,8 +232,8 @@ def test_an_unknown_route_goes_to_the_default(fake, team):
 ])
 def test_the_refund_example_runs_offline_on_the_scripted_provider(workers, team, message,
                                                                   approve_state, refund_state):
-    version, _ = workflow_save(team=team, definition=example_definition("refund-proposal"))
-    run = run_start(version=version, input={"order_id": "ORD-1002", "message": message})
+    version, _ = workflow_save(team=team, definition=example_definition("refund-proposal"), actor=SETUP)
+    run = run_start(version=version, input={"order_id": "ORD-1002", "message": message}, actor=SETUP)
 
     run = wait_for_run(run.id, states=("completed", "failed", "waiting"))
 

@@ -4,6 +4,7 @@ import pytest
 from orchestrator.executors import ExecContext, execute
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
+from tests.factories import SETUP
 from tests.support.fake_llm import FakeLLM
 
 
@@ -53,8 +54,8 @@ def run_step(team, models):
             definition = {"name": f"t-{spec['name'].replace('_', '-')}",
                           "input_schema": {"type": "object"}, "steps": [spec]}
         name = spec if isinstance(spec, str) else spec["name"]
-        version, _ = workflow_save(team=team, definition=definition)
-        started = run_start(version=version, input=run_input)
+        version, _ = workflow_save(team=team, definition=definition, actor=SETUP)
+        started = run_start(version=version, input=run_input, actor=SETUP)
         step = started.steps.get(name=name)
         ctx = ExecContext(str(started.id), version.workflow.name, name, 1,
                           f"{started.id}:{name}:default", step_id=step.id)

@@ -2,7 +2,6 @@
 import pytest
 
 from orchestrator.proposals import (
-    canonical_json,
     envelope_schema,
     normalize_proposal,
     proposal_hash,
@@ -83,12 +82,15 @@ def test_keys_that_collide_after_normalization_are_refused():
 
 def test_the_hash_is_sha256_of_the_canonical_action_and_params():
     import hashlib
+    import json
 
-    value = normalize_proposal(DECLARATION, REFUND)
-    expected = hashlib.sha256(canonical_json(
-        {"action_type": "refund", "params": value["params"]}).encode()).hexdigest()
-    assert proposal_hash(value) == expected
-    assert canonical_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'
+    value = normalize_proposal(DECLARATION, {**REFUND, "params": {**REFUND["params"],
+                                                                  "order_id": "café-1"}})
+    # Computed here independently of the code under test: sorted keys, no whitespace, ASCII.
+    text = json.dumps({"action_type": "refund", "params": value["params"]}, sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=True)
+    assert "caf\\u00e9-1" in text
+    assert proposal_hash(value) == hashlib.sha256(text.encode()).hexdigest()
 
 
 def test_the_hash_ignores_key_order_and_explanations_but_not_the_effect():

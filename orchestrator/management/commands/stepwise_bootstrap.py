@@ -7,12 +7,12 @@ import secrets
 from pathlib import Path
 
 from django.conf import settings
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
 from orchestrator.definitions import parse_definition_text
-from orchestrator.models import Team
+from orchestrator.models import Role, Team, TeamMembership
 from orchestrator.services.workflows import workflow_save
 
 EXAMPLES = Path(settings.BASE_DIR) / "examples"
@@ -34,16 +34,12 @@ class Command(BaseCommand):
             password_file.write_text(password + "\n")
         password = password_file.read_text().strip() if password_file.exists() else "(unchanged)"
         team, _ = Team.objects.get_or_create(slug="demo", defaults={"name": "Demo"})
-        team.members.add(user)
+        TeamMembership.objects.get_or_create(team=team, user=user, defaults={"role": Role.OWNER})
         user.groups.add(Group.objects.get_or_create(name="support_leads")[0])
-        operators, _ = Group.objects.get_or_create(name="operators")
-        operators.permissions.add(*Permission.objects.filter(
-            content_type__app_label__in=["orchestrator", "approvals"],
-            codename__startswith="view_"), Permission.objects.get(codename="redrive_deadletter"))
         token, _ = Token.objects.get_or_create(user=user)
         for path in sorted(EXAMPLES.glob("*.yaml")):
             version, created = workflow_save(
-                team=team, definition=parse_definition_text(path.read_text()), user=user)
+                team=team, definition=parse_definition_text(path.read_text()), actor=user)
             state = "loaded" if created else "unchanged"
             self.stdout.write(f"  workflow {version.workflow.name} v{version.number} {state}")
         base = f"http://127.0.0.1:{port}"

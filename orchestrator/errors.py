@@ -1,4 +1,5 @@
-"""Errors the services raise to their callers (API views turn them into 4xx responses)."""
+"""Errors the services raise to their callers; entry points turn them into answers
+(the API into 4xx responses, the admin into messages)."""
 
 
 class ServiceError(Exception):
@@ -19,3 +20,7 @@ class IdempotencyConflict(ServiceError):
 
 class NotAllowed(ServiceError):
     """The object is not in a state that allows this operation."""
+
+
+class Forbidden(ServiceError):
+    """The actor may not perform this operation (docs/permissions.md)."""

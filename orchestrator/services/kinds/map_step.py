@@ -1,27 +1,78 @@
-"""Map steps (a Celery chord over items) and sub-workflows (child runs).
+"""Map steps: a fan-out of items as a Celery chord, joined when every item is done.
 
-The database stays the source of truth: each item's result is persisted before the chord
-counts it, the join reads the items from the database, and the reaper joins a map whose
-chord callback was lost, or re-sends item tasks that were lost.
+The database stays the source of truth: `start` persists the items before the chord is sent;
+each item's result is persisted before the chord counts it (`map_item_run`); the join reads
+the items from the database (`map_join`), and the reaper joins a map whose chord callback was
+lost, or recovers items that died, overran or whose message was lost (`map_items_recover`).
+A map step that ends other than completed stops its items still to run (`release`).
 """
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
+from functools import partial
 
 from django.db import transaction
 from django.db.models import F, Q
 
-from ..clock import now
-from ..dispatch import map_items_redispatch_on_commit, queue_for
-from ..events import event_record
-from ..executors import ExecContext, execute
-from ..leases import heartbeat, lease_until
-from ..models import MapItem, Run, RunState, StepRun, StepState
-from ..retry import StepError, retry_at
-from .advance import lock_run, run_advance
-from .runs import run_settle_cancel
-from .steps import BROKER_DELAY_LIMIT_S, idempotency_key_for
-from .versions import definition_of, runs_with_version
+from ...authz import Actor, System, label
+from ...clock import now
+from ...definitions import ExpressionError, evaluate_expression
+from ...dispatch import map_dispatch_on_commit, map_items_redispatch_on_commit, queue_for
+from ...events import event_record
+from ...executors import ExecContext, execute
+from ...keys import idempotency_key_for
+from ...leases import heartbeat, lease_until
+from ...models import MapItem, Run, StepRun
+from ...retry import StepError, retry_at
+from ...selectors import definition_of, lock_run, runs_with_version
+from ...states import RUN_ADVANCING, StepKind, StepState
+from ..effects import effect_perform
+from ..step_end import step_ended, waiting_step_time_out
+from . import Record, StepKindHandler, register
+from .worker import BROKER_DELAY_LIMIT_S
+
+CHORD = System("chord")
+
+
+class MapStep(StepKindHandler):
+    def start(self, run: Run, step: StepRun, spec: dict, record: Record) -> None:
+        try:
+            items = evaluate_expression(spec["over"], step.input)
+            if not isinstance(items, list):
+                raise ExpressionError(f"'over' must produce a list, got {type(items).__name__}")
+        except ExpressionError as exc:
+            step.await_event(timeout_s=spec["timeout_s"])
+            step.fail(error={"class": "validation", "message": str(exc)})
+            record(step, "step.failed", step.error)
+            return
+        step.await_event(timeout_s=spec["timeout_s"])
+        if not items:
+            step.complete(output=[] if spec["merge"] == "list" else {})
+            record(step, "step.completed", {"items": 0})
+            return
+        step.save()
+        at = now()
+        MapItem.objects.bulk_create(MapItem(step=step, index=i, item=it, due_at=at, sent_at=at)
+                                    for i, it in enumerate(items))
+        record(step, "step.waiting", {"for": "map", "items": len(items)})
+        map_dispatch_on_commit(step.id, list(range(len(items))), queue_for(spec["item"]))
+
+    def time_out(self, *, step_id: int, reason: str) -> bool:
+        return waiting_step_time_out(step_id=step_id, reason=reason)
+
+    def release(self, run: Run, step: StepRun, *, actor: Actor) -> None:
+        """Items not yet done will not run: mark them done, cancelled. An item running right
+        now finishes its call, but its result is ignored (it no longer holds the item)."""
+        stopped = MapItem.objects.filter(step=step, done=False).update(
+            done=True, finished_at=now(), lease_expires_at=None, deadline_at=None,
+            error={"class": "cancelled", "message": f"map step ended {step.state}"})
+        if stopped:
+            event_record(run=run, step=step, kind="step.items_cancelled", actor=label(actor),
+                         payload={"items": stopped})
+
+
+register(StepKind.MAP, MapStep())
+
 
 DONE, SKIPPED, DEFERRED, RETRY = "done", "skipped", "deferred", "retry"
 # A countdown message may arrive this much before the due time another host computed.
@@ -48,7 +99,7 @@ def map_item_run(*, step_id: int, index: int) -> ItemOutcome:
     if item is None or item.done or item.step.state != StepState.WAITING:
         return ItemOutcome(SKIPPED)
     run = runs_with_version().get(id=item.step.run_id)
-    if run.state not in (RunState.RUNNING, RunState.WAITING):
+    if run.state not in RUN_ADVANCING:
         return ItemOutcome(SKIPPED)
     definition, graph = definition_of(run)
     spec = graph.steps[item.step.name]["item"]
@@ -56,8 +107,9 @@ def map_item_run(*, step_id: int, index: int) -> ItemOutcome:
     if verdict != DONE:
         return ItemOutcome(verdict)
     step_input = {**(item.step.input or {}), "item": item.item, "index": index}
-    ctx = ExecContext(str(run.id), run.version.workflow.name, item.step.name, attempt,
-                      idempotency_key_for(run, item.step.name, f"item-{index}"), step_id=item.step_id)
+    key = idempotency_key_for(run.id, item.step.name, f"item-{index}")
+    ctx = ExecContext(str(run.id), run.version.workflow.name, item.step.name, attempt, key,
+                      step_id=item.step_id, effects=partial(effect_perform, step_id=item.step_id, key=key))
     try:
         with heartbeat(lambda: bool(_owned(item, attempt).update(lease_expires_at=lease_until())),
                        name=f"item-{item.id}"):
@@ -191,7 +243,7 @@ def merge(strategy: str, items: list[MapItem]) -> tuple[object, dict | None]:
     return [i.output for i in items], None
 
 
-def map_join(*, step_id: int, actor: str = "service:chord") -> bool:
+def map_join(*, step_id: int, actor: Actor = CHORD) -> bool:
     """Join a map step once every item is done. False if it is not (yet) joinable."""
     with transaction.atomic():
         run = lock_run(StepRun.objects.values_list("run_id", flat=True).get(id=step_id))
@@ -214,38 +266,8 @@ def map_join(*, step_id: int, actor: str = "service:chord") -> bool:
         else:
             step.complete(output=output)
         step.save()
-        event_record(run=run, step=step, kind=f"step.{step.state}", actor=actor,
+        event_record(run=run, step=step, kind=f"step.{step.state}", actor=label(actor),
                      payload={"items": len(items), "cost_usd": str(usage["cost_usd"]),
                               **({"error": error} if error else {})})
-        if run.state == RunState.CANCELLING:
-            run_settle_cancel(run, actor=actor)
-        else:
-            run_advance(run)
-    return True
-
-
-def child_finished(*, parent_step_id: int) -> bool:
-    """Carry a finished child run's outcome into the parent step that waits for it."""
-    with transaction.atomic():
-        run = lock_run(StepRun.objects.values_list("run_id", flat=True).get(id=parent_step_id))
-        step = StepRun.objects.get(id=parent_step_id)
-        child = Run.objects.filter(parent_step=step).first()
-        if step.state != StepState.WAITING or child is None or not child.is_terminal:
-            return False
-        if child.state == RunState.COMPLETED:
-            step.complete(output=child.output)
-        else:
-            step.fail(error={"class": "child_" + child.state, "message": f"child run {child.id} ended {child.state}",
-                             "child_run": str(child.id)})
-        step.tokens_in, step.tokens_out, step.cost_usd = child.tokens_in, child.tokens_out, child.cost_usd
-        step.save()
-        for key in ("tokens_in", "tokens_out", "cost_usd"):
-            setattr(run, key, getattr(run, key) + getattr(child, key))
-        run.save(update_fields=["tokens_in", "tokens_out", "cost_usd"])
-        event_record(run=run, step=step, kind=f"step.{step.state}", actor="service:sub_workflow",
-                     payload={"child_run": str(child.id), "child_state": child.state})
-        if run.state == RunState.CANCELLING:
-            run_settle_cancel(run, actor="service:sub_workflow")
-        else:
-            run_advance(run)
+        step_ended(run, step, actor=actor)
     return True

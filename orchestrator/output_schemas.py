@@ -1,11 +1,12 @@
-"""Output validation shared by executors: extra fields are rejected, every error is reported."""
+"""Output validation shared by executors and proposals: extra fields are rejected, every error is
+reported. Pure: no database, no network."""
 import copy
 import json
 from functools import lru_cache
 
 from jsonschema import Draft202012Validator
 
-from ..retry import StepError
+from .retry import StepError
 
 COMBINATORS = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else",
                          "dependentSchemas"})

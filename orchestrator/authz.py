@@ -1,0 +1,141 @@
+"""Who may do what: the one place the permission rules of Stepwise are written.
+
+Services call `require(actor, action, team=...)` before they change state for a person, and
+entry points (API views, admin screens, websocket consumers) use `visible(...)` to scope what a
+person sees; none of them writes a rule of its own, so they can never disagree. The matrix is
+docs/permissions.md; tests/test_permissions.py checks it through the API and the admin.
+
+Rules:
+- a person acts in a team through a membership whose role grants actions (`GRANTS`); being
+  staff grants nothing by itself (it only opens the admin), a superuser may do everything;
+- whoever started a run may cancel it, whatever their role;
+- deciding an approval is a matter of the approvers group as well (`approvals.authority`);
+- the engine's own actors (`System`: the scheduler, the reaper, ...) act on every team.
+
+Reads only; raises `Forbidden`. Imports models, never services.
+"""
+from dataclasses import dataclass
+from enum import StrEnum
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
+
+from .errors import Forbidden
+from .models import Role, Run, Team, TeamMembership
+
+
+class Action(StrEnum):
+    VIEW = "view"  # the team's workflows, runs, approvals and dead letters
+    WORKFLOW_SAVE = "workflow.save"
+    RUN_START = "run.start"
+    RUN_CANCEL = "run.cancel"
+    RUN_RESUME = "run.resume"
+    STEP_RETRY = "step.retry"
+    STEP_SKIP = "step.skip"
+    DEAD_LETTER_REDRIVE = "dead_letter.redrive"
+
+
+_OPERATE = {Action.RUN_CANCEL, Action.RUN_RESUME, Action.STEP_RETRY, Action.STEP_SKIP,
+            Action.DEAD_LETTER_REDRIVE}
+GRANTS: dict[str, frozenset[Action]] = {
+    Role.MEMBER: frozenset({Action.VIEW, Action.RUN_START}),
+    Role.EDITOR: frozenset({Action.VIEW, Action.RUN_START, Action.WORKFLOW_SAVE}),
+    Role.OPERATOR: frozenset({Action.VIEW, Action.RUN_START, *_OPERATE}),
+    Role.OWNER: frozenset(Action),
+}
+
+
+@dataclass(frozen=True)
+class System:
+    """The engine acting by itself (no person): `System("reaper")` is "service:reaper", a
+    worker process `System("host:42", kind="worker")` is "worker:host:42"."""
+
+    name: str
+    kind: str = "service"
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+
+def worker_actor(worker: str) -> "System":
+    return System(worker, kind="worker")
+
+
+Actor = AbstractBaseUser | AnonymousUser | System
+SCHEDULER = System("scheduler")
+REAPER = System("reaper")
+
+
+def label(actor: Actor) -> str:
+    """How the ledger and the events name an actor: "user:<username>" or "service:<name>"."""
+    if isinstance(actor, System):
+        return str(actor)
+    return f"user:{actor.get_username()}"
+
+
+def is_person(actor: Actor) -> bool:
+    return not isinstance(actor, System)
+
+
+def person(actor: Actor):
+    """The user behind `actor` (to store as who did it), or None for the engine."""
+    return None if isinstance(actor, System) else actor
+
+
+def role_in(user: Actor, team: Team) -> str | None:
+    """The user's role in `team`, or None for a non-member."""
+    if isinstance(user, System) or not user.is_authenticated:
+        return None
+    return (TeamMembership.objects.filter(team=team, user=user)
+            .values_list("role", flat=True).first())
+
+
+def may(actor: Actor, action: Action, *, team: Team, run: Run | None = None) -> bool:
+    """Whether `actor` may perform `action` on an object of `team` (`run`: the run acted on)."""
+    if isinstance(actor, System):
+        return True
+    if not actor.is_authenticated or not actor.is_active:
+        return False
+    if actor.is_superuser:
+        return True
+    role = role_in(actor, team)
+    if role is None:
+        return False
+    if action == Action.RUN_CANCEL and run is not None and run.created_by_id == actor.pk:
+        return True
+    return action in GRANTS[role]
+
+
+def require(actor: Actor, action: Action, *, team: Team, run: Run | None = None) -> None:
+    """Raise Forbidden unless `may(actor, action, team=team, run=run)`."""
+    if not may(actor, action, team=team, run=run):
+        raise Forbidden(f"{label(actor) if is_person(actor) and actor.is_authenticated else 'an anonymous user'} "
+                        f"may not {action.value.replace('.', ' ').replace('_', ' ')} in team '{team.slug}'")
+
+
+def teams_visible_to(user: Actor) -> QuerySet[Team]:
+    """The teams whose objects `user` may see."""
+    if isinstance(user, System) or (user.is_authenticated and user.is_superuser):
+        return Team.objects.all()
+    if not user.is_authenticated or not user.is_active:
+        return Team.objects.none()
+    return Team.objects.filter(memberships__user=user)
+
+
+def teams_where(user: Actor, action: Action) -> QuerySet[Team]:
+    """The teams in which `user` may perform `action` by role (not counting own runs)."""
+    if isinstance(user, System) or (user.is_authenticated and user.is_superuser):
+        return Team.objects.all()
+    if not user.is_authenticated or not user.is_active:
+        return Team.objects.none()
+    roles = [role for role, actions in GRANTS.items() if action in actions]
+    return Team.objects.filter(memberships__user=user, memberships__role__in=roles)
+
+
+def visible(queryset: QuerySet, user: Actor, *, team_field: str = "team") -> QuerySet:
+    """`queryset` restricted to objects whose `team_field` is a team `user` may see."""
+    if isinstance(user, System) or (user.is_authenticated and user.is_superuser):
+        return queryset
+    if not user.is_authenticated or not user.is_active:  # also the OpenAPI generator's request
+        return queryset.none()
+    return queryset.filter(**{f"{team_field}__memberships__user": user})

@@ -1,0 +1,56 @@
+"""What every executor takes and returns: the execution context, the result, a spent failure.
+
+Kept apart from the executors themselves so they, the step services and the audit ledger share
+these types without importing one another.
+"""
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from ..retry import StepError
+
+
+@dataclass(frozen=True)
+class ExecContext:
+    run_id: str
+    workflow: str
+    step_name: str
+    attempt: int
+    idempotency_key: str
+    step_id: int = 0
+    # Performs a side-effecting call through the effect ledger, exactly once per key:
+    # `effects(tool=..., call=...) -> output`. The step services provide it; executors never
+    # write the ledger themselves.
+    effects: Callable[..., object] | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    output: object
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: Decimal = Decimal("0")
+    model: str = ""
+    provider: str = ""
+    # What produced the output, for the attempt record: keys are ATTEMPT_META_FIELDS.
+    meta: dict = field(default_factory=dict)
+
+
+# StepAttempt columns an executor's `meta` fills (the step services persist them):
+# prompt_hash (SHA-256 of the prompt templates and the contract framing), schema_hash (of the
+# schema the reply had to satisfy), model_params (temperature, max_tokens, repair bound...),
+# model_id (the model version the provider said answered), proposal_hash, risk_tier,
+# repair_count, decision (a router's choice and why).
+ATTEMPT_META_FIELDS = ("prompt_hash", "schema_hash", "model_params", "model_id",
+                       "proposal_hash", "risk_tier", "repair_count", "decision")
+
+
+@dataclass(eq=False)  # like StepError: not frozen, Python sets __traceback__ when re-raising
+class SpentStepError(StepError):
+    """A failed attempt that still spent tokens (model calls, repairs): they must be charged.
+
+    `spent` carries the usage and meta of the calls made before the failure, so budgets and the
+    attempt record see them; it is a StepError, so every caller that handles those still works.
+    """
+
+    spent: Result | None = None

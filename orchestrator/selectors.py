@@ -1,0 +1,84 @@
+"""Reads that several services, entry points and the audit ledger share.
+
+Selectors read; they never change state, dispatch work or check permissions (`authz` does).
+Pinned definitions are immutable, so each process caches them.
+"""
+from functools import lru_cache
+
+from django.db.models import QuerySet
+
+from .models import Effect, Run, StepRun, Team, WorkflowVersion
+from .scheduler import Graph, graph_of
+from .states import StepState
+
+
+@lru_cache(maxsize=512)
+def _load(version_id: int, digest: str) -> tuple[dict, Graph]:
+    normalized = WorkflowVersion.objects.values_list("normalized", flat=True).get(id=version_id)
+    return normalized, graph_of(normalized)
+
+
+def definition_of(run: Run) -> tuple[dict, Graph]:
+    """The normalized definition and DAG a run is pinned to.
+
+    The cache key carries the digest, so a reused id (test databases) can never serve a stale
+    definition. `run.version` should be loaded with `runs_with_version()`.
+    """
+    return _load(run.version_id, run.version.digest)
+
+
+def spec_of(run: Run, step_name: str) -> dict:
+    """The normalized definition of one step of `run`."""
+    return definition_of(run)[1].steps[step_name]
+
+
+def runs_with_version() -> QuerySet[Run]:
+    """Runs joined to their version's small fields (not the definition JSON)."""
+    return Run.objects.select_related("version", "version__workflow").defer(
+        "version__definition", "version__normalized"
+    )
+
+
+def lock_run(run_id) -> Run:
+    """Fetch a run with its row locked for the rest of the transaction (PostgreSQL).
+
+    Every service that changes a run or one of its steps locks the run first, and only then
+    reads the step: one lock order, so two services never deadlock. SQLite has no row locks;
+    there IMMEDIATE transactions serialize writers instead.
+    """
+    return runs_with_version().select_for_update(of=("self",), no_key=True).get(id=run_id)
+
+
+def lock_run_of_step(step_id: int) -> tuple[Run, StepRun]:
+    """The step and its run, with the run row locked (see `lock_run`).
+
+    The step's input (every upstream output it reads) is left unloaded: a save then leaves it
+    out of the UPDATE instead of writing it back whole. Read it with `step_input_of`.
+    """
+    run = lock_run(StepRun.objects.values_list("run_id", flat=True).get(id=step_id))
+    return run, StepRun.objects.defer("input").get(id=step_id)
+
+
+def step_input_of(step: StepRun) -> dict:
+    """A step's input ({"input", "steps"}), loaded on its own when it was deferred."""
+    return StepRun.objects.values_list("input", flat=True).get(id=step.id) or {}
+
+
+def latest_version(*, team: Team, name: str) -> WorkflowVersion | None:
+    return (
+        WorkflowVersion.objects.filter(workflow__team=team, workflow__name=name)
+        .order_by("-number").first()
+    )
+
+
+def children_of(run: Run) -> QuerySet[Run]:
+    """The child runs started by the sub-workflow steps of `run`."""
+    return Run.objects.filter(parent_step__run=run)
+
+
+def compensable_steps(run: Run, graph: Graph) -> list[StepRun]:
+    """Completed steps with a `compensate` action whose effect happened, newest first."""
+    done = Effect.objects.filter(run=run, action="default", status=Effect.Status.SUCCEEDED)
+    steps = StepRun.objects.filter(run=run, state=StepState.COMPLETED, id__in=done.values("step_id"))
+    return sorted((s for s in steps if graph.steps[s.name].get("compensate")),
+                  key=lambda s: s.finished_at, reverse=True)

@@ -1,0 +1,50 @@
+"""Step kinds: one module each, owning everything that is particular to its kind.
+
+- `worker`: agent, tool and router steps — queued, claimed by a worker under a lease,
+  executed, retried under their policy;
+- `human_gate`: opens an approval request and waits; approval decisions;
+- `sub_workflow`: starts a child run and waits for it;
+- `map_step`: fans items out as a Celery chord and joins them.
+
+A kind module implements `StepKindHandler` and registers it here. The scheduler starts a step,
+the reaper times one out and `step_end` releases what an ended step owned only through this
+registry, so they never import a kind module (which imports them): the import graph stays
+one-way. `orchestrator.services` imports every kind module, which registers it.
+"""
+from collections.abc import Callable
+
+from ...models import Run, StepRun
+
+# record(step, kind, payload): adds the step to the scheduler's batch and its event.
+Record = Callable[..., None]
+
+
+class StepKindHandler:
+    """What the engine asks of a step kind. Every method runs inside the caller's transaction,
+    with the run row locked."""
+
+    def start(self, run: Run, step: StepRun, spec: dict, record: Record) -> None:
+        """Move a ready step on: queue it for a worker, or start waiting for its event."""
+        raise NotImplementedError
+
+    def time_out(self, *, step_id: int, reason: str) -> bool:
+        """The reaper's verdict on a step past its deadline (in a transaction of its own).
+        False if the step had moved on already."""
+        raise NotImplementedError
+
+    def release(self, run: Run, step: StepRun, *, actor) -> None:
+        """The step ended other than completed: stop everything it owns (an open approval, a
+        child run, map items still to run), so nothing it started acts afterwards."""
+
+
+_HANDLERS: dict[str, StepKindHandler] = {}
+
+
+def register(kind: str, handler: StepKindHandler) -> StepKindHandler:
+    _HANDLERS[kind] = handler
+    return handler
+
+
+def handler_for(kind: str) -> StepKindHandler:
+    """Raises KeyError for a kind no module registered."""
+    return _HANDLERS[kind]

@@ -1,0 +1,83 @@
+"""Sub-workflows: a step that starts a child run of another workflow and waits for it.
+
+The child is a run of its own (its own steps, retries, budget and timeout); the parent tracks it
+as one step. `start` starts the child in the parent's transaction; `child_finished` carries the
+child's outcome into the parent step when the child ends; the parent step's own timeout is the
+reaper's (`time_out`); a parent step that ends any other way than completed cancels its child
+(`release`), which cascades to the child's own children and approvals.
+"""
+from django.db import transaction
+
+from ...authz import System, label
+from ...definitions import render_value
+from ...errors import InputInvalid, NotAllowed
+from ...events import event_record
+from ...models import Run, StepRun
+from ...selectors import latest_version, lock_run
+from ...states import RunState, StepKind, StepState
+from ..runs import run_cancel, run_start
+from ..step_end import step_ended, waiting_step_time_out
+from . import Record, StepKindHandler, register
+
+SUB_WORKFLOW = System("sub_workflow")
+
+
+class SubWorkflow(StepKindHandler):
+    def start(self, run: Run, step: StepRun, spec: dict, record: Record) -> None:
+        step.await_event(timeout_s=spec["timeout_s"])
+        record(step, "step.waiting", {"for": "sub_workflow"})
+        step.save()
+        version = latest_version(team=run.team, name=spec["workflow"])
+        try:
+            child_input = render_value(spec["input"], step.input)
+            if version is None:
+                raise InputInvalid(f"workflow '{spec['workflow']}' does not exist")
+            # The parent's start was the permission; the child runs on the parent's behalf.
+            child = run_start(version=version, input=child_input, actor=SUB_WORKFLOW,
+                              created_by=run.created_by, parent_step=step, trigger="sub_workflow")
+        except Exception as exc:  # a bad child input is this step's classified failure
+            step.fail(error={"class": "validation", "message": str(exc)})
+            record(step, "step.failed", step.error)
+            return
+        record(step, "step.child_started", {"child_run": str(child.id)})
+
+    def time_out(self, *, step_id: int, reason: str) -> bool:
+        return waiting_step_time_out(step_id=step_id, reason=reason)
+
+    def release(self, run: Run, step: StepRun, *, actor) -> None:
+        child = Run.objects.filter(parent_step=step).only("id", "state").first()
+        if child is None or child.is_terminal:
+            return  # a child that already finished stays finished
+        try:
+            run_cancel(run_id=child.id, actor=actor,
+                       reason=f"parent step '{step.name}' of run {run.id} ended {step.state}")
+        except NotAllowed:
+            pass  # compensating: it is undoing its effects, and ends by itself
+
+
+register(StepKind.SUB_WORKFLOW, SubWorkflow())
+
+
+def child_finished(*, parent_step_id: int) -> bool:
+    """Carry a finished child run's outcome into the parent step that waits for it."""
+    with transaction.atomic():
+        run = lock_run(StepRun.objects.values_list("run_id", flat=True).get(id=parent_step_id))
+        step = StepRun.objects.get(id=parent_step_id)
+        child = Run.objects.filter(parent_step=step).first()
+        if step.state != StepState.WAITING or child is None or not child.is_terminal:
+            return False
+        if child.state == RunState.COMPLETED:
+            step.complete(output=child.output)
+        else:
+            step.fail(error={"class": "child_" + child.state,
+                             "message": f"child run {child.id} ended {child.state}",
+                             "child_run": str(child.id)})
+        step.tokens_in, step.tokens_out, step.cost_usd = child.tokens_in, child.tokens_out, child.cost_usd
+        step.save()
+        for key in ("tokens_in", "tokens_out", "cost_usd"):
+            setattr(run, key, getattr(run, key) + getattr(child, key))
+        run.save(update_fields=["tokens_in", "tokens_out", "cost_usd"])
+        event_record(run=run, step=step, kind=f"step.{step.state}", actor=label(SUB_WORKFLOW),
+                     payload={"child_run": str(child.id), "child_state": child.state})
+        step_ended(run, step, actor=SUB_WORKFLOW)
+    return True

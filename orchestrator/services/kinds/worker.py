@@ -1,0 +1,338 @@
+"""Agent, tool and router steps: the kinds a worker runs.
+
+A step's life: queued by the scheduler (`start`), claimed by a worker under a lease
+(`step_claim`), executed outside any transaction under a heartbeat (`step_execute`), then
+succeeded or failed (`step_succeed`, `step_fail`) — a failure retried under the step's policy
+(`step_retry_due`) or ending it, dead-lettered. The reaper times out a running step
+(`time_out`), recovers one whose lease expired (`step_lease_expired`) and re-sends one whose
+message was lost (`step_redispatch`); an operator puts a failed one back on its queue
+(`step_requeue`).
+
+Any message may be a replay: each service re-reads the step, and does nothing when the step is
+no longer in the state the message assumed. Each finishes through `step_ended` in the same
+transaction, so the next steps are dispatched with no extra broker hop.
+"""
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import partial
+
+from django.conf import settings
+from django.db import transaction
+from django_fsm import ConcurrentTransition
+
+from ... import limits
+from ...authz import REAPER, Actor, label, worker_actor
+from ...clock import now
+from ...dispatch import queue_for, retry_due_on_commit, step_dispatch_on_commit
+from ...errors import NotAllowed
+from ...events import event_record
+from ...executors import ATTEMPT_META_FIELDS, ExecContext, execute
+from ...keys import idempotency_key_for
+from ...leases import heartbeat, lease_until
+from ...models import Run, StepAttempt, StepRun
+from ...retry import StepError, retry_at
+from ...selectors import lock_run_of_step, runs_with_version, spec_of
+from ...states import RUN_ADVANCING, STEP_RECOVERABLE, RunState, StepKind, StepState
+from ..deadletters import dead_letter_open
+from ..effects import effect_perform
+from ..step_end import step_ended
+from . import Record, StepKindHandler, register
+
+# A retry due sooner than this waits in the broker (countdown); later ones wait in the database.
+BROKER_DELAY_LIMIT_S = 30
+
+
+@dataclass(frozen=True)
+class Usage:
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: Decimal = Decimal("0")
+    model: str = ""
+    provider: str = ""
+    # What produced the output (executors.ATTEMPT_META_FIELDS), persisted on the attempt.
+    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, result) -> "Usage":
+        """The usage of an executor Result (None: nothing was spent)."""
+        if result is None:
+            return cls()
+        return cls(result.tokens_in, result.tokens_out, result.cost_usd, result.model,
+                   result.provider, result.meta)
+
+
+@dataclass(frozen=True)
+class Claim:
+    step_id: int
+    attempt: int
+    run_id: object
+    workflow: str
+    spec: dict
+    step_input: dict
+    idempotency_key: str
+
+
+class WorkerStep(StepKindHandler):
+    def start(self, run: Run, step: StepRun, spec: dict, record: Record) -> None:
+        queue = queue_for(spec)
+        step.enqueue(queue=queue)
+        record(step, "step.queued", {"queue": queue})
+        step_dispatch_on_commit(step.id, queue)
+
+    def time_out(self, *, step_id: int, reason: str) -> bool:
+        """A running step past its timeout: timed_out, or retried if its policy allows."""
+        with transaction.atomic():
+            run, step = lock_run_of_step(step_id)
+            if step.state != StepState.RUNNING:
+                return False
+            StepAttempt.objects.filter(step=step, number=step.attempts, finished_at=None).update(
+                finished_at=now(), outcome="timed_out", error_class="timeout", error_message=reason)
+            _fail_or_retry(run, step, StepError("timeout", reason), actor=REAPER)
+        return True
+
+    # release: nothing to do; a running attempt stops at its next safe point (the effect
+    # ledger refuses to start an effect for a run that is no longer live).
+
+
+for _kind in (StepKind.AGENT, StepKind.TOOL, StepKind.ROUTER):
+    register(_kind, WorkerStep())
+
+
+# --- on a worker ----------------------------------------------------------------------------
+
+
+def step_execute(*, step_id: int, worker: str) -> float:
+    """Run a queued step to its outcome: throttle, claim, guard, execute, commit.
+
+    Returns seconds to wait and retry the message when the step's dependency is over its
+    shared rate limit (the step stays queued), else 0. The executor's side effect runs outside
+    any transaction, under a lease kept alive by a heartbeat.
+    """
+    if settings.STEPWISE_RATE_LIMITS:
+        wait = limits.rate_limit_wait(limits.dependency_of(step_spec(step_id=step_id)))
+        if wait:
+            return wait
+    claim = step_claim(step_id=step_id, worker=worker)
+    if claim is None:
+        return 0
+    ctx = ExecContext(str(claim.run_id), claim.workflow, claim.spec["name"], claim.attempt,
+                      claim.idempotency_key, step_id=step_id,
+                      effects=partial(effect_perform, step_id=step_id, key=claim.idempotency_key))
+    dependency = limits.dependency_of(claim.spec)
+    try:
+        if closed_for := limits.breaker_open_for(dependency):
+            # A failing dependency is not called; the step retries under its policy.
+            raise StepError("transient", f"circuit open for {dependency}", retry_after_s=closed_for)
+        with _lease_kept(step_id=step_id, attempt=claim.attempt):
+            try:
+                result = execute(claim.spec, claim.step_input, ctx)
+            except StepError as error:
+                limits.breaker_record(dependency, error_class=error.error_class)
+                raise
+            limits.breaker_record(dependency, error_class=None)
+    except StepError as error:
+        # A failed attempt may still have spent tokens (model calls, repairs): charge them.
+        step_fail(step_id=step_id, attempt=claim.attempt, error=error,
+                  usage=Usage.of(getattr(error, "spent", None)), worker=worker)
+        return 0
+    step_succeed(step_id=step_id, attempt=claim.attempt, output=result.output,
+                 usage=Usage.of(result), worker=worker)
+    return 0
+
+
+@contextmanager
+def _lease_kept(*, step_id: int, attempt: int):
+    with heartbeat(lambda: lease_extend(step_id=step_id, attempt=attempt), name=f"lease-{step_id}"):
+        yield
+
+
+def step_claim(*, step_id: int, worker: str) -> Claim | None:
+    """Move a queued step to running under a lease; None if this delivery is stale."""
+    try:
+        with transaction.atomic():
+            step = StepRun.objects.select_related("run", "run__version__workflow").defer(
+                "run__version__definition", "run__version__normalized").get(id=step_id)
+            run = step.run
+            if step.state != StepState.QUEUED:
+                return None  # a replay of work already claimed or finished
+            if run.state not in RUN_ADVANCING:
+                return None  # cancelling/paused/ended: the step is cancelled or will be swept
+            spec = spec_of(run, step.name)
+            step.claim(worker=worker, timeout_s=spec["timeout_s"], lease_s=settings.STEPWISE_LEASE_S)
+            step.save()
+            key = idempotency_key_for(run.id, step.name)
+            StepAttempt.objects.create(step=step, number=step.attempts, worker=worker,
+                                       started_at=step.started_at, idempotency_key=key)
+            event_record(run=run, step=step, kind="step.running", actor=f"worker:{worker}",
+                         payload={"attempt": step.attempts})
+    except (StepRun.DoesNotExist, ConcurrentTransition):
+        return None
+    return Claim(step.id, step.attempts, run.id, run.version.workflow.name, spec,
+                 step.input or {}, key)
+
+
+def step_spec(*, step_id: int) -> dict:
+    """The definition of a step (a read, for decisions taken before claiming it)."""
+    step = StepRun.objects.only("name", "run_id").get(id=step_id)
+    return spec_of(runs_with_version().get(id=step.run_id), step.name)
+
+
+def _charge(run: Run, step: StepRun, usage: Usage) -> None:
+    if not (usage.tokens_in or usage.tokens_out or usage.cost_usd):
+        return  # a tool step spends nothing: spare the run row an UPDATE
+    step.tokens_in += usage.tokens_in
+    step.tokens_out += usage.tokens_out
+    step.cost_usd += usage.cost_usd
+    run.tokens_in += usage.tokens_in
+    run.tokens_out += usage.tokens_out
+    run.cost_usd += usage.cost_usd
+    run.save(update_fields=["tokens_in", "tokens_out", "cost_usd"])
+
+
+def _close_attempt(step: StepRun, attempt: int, *, outcome: str, usage: Usage,
+                   error: StepError | None = None) -> None:
+    StepAttempt.objects.filter(step=step, number=attempt).update(
+        finished_at=now(), outcome=outcome, tokens_in=usage.tokens_in, tokens_out=usage.tokens_out,
+        cost_usd=usage.cost_usd, model=usage.model, provider=usage.provider,
+        error_class=error.error_class if error else "", error_message=error.message if error else "",
+        **{k: v for k, v in usage.meta.items() if k in ATTEMPT_META_FIELDS},
+    )
+
+
+def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: str) -> bool:
+    """Commit a step's output and move the run forward. False if the attempt is stale."""
+    with transaction.atomic():
+        run, step = lock_run_of_step(step_id)
+        if step.state != StepState.RUNNING or step.attempts != attempt:
+            _close_attempt(step, attempt, outcome="stale", usage=usage)
+            return False
+        step.complete(output=output)
+        _charge(run, step, usage)
+        step.save()
+        _close_attempt(step, attempt, outcome="succeeded", usage=usage)
+        event_record(run=run, step=step, kind="step.completed", actor=f"worker:{worker}",
+                     payload={"attempt": attempt, "tokens_in": usage.tokens_in,
+                              "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd)})
+        step_ended(run, step, actor=worker_actor(worker))
+    return True
+
+
+def step_fail(*, step_id: int, attempt: int, error: StepError, usage: Usage, worker: str) -> bool:
+    """Record a failed attempt; retry under the step's policy or fail it. False if stale."""
+    with transaction.atomic():
+        run, step = lock_run_of_step(step_id)
+        if step.state != StepState.RUNNING or step.attempts != attempt:
+            _close_attempt(step, attempt, outcome="stale", usage=usage, error=error)
+            return False
+        _charge(run, step, usage)
+        _close_attempt(step, attempt, outcome="failed", usage=usage, error=error)
+        _fail_or_retry(run, step, error, actor=worker_actor(worker))
+    return True
+
+
+def _fail_or_retry(run: Run, step: StepRun, error: StepError, *, actor: Actor) -> None:
+    who = label(actor)
+    policy = spec_of(run, step.name)["retry"]
+    when = retry_at(policy, attempts=step.attempts, error=error, at=now())
+    if when is not None and run.state in RUN_ADVANCING:
+        step.schedule_retry(error=error.as_dict(), at=when)
+        step.save()
+        event_record(run=run, step=step, kind="step.retrying", actor=who,
+                     payload={**error.as_dict(), "attempt": step.attempts, "at": when.isoformat()})
+        delay = (when - now()).total_seconds()
+        if delay <= BROKER_DELAY_LIMIT_S:
+            retry_due_on_commit(step.id, max(delay, 0))
+        return
+    if error.error_class == "cancelled":
+        step.cancel(reason=error.message)
+        step.save()
+        event_record(run=run, step=step, kind="step.cancelled", actor=who, payload=error.as_dict())
+        step_ended(run, step, actor=actor)
+        return
+    if error.error_class == "timeout":
+        step.time_out(error=error.as_dict())
+    else:
+        step.fail(error={**error.as_dict(), "attempts": step.attempts})
+    step.save()
+    event_record(run=run, step=step, kind=f"step.{step.state}", actor=who, payload=step.error)
+    dead_letter_open(run=run, step=step, error=error, actor=actor)
+    step_ended(run, step, actor=actor)
+
+
+def step_retry_due(*, step_id: int) -> bool:
+    """Queue a retrying step whose delay has elapsed. False if not (yet) due or not retrying."""
+    with transaction.atomic():
+        run, step = lock_run_of_step(step_id)
+        if step.state != StepState.RETRYING or (step.next_attempt_at and step.next_attempt_at > now()):
+            return False
+        if run.state not in RUN_ADVANCING:
+            return False
+        step.enqueue(queue=step.queue)
+        step.save()
+        event_record(run=run, step=step, kind="step.queued", payload={"retry": True})
+        step_dispatch_on_commit(step.id, step.queue)
+    return True
+
+
+def step_lease_expired(*, step_id: int) -> bool:
+    """A running step whose worker stopped renewing its claim: the attempt is lost."""
+    with transaction.atomic():
+        run, step = lock_run_of_step(step_id)
+        if step.state != StepState.RUNNING or not step.lease_expires_at or step.lease_expires_at > now():
+            return False
+        StepAttempt.objects.filter(step=step, number=step.attempts, finished_at=None).update(
+            finished_at=now(), outcome="lost", error_class="lost",
+            error_message=f"lease held by {step.lease_owner} expired")
+        _fail_or_retry(run, step, StepError("lost", "worker lease expired"), actor=REAPER)
+    return True
+
+
+def step_redispatch(*, step_id: int) -> bool:
+    """Send a queued step's message again (the first one was lost). Claims stay exclusive."""
+    step = StepRun.objects.filter(id=step_id, state=StepState.QUEUED).first()
+    if step is None:
+        return False
+    with transaction.atomic():
+        step_dispatch_on_commit(step.id, step.queue)
+        StepRun.objects.filter(id=step.id, state=StepState.QUEUED).update(queued_at=now())
+    return True
+
+
+def lease_extend(*, step_id: int, attempt: int) -> bool:
+    """Heartbeat from the worker running `attempt`: push its lease forward.
+
+    False when the step is no longer this attempt's (timed out, lost, cancelled).
+    """
+    return bool(StepRun.objects.filter(id=step_id, state=StepState.RUNNING, attempts=attempt)
+                .update(lease_expires_at=lease_until()))
+
+
+# --- an operator's second chance --------------------------------------------------------------
+
+
+def step_requeue(run: Run, step: StepRun, *, actor: Actor, reason: str) -> None:
+    """Put a failed step back on its queue and bring its run back to life (caller's txn, run
+    locked). Raises NotAllowed for a step or run that cannot be run again."""
+    who = label(actor)
+    if step.kind not in (StepKind.AGENT, StepKind.TOOL, StepKind.ROUTER) or not step.queue:
+        raise NotAllowed(f"a {step.kind} step cannot be run again; its run must be restarted")
+    if step.state not in STEP_RECOVERABLE:
+        raise NotAllowed(f"step '{step.name}' is {step.state}, not failed")
+    if run.state in (RunState.FAILED, RunState.TIMED_OUT):
+        run.reopen()
+        for cancelled in run.steps.filter(state=StepState.CANCELLED, skip_reason="run failed"):
+            cancelled.reopen()
+            cancelled.save()
+            event_record(run=run, step=cancelled, kind="step.blocked", actor=who)
+    elif run.state == RunState.PAUSED:
+        run.resume()
+    elif run.state not in RUN_ADVANCING:
+        raise NotAllowed(f"run {run.id} is {run.state}; its steps cannot be redriven")
+    run.save()
+    event_record(run=run, kind=f"run.{run.state}", actor=who, payload={"reason": reason})
+    step.redrive(queue=step.queue)
+    step.save()
+    event_record(run=run, step=step, kind="step.queued", actor=who, payload={"reason": reason})
+    step_dispatch_on_commit(step.id, step.queue)
+

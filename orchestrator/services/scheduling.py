@@ -1,0 +1,146 @@
+"""Applying the scheduler's plan to a run: the one place where a run moves forward or ends.
+
+`run_advance` runs inside the caller's transaction, with the run row locked (`lock_run`), so
+the plan is computed from, and applied to, one consistent snapshot; dispatch happens on commit.
+It starts each step through its kind (`services.kinds`), and ends the run when the plan says
+so (`run_finish`). A run that is cancelling ends here too, once nothing runs any more
+(`run_settle_cancel`). Every service that ends a step reaches these through `step_end`.
+"""
+from budgets.services import budget_denial
+
+from ..authz import SCHEDULER, Actor, label
+from ..clock import now
+from ..dispatch import child_finished_on_commit, compensate_on_commit
+from ..events import event_record, events_record
+from ..models import Event, Run, StepRun
+from ..scheduler import StepView, plan
+from ..selectors import compensable_steps, definition_of
+from ..states import CONTROL_KINDS, RUN_ADVANCING, STEP_CANCELLABLE_NOW, RunState, StepState
+from .kinds import handler_for
+
+
+def run_advance(run: Run, *, actor: Actor = SCHEDULER) -> None:
+    """Compute and apply the next transitions of `run`. Must run inside transaction.atomic()."""
+    if run.state not in RUN_ADVANCING:
+        return
+    definition, graph = definition_of(run)
+    steps = {s.name: s for s in run.steps.all()}
+    views = {n: StepView(s.state, s.output) for n, s in steps.items()}
+    decided = plan(definition, run.input, views, graph=graph)
+    events: list[Event] = []
+    dirty: dict[str, StepRun] = {}
+    who = label(actor)
+
+    def record(step: StepRun, kind: str, payload: dict | None = None) -> None:
+        dirty[step.name] = step
+        events.append(Event(run=run, step=step, kind=kind, actor=who, payload=payload or {}))
+
+    for name, reason in decided.skip:
+        steps[name].skip(reason=reason)
+        record(steps[name], "step.skipped", {"reason": reason})
+    for name, step_input in decided.ready:
+        steps[name].make_ready(step_input=step_input)
+        record(steps[name], "step.ready")
+    for name, message in decided.invalid:
+        step = steps[name]
+        step.make_ready(step_input={})
+        step.fail(error={"class": "validation", "message": message})
+        record(step, "step.failed", step.error)
+
+    outcome, detail = decided.outcome, decided.detail
+    for name in decided.enqueue:
+        spec = graph.steps[name]
+        denial = budget_denial(run=run, definition=definition, spec=spec)
+        if denial:
+            outcome, detail = "pause", denial
+            break
+        handler_for(spec["type"]).start(run, steps[name], spec, record)
+
+    for step in dirty.values():
+        step.save()
+    events_record(events)
+    started_control = any(graph.steps[n]["type"] in CONTROL_KINDS for n in decided.enqueue)
+    if started_control and outcome != "pause":
+        # A control step is now waiting, or finished as it started (an empty map, a bad child
+        # input): the outcome computed before it started is stale, so plan again.
+        run_advance(run, actor=actor)
+        return
+    _apply_outcome(run, outcome, detail, actor=actor)
+
+
+def _apply_outcome(run: Run, outcome: str | None, detail: dict, *, actor: Actor) -> None:
+    if outcome == "resume" and run.state == RunState.WAITING:
+        run.resume()
+    elif outcome == "wait" and run.state == RunState.RUNNING:
+        run.wait()
+    elif outcome == "pause":
+        run.pause(reason=detail)
+    elif outcome in ("complete", "fail"):
+        run_finish(run, outcome=outcome, detail=detail, actor=actor)
+        return
+    else:
+        run.progressed_at = now()
+        run.save(update_fields=["progressed_at"])
+        return
+    run.save()
+    event_record(run=run, kind=f"run.{run.state}", actor=label(actor), payload=detail or {})
+
+
+def run_finish(run: Run, *, outcome: str, detail: dict, actor: Actor) -> None:
+    """End a run as completed or failed (inside the caller's transaction).
+
+    A run that fails after effects that declare a compensation goes to `compensating` first.
+    """
+    if outcome == "complete":
+        run.complete(output=detail)
+    else:
+        steps_stop(run, reason="run failed", actor=actor)
+        if _has_compensations(run):
+            run.compensate(error=detail)
+            compensate_on_commit(run.id)
+        else:
+            run.fail(error=detail)
+    run.save()
+    event_record(run=run, kind=f"run.{run.state}", actor=label(actor), payload=detail)
+    run_ended_notify(run)
+
+
+def _has_compensations(run: Run) -> bool:
+    _, graph = definition_of(run)
+    if not any(s.get("compensate") for s in graph.steps.values()):
+        return False
+    return bool(compensable_steps(run, graph))
+
+
+def run_ended_notify(run: Run) -> None:
+    """A child run that ended tells the parent step waiting for it (after commit)."""
+    if run.parent_step_id and run.is_terminal:
+        child_finished_on_commit(run.parent_step_id)
+
+
+def steps_stop(run: Run, *, reason: str, actor: Actor) -> int:
+    """Cancel every step of `run` that is not running, releasing what each owned (an open
+    approval, a child run, map items); a running step stops at its next safe point.
+
+    Returns how many steps are still running.
+    """
+    who = label(actor)
+    for step in run.steps.filter(state__in=STEP_CANCELLABLE_NOW):
+        step.cancel(reason=reason)
+        step.save()
+        event_record(run=run, step=step, kind="step.cancelled", actor=who, payload={"reason": reason})
+        handler_for(step.kind).release(run, step, actor=actor)
+    return run.steps.filter(state=StepState.RUNNING).count()
+
+
+def run_settle_cancel(run: Run, *, running: int | None = None, actor: Actor) -> None:
+    """Finish cancelling once no step is running any more."""
+    if run.state != RunState.CANCELLING:
+        return
+    if running is None:
+        running = run.steps.filter(state=StepState.RUNNING).count()
+    if running == 0:
+        run.cancel()
+        run.save()
+        event_record(run=run, kind="run.cancelled", actor=label(actor))
+        run_ended_notify(run)

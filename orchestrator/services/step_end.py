@@ -1,0 +1,43 @@
+"""What happens after a step ends: the one path every step kind takes, for every way it ends.
+
+Called inside the transaction that ended the step, with the run row locked. A step that did not
+complete (failed, timed out, cancelled) first has what it owns released by its kind — an open
+approval, a child run, map items still to run — so nothing it started acts afterwards. Then the
+run moves on: a cancelling run settles, any other is advanced by the scheduler.
+"""
+from django.db import transaction
+
+from ..authz import REAPER, Actor, label
+from ..events import event_record
+from ..models import Run, StepRun
+from ..selectors import lock_run_of_step
+from ..states import RunState, StepState
+from .kinds import handler_for
+from .scheduling import run_advance, run_settle_cancel
+
+
+def step_ended(run: Run, step: StepRun, *, actor: Actor) -> None:
+    """`step` has just reached a terminal state: release what it owns, then move the run on."""
+    if step.state not in (StepState.COMPLETED, StepState.SKIPPED):
+        handler_for(step.kind).release(run, step, actor=actor)
+    if run.state == RunState.CANCELLING:
+        run_settle_cancel(run, actor=actor)
+    else:
+        run_advance(run, actor=actor)
+
+
+def waiting_step_time_out(*, step_id: int, reason: str) -> bool:
+    """Time out a step that waits for an event (a gate, a child run, a map's join).
+
+    False if it no longer waits (it ended, or the event came first).
+    """
+    with transaction.atomic():
+        run, step = lock_run_of_step(step_id)
+        if step.state != StepState.WAITING:
+            return False
+        step.time_out(error={"class": "timeout", "message": reason})
+        step.save()
+        event_record(run=run, step=step, kind="step.timed_out", actor=label(REAPER),
+                     payload=step.error)
+        step_ended(run, step, actor=REAPER)
+    return True
