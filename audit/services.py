@@ -34,6 +34,7 @@ from orchestrator.states import WORKER_KINDS
 from . import chain
 from .models import ActorKind, AuditEntry, SubjectType
 from .redaction import Policy, Redactor, keyed_hash, reference
+from .triggers import SQLITE_NO_DELETE
 
 
 class CallContext(Protocol):
@@ -357,8 +358,6 @@ class _deletes_allowed:
                 cursor.execute("DROP TRIGGER audit_entry_no_delete")
 
     def __exit__(self, *exc):
-        from .triggers import SQLITE_NO_DELETE
-
         with connection.cursor() as cursor:
             if connection.vendor == "postgresql":
                 cursor.execute("SET LOCAL stepwise.audit_prune = 'off'")

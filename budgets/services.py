@@ -10,6 +10,9 @@ from decimal import Decimal
 from django.conf import settings
 from django.db.models import Avg
 
+from orchestrator.clock import now
+from orchestrator.models import StepAttempt
+
 MTOK = Decimal(1_000_000)
 
 
@@ -24,8 +27,6 @@ def projected_cost(spec: dict) -> Decimal:
     """What one more attempt of `spec` is expected to cost."""
     if spec["type"] not in ("agent", "map"):
         return Decimal("0")
-    from orchestrator.models import StepAttempt
-
     model = spec["model"] if spec["type"] == "agent" else spec["item"].get("model")
     if not model:
         return Decimal("0")
@@ -44,8 +45,6 @@ def budget_denial(*, run, definition: dict, spec: dict) -> dict | None:
                     "message": f"projected cost ${projected:.4f} exceeds the budget ${Decimal(str(max_cost)):.2f}"}
     max_duration = budget.get("max_duration_s")
     if max_duration is not None and run.started_at is not None:
-        from orchestrator.clock import now
-
         elapsed = (now() - run.started_at).total_seconds()
         if elapsed > max_duration:
             return {"class": "budget", "step": spec["name"],

@@ -6,7 +6,10 @@ class OrchestratorConfig(AppConfig):
     verbose_name = "Stepwise orchestrator"
 
     def ready(self) -> None:
+        # Imported once the app registry is ready (Django's way for code that needs models):
+        # the tool modules the settings name (plugins, loaded by name), and the worker
+        # heartbeat signals.
+        from . import signals  # noqa: F401
         from .tools import registry
 
         registry.load_tool_modules()
-        from . import signals  # noqa: F401  (worker heartbeats)

@@ -109,8 +109,8 @@ def may(actor: Actor, action: Action, *, team: Team, run: Run | None = None) -> 
 def require(actor: Actor, action: Action, *, team: Team, run: Run | None = None) -> None:
     """Raise Forbidden unless `may(actor, action, team=team, run=run)`."""
     if not may(actor, action, team=team, run=run):
-        raise Forbidden(f"{label(actor) if is_person(actor) and actor.is_authenticated else 'an anonymous user'} "
-                        f"may not {action.value.replace('.', ' ').replace('_', ' ')} in team '{team.slug}'")
+        who = label(actor) if not is_person(actor) or actor.is_authenticated else "an anonymous user"
+        raise Forbidden(f"{who} may not {action.value} in team '{team.slug}' (docs/permissions.md)")
 
 
 def teams_visible_to(user: Actor) -> QuerySet[Team]:

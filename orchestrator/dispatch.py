@@ -19,6 +19,9 @@ from django.db import transaction
 from .definitions import calls_model
 
 after_commit = partial(transaction.on_commit, robust=True)
+# A retry due sooner than this waits in the broker (countdown); later ones wait in the
+# database, for the reaper's sweep.
+BROKER_DELAY_LIMIT_S = 30
 
 
 def _send(task: str, args: tuple, **options) -> None:

@@ -1,9 +1,9 @@
 """The scheduler: a pure function of (definition, persisted run state) -> next actions.
 
-It reads no database, sends no message and knows no clock. `orchestrator.services.advance`
-loads the state, calls `plan`, and applies the result in one transaction. Keeping it pure is
-what lets the same persisted state always select the same next transitions, and lets the
-tests walk every branch without a worker.
+It reads no database, sends no message and knows no clock; its state names are those of
+`orchestrator.states`. `orchestrator.services.scheduling` loads the state, calls `plan`, and
+applies the result in one transaction. Keeping it pure is what lets the same persisted state
+always select the same next transitions, and lets the tests walk every branch without a worker.
 """
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .definitions import ExpressionError, evaluate_expression
+from .states import STEP_ACTIVE as ACTIVE
+from .states import STEP_BROKEN as BROKEN
+from .states import STEP_TERMINAL as TERMINAL
+from .states import StepState
 
-BLOCKED, READY, QUEUED, RUNNING = "blocked", "ready", "queued", "running"
-RETRYING, WAITING, COMPLETED, FAILED = "retrying", "waiting", "completed", "failed"
-SKIPPED, TIMED_OUT, CANCELLED = "skipped", "timed_out", "cancelled"
-DONE = frozenset({COMPLETED, SKIPPED})
-BROKEN = frozenset({FAILED, TIMED_OUT, CANCELLED})
-TERMINAL = DONE | BROKEN
-ACTIVE = frozenset({QUEUED, RUNNING, RETRYING})
+BLOCKED, READY, QUEUED = StepState.BLOCKED, StepState.READY, StepState.QUEUED
+WAITING, COMPLETED, FAILED = StepState.WAITING, StepState.COMPLETED, StepState.FAILED
+SKIPPED = StepState.SKIPPED
 PENDING = "pending"  # effective state of a broken step whose fallback has not finished
 
 

@@ -7,17 +7,16 @@ import os
 import threading
 
 from celery.signals import task_postrun, task_prerun, worker_ready, worker_shutdown
+from django.db import close_old_connections
+
+from .clock import now
+from .models import WorkerHeartbeat
 
 HEARTBEAT_S = 5
 _stop = threading.Event()
 
 
 def _beat(hostname: str, queues: list[str]) -> None:
-    from django.db import close_old_connections
-
-    from .clock import now
-    from .models import WorkerHeartbeat
-
     while not _stop.is_set():
         try:
             WorkerHeartbeat.objects.update_or_create(
@@ -43,6 +42,4 @@ def stop_heartbeat(**kwargs) -> None:
 def recycle_stale_connections(**kwargs) -> None:
     """Connections are reused across tasks (CELERY_DB_REUSE_MAX); drop any that broke or aged
     out (a database restart), as Django does around each request."""
-    from django.db import close_old_connections
-
     close_old_connections()

@@ -21,6 +21,7 @@ from .expressions import ExpressionError, expression_roots, referenced_steps
 from .format import CONTEXT_ROOTS, MAP_ITEM_ROOTS, RISK_RULE_ROOTS
 from .graph import Graph, Node
 from .problems import PathPart, Problem, ProblemLog
+from .proposals import normalize_proposal, proposal_problems
 from .structure import describe_type, is_valid_schema, schema_problems, structure_problems
 from .templates import (
     TemplateError,
@@ -314,9 +315,6 @@ class _Check:
     @staticmethod
     def proposal_checker(proposal: dict) -> Callable[[object], list[str]] | None:
         """Checks a scripted reply the way the agent executor checks a model's proposal."""
-        # Imported here: orchestrator.proposals depends on this package (risk rules are CEL).
-        from ..proposals import normalize_proposal, proposal_problems
-
         actions = proposal.get("actions")
         if not isinstance(actions, list) or not all(
             isinstance(a, dict)

@@ -1,7 +1,7 @@
 """Agent steps: ask the model, hold the reply to its contract, repair within a bound.
 
 The contract is the step's `output_schema`, or — for a step that declares `proposal` — the
-proposal envelope over the declared action allowlist (`orchestrator.proposals`). A reply is
+proposal envelope over the declared action allowlist (`orchestrator.definitions.proposals`). A reply is
 checked strictly (unknown fields and enum values are rejected). A reply that fails is sent
 back once per allowed repair (`repair_attempts`, default 1) with the problems listed; every
 call's tokens are summed into the attempt, so budgets see repairs. After the bound the
@@ -20,15 +20,15 @@ from budgets.services import cost_of
 
 from ..definitions import TemplateError, render_template
 from ..definitions.format import DEFAULT_REPAIR_ATTEMPTS
-from ..hashing import digest_of
-from ..output_schemas import validate_output
-from ..prompts import prompt_hash
-from ..proposals import (
+from ..definitions.proposals import (
     envelope_schema,
     normalize_proposal,
     proposal_hash,
     proposal_problems,
 )
+from ..hashing import digest_of
+from ..output_schemas import validate_output
+from ..prompts import prompt_hash
 from ..providers import ModelReply, ModelRequest, Provider, provider_for
 from ..retry import StepError
 from ..risk import assess

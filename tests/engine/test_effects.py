@@ -98,3 +98,24 @@ def test_no_effect_starts_once_the_run_is_being_cancelled(step):
         effect_perform(tool=tool(), call=remote, step_id=step.id, key="k")
     assert raised.value.error_class == "cancelled" and remote.calls == 0
     assert not Effect.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reconciling_lookup_runs_outside_any_transaction(team):
+    """A lookup is a network call: no transaction (and no row lock) may be held across it."""
+    from django.db import connection
+
+    version, _ = workflow_save(team=team, definition=DEFINITION, actor=SETUP)
+    run = run_start(version=version, input={}, actor=SETUP)
+    step = StepRun.objects.select_related("run").get(run=run, name="act")
+    _uncertain(step)
+    seen = []
+
+    def lookup(key):
+        seen.append(connection.in_atomic_block)
+        return None
+
+    effect_perform(tool=tool(lookup=lookup), call=Remote(), step_id=step.id, key="k")
+
+    assert seen == [False]
+    assert Effect.objects.get(key="k").status == "succeeded"

@@ -16,8 +16,8 @@ from jsonschema import Draft202012Validator
 
 from approvals.models import ApprovalRequest
 from examples.tools import refunds_path
+from orchestrator.definitions.proposals import step_output_schema
 from orchestrator.models import StepAttempt, StepRun
-from orchestrator.proposals import step_output_schema
 from orchestrator.services.kinds.human_gate import approval_grant
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save

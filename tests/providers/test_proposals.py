@@ -1,7 +1,7 @@
 """Proposals: only allowlisted actions with well-typed params; normalized, then hashed."""
 import pytest
 
-from orchestrator.proposals import (
+from orchestrator.definitions.proposals import (
     envelope_schema,
     normalize_proposal,
     proposal_hash,

@@ -17,7 +17,12 @@ from django.db.models import F, Q
 from ...authz import Actor, System, label
 from ...clock import now
 from ...definitions import ExpressionError, evaluate_expression
-from ...dispatch import map_dispatch_on_commit, map_items_redispatch_on_commit, queue_for
+from ...dispatch import (
+    BROKER_DELAY_LIMIT_S,
+    map_dispatch_on_commit,
+    map_items_redispatch_on_commit,
+    queue_for,
+)
 from ...events import event_record
 from ...executors import ExecContext, execute
 from ...keys import idempotency_key_for
@@ -29,7 +34,6 @@ from ...states import RUN_ADVANCING, StepKind, StepState
 from ..effects import effect_perform
 from ..step_end import step_ended, waiting_step_time_out
 from . import Record, StepKindHandler, register
-from .worker import BROKER_DELAY_LIMIT_S
 
 CHORD = System("chord")
 

@@ -24,7 +24,12 @@ from django_fsm import ConcurrentTransition
 from ... import limits
 from ...authz import REAPER, Actor, label, worker_actor
 from ...clock import now
-from ...dispatch import queue_for, retry_due_on_commit, step_dispatch_on_commit
+from ...dispatch import (
+    BROKER_DELAY_LIMIT_S,
+    queue_for,
+    retry_due_on_commit,
+    step_dispatch_on_commit,
+)
 from ...errors import NotAllowed
 from ...events import event_record
 from ...executors import ATTEMPT_META_FIELDS, ExecContext, execute
@@ -38,9 +43,6 @@ from ..deadletters import dead_letter_open
 from ..effects import effect_perform
 from ..step_end import step_ended
 from . import Record, StepKindHandler, register
-
-# A retry due sooner than this waits in the broker (countdown); later ones wait in the database.
-BROKER_DELAY_LIMIT_S = 30
 
 
 @dataclass(frozen=True)

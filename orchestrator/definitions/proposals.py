@@ -16,9 +16,9 @@ import unicodedata
 
 from jsonschema import Draft202012Validator
 
-from .hashing import digest_of
-from .output_schemas import strict
-from .risk import TIERS
+from ..hashing import digest_of
+from ..output_schemas import strict
+from .format import RISK_TIERS as TIERS
 
 FIELDS = ("action_type", "params", "evidence", "rationale", "confidence")
 MAX_EVIDENCE = 20

@@ -1,0 +1,247 @@
+"""The permission matrix (docs/permissions.md), through the API and through the admin.
+
+Every case puts one object in the state its action needs, then lets one persona try the action
+through the REST API and, where the admin offers the action, through the admin; both must agree
+with the matrix. The personas are staff accounts (so the admin lets them in), which also shows
+that being staff grants nothing by itself.
+"""
+import re
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+from approvals.models import ApprovalRequest
+from orchestrator.authz import GRANTS, Action
+from orchestrator.models import DeadLetter, Role, Run, StepRun, StepState
+from orchestrator.retry import StepError
+from orchestrator.services.kinds.worker import Usage, step_claim, step_fail
+from orchestrator.services.runs import run_start
+from orchestrator.services.workflows import workflow_save
+from tests.api.driving import drive_to_gate, support_run
+from tests.conftest import client_for
+from tests.factories import SETUP, TeamFactory, UserFactory, example_definition, member
+
+pytestmark = pytest.mark.django_db
+
+PERSONAS = ("member", "editor", "operator", "owner", "staff", "superuser")
+MATRIX = Path(__file__).resolve().parent.parent / "docs" / "permissions.md"
+
+FAILING = {"name": "fragile", "input_schema": {"type": "object"}, "steps": [
+    {"name": "call", "type": "tool", "tool": "core.echo"},
+    {"name": "after", "type": "tool", "tool": "core.echo", "after": ["call"]}]}
+
+
+def documented_matrix() -> dict[str, set[str]]:
+    """{row label: personas marked yes}, read from docs/permissions.md."""
+    text = MATRIX.read_text()
+    table = text.split("<!-- permission-matrix:start -->")[1].split("<!-- permission-matrix:end -->")[0]
+    rows = [line for line in table.strip().splitlines()[2:]]
+    matrix = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        matrix[cells[0]] = {p for p, cell in zip(PERSONAS, cells[1:], strict=True) if cell == "yes"}
+    return matrix
+
+
+@pytest.fixture
+def starter(team):
+    """An editor of the team who starts the runs the cases act on."""
+    return member(team, "starter", role=Role.EDITOR)
+
+
+def persona(team, name: str) -> User:
+    if name == "superuser":
+        return UserFactory(username="root", is_staff=True, is_superuser=True)
+    if name == "staff":
+        TeamFactory(slug="elsewhere")  # staff with no role in the team acted on
+        return UserFactory(username="staffer", is_staff=True)
+    return member(team, name, role=name, staff=True)
+
+
+def admin_client(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def paused_with_failed_step(team, starter) -> tuple[Run, StepRun]:
+    version, _ = workflow_save(team=team, definition={**FAILING, "on_error": "pause"}, actor=SETUP)
+    return _fail_first_step(run_start(version=version, input={}, actor=starter))
+
+
+def failed_with_dead_letter(team, starter) -> DeadLetter:
+    version, _ = workflow_save(team=team, definition=FAILING, actor=SETUP)
+    run, step = _fail_first_step(run_start(version=version, input={}, actor=starter))
+    assert run.state == "failed"
+    return DeadLetter.objects.get(step=step)
+
+
+def _fail_first_step(run: Run) -> tuple[Run, StepRun]:
+    step = run.steps.get(name="call")
+    claim = step_claim(step_id=step.id, worker="test")
+    step_fail(step_id=step.id, attempt=claim.attempt, error=StepError("permanent", "boom"),
+              usage=Usage(), worker="test")
+    return Run.objects.get(pk=run.pk), StepRun.objects.get(pk=step.pk)
+
+
+# --- the matrix, in the docs and in the code ---------------------------------------------------
+
+
+ROW_ACTIONS = {
+    "workflow.save": Action.WORKFLOW_SAVE, "run.start": Action.RUN_START,
+    "run.cancel (a run someone else started)": Action.RUN_CANCEL, "run.resume": Action.RUN_RESUME,
+    "step.retry": Action.STEP_RETRY, "step.skip": Action.STEP_SKIP,
+    "dead_letter.redrive": Action.DEAD_LETTER_REDRIVE,
+    "view the team's workflows and runs": Action.VIEW,
+}
+
+
+def test_the_documented_matrix_is_the_one_the_code_enforces():
+    documented = documented_matrix()
+    for row, action in ROW_ACTIONS.items():
+        by_role = {role for role, actions in GRANTS.items() if action in actions}
+        assert documented[row] == by_role | {"superuser"}, row
+    assert documented["run.cancel (a run you started)"] == {"member", "editor", "operator", "owner",
+                                                            "superuser"}
+    assert set(ROW_ACTIONS) | {"run.cancel (a run you started)"} == set(documented)
+
+
+# --- through the API and the admin ----------------------------------------------------------
+
+
+def allowed(row: str, who: str) -> bool:
+    return who in documented_matrix()[row]
+
+
+def refused_code(who: str) -> int:
+    """A person of the team sees the object and is refused (403); anyone else does not see it."""
+    return 403 if who in ("member", "editor", "operator", "owner") else 404
+
+
+@pytest.mark.parametrize("who", PERSONAS)
+def test_saving_a_workflow(team, who):
+    api = client_for(persona(team, who))
+    response = api.post("/api/v1/workflows/", {"definition": example_definition("support"),
+                                               "team": team.slug}, format="json")
+    if allowed("workflow.save", who):
+        assert response.status_code == 201, response.json()
+    else:  # not a member: the team is unknown to them (400 naming `team`); a member: 403
+        assert response.status_code == (403 if refused_code(who) == 403 else 400), response.json()
+
+
+@pytest.mark.parametrize("who", PERSONAS)
+def test_starting_a_run(team, starter, who):
+    workflow_save(team=team, definition=example_definition("support"), actor=SETUP)
+    api = client_for(persona(team, who))
+    response = api.post("/api/v1/workflows/support-reply/runs/", {"input": {
+        "ticket_id": "T-1", "body": "hi", "customer_email": "a@example.com"}}, format="json")
+    assert response.status_code == (202 if allowed("run.start", who) else refused_code(who))
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_cancelling_a_run_someone_else_started(team, starter, who, surface):
+    run = support_run(team, starter)
+    user = persona(team, who)
+    if surface == "api":
+        response = client_for(user).post(f"/api/v1/runs/{run.id}/cancel/")
+        assert response.status_code == (202 if allowed("run.cancel (a run someone else started)", who)
+                                         else refused_code(who))
+    else:
+        admin_client(user).post("/admin/orchestrator/run/", {
+            "action": "cancel_runs", "_selected_action": [str(run.id)]})
+    cancelled = Run.objects.get(pk=run.pk).state in ("cancelled", "cancelling")
+    assert cancelled is allowed("run.cancel (a run someone else started)", who)
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("role", ["member", "editor"])
+def test_whoever_started_a_run_may_cancel_it(team, role, surface):
+    user = member(team, "own", role=role, staff=True)
+    run = support_run(team, user) if role == "editor" else _started_by_member(team, user)
+    if surface == "api":
+        assert client_for(user).post(f"/api/v1/runs/{run.id}/cancel/").status_code == 202
+    else:
+        admin_client(user).post("/admin/orchestrator/run/", {
+            "action": "cancel_runs", "_selected_action": [str(run.id)]})
+    assert Run.objects.get(pk=run.pk).state in ("cancelled", "cancelling")
+
+
+def _started_by_member(team, user) -> Run:
+    version, _ = workflow_save(team=team, definition=example_definition("support"), actor=SETUP)
+    return run_start(version=version, input={"ticket_id": "T-1", "body": "hi",
+                                             "customer_email": "a@example.com"}, actor=user)
+
+
+@pytest.mark.parametrize("who", PERSONAS)
+def test_resuming_a_paused_run(team, starter, who):
+    version, _ = workflow_save(team=team, definition={
+        "name": "frugal", "input_schema": {"type": "object"}, "budget": {"max_cost_usd": 0.01},
+        "steps": [{"name": "think", "type": "agent", "model": "fast", "prompt": "hi",
+                   "output_schema": {"type": "object"}}]}, actor=SETUP)
+    run = run_start(version=version, input={}, actor=starter)
+    assert run.state == "paused"  # its first model call would cross the budget
+    response = client_for(persona(team, who)).post(f"/api/v1/runs/{run.id}/resume/")
+    assert response.status_code == (202 if allowed("run.resume", who) else refused_code(who))
+
+
+@pytest.mark.parametrize("action, row", [("retry", "step.retry"), ("skip", "step.skip")])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_retrying_or_skipping_a_failed_step(team, starter, who, action, row):
+    run, step = paused_with_failed_step(team, starter)
+    response = client_for(persona(team, who)).post(f"/api/v1/runs/{run.id}/steps/call/{action}/")
+    assert response.status_code == (202 if allowed(row, who) else refused_code(who))
+    changed = StepRun.objects.get(pk=step.pk).state != StepState.FAILED
+    assert changed is allowed(row, who)
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_redriving_a_dead_letter(team, starter, who, surface):
+    letter = failed_with_dead_letter(team, starter)
+    user = persona(team, who)
+    if surface == "api":
+        response = client_for(user).post(f"/api/v1/dead-letters/{letter.id}/redrive/")
+        assert response.status_code == (200 if allowed("dead_letter.redrive", who) else refused_code(who))
+    else:
+        admin_client(user).post("/admin/orchestrator/deadletter/", {
+            "action": "redrive", "_selected_action": [str(letter.id)]})
+    redriven = DeadLetter.objects.get(pk=letter.pk).status == "redriven"
+    assert redriven is allowed("dead_letter.redrive", who)
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who, may", [
+    ("approver", True), ("superuser", True), ("operator", False), ("owner", False),
+    ("staff", False), ("outside_approver", False),
+])
+def test_deciding_an_approval(team, starter, who, may, surface):
+    gate = ApprovalRequest.objects.get(run=drive_to_gate(support_run(team, starter)))
+    leads = Group.objects.get_or_create(name="support_leads")[0]
+    if who == "approver":
+        user = member(team, "lead", role=Role.MEMBER, staff=True, groups=("support_leads",))
+    elif who == "outside_approver":  # in the approvers group, but not in the run's team
+        user = member(TeamFactory(slug="other"), "lead", role=Role.OWNER, staff=True)
+        user.groups.add(leads)
+    else:
+        user = persona(team, who)
+    if surface == "api":
+        response = client_for(user).post(f"/api/v1/approvals/{gate.id}/approve/", {"note": "ok"},
+                                         format="json")
+        sees = who != "outside_approver" and who != "staff"
+        assert response.status_code == (200 if may else 403 if sees else 404)
+    else:
+        admin_client(user).post("/admin/approvals/approvalrequest/", {
+            "action": "approve_selected", "_selected_action": [str(gate.id)]})
+    assert (ApprovalRequest.objects.get(pk=gate.pk).state == "approved") is may
+
+
+def test_a_refusal_names_the_permission_and_changes_nothing(team, starter):
+    run = support_run(team, starter)
+    response = client_for(persona(team, "member")).post(f"/api/v1/runs/{run.id}/cancel/")
+    assert response.status_code == 403
+    assert re.search(r"user:member may not run\.cancel in team 'support'",
+                     response.json()["errors"][0]["message"])
+    assert Run.objects.get(pk=run.pk).state == run.state
