@@ -218,6 +218,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("STEPWISE_REAP_INTERVAL_S", "2")),
         "options": {"queue": "orchestrator", "expires": 10},
     },
+    # Its own queue, so only the worker that holds the signing key consumes it (docs/security.md).
+    "stepwise-audit-checkpoint": {
+        "task": "audit.tasks.checkpoint",
+        "schedule": float(os.environ.get("AUDIT_CHECKPOINT_INTERVAL_S", "300")),
+        "options": {"queue": "audit", "expires": 60},
+    },
 }
 
 # --- Stepwise -------------------------------------------------------------------------------
@@ -287,3 +293,14 @@ AUDIT_RETENTION_DAYS = int(os.environ["AUDIT_RETENTION_DAYS"]) if os.environ.get
 # Where `manage.py audit_export` writes when no --output is given.
 AUDIT_EXPORT_DIR = Path(os.environ.get("AUDIT_EXPORT_DIR", VAR_DIR / "audit-exports"))
 # (AUDIT_REDACTION_KEY is set with the other secrets at the top of this file.)
+# Anchoring (audit/anchoring.py): signed checkpoints of the chain head, written out of the
+# database. The Ed25519 private key is a file the database does not hold; production names it,
+# development generates var/secrets/audit-signing-key.pem on first use.
+AUDIT_SIGNING_KEY_FILE = os.environ.get("AUDIT_SIGNING_KEY_FILE", "") or (
+    "" if PRODUCTION else str(SECRETS_DIR / "audit-signing-key.pem"))
+# Public keys (base64 of the raw 32 bytes, comma separated) trusted besides the signing key's
+# own: the keys that signed older checkpoints, kept after a rotation.
+AUDIT_VERIFY_KEYS = deployment.env_list("AUDIT_VERIFY_KEYS")
+# Where checkpoints are written (every AUDIT_CHECKPOINT_INTERVAL_S, default 300, by beat; and
+# by audit_export); put it where the database's users cannot write.
+AUDIT_CHECKPOINT_DIR = Path(os.environ.get("AUDIT_CHECKPOINT_DIR", VAR_DIR / "audit-checkpoints"))
