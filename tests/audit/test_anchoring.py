@@ -176,13 +176,15 @@ def test_after_a_key_rotation_old_checkpoints_verify_with_the_old_public_key(tmp
     assert "matches 2 signed checkpoint(s)" in capsys.readouterr().out
 
 
-def test_production_never_signs_without_a_configured_key(settings):
+def test_production_never_signs_without_a_configured_key(settings, tmp_path):
     from audit.anchoring import checkpoint_write
 
     record(1)
     settings.PRODUCTION, settings.AUDIT_SIGNING_KEY_FILE = True, ""
     with pytest.raises(ImproperlyConfigured, match="AUDIT_SIGNING_KEY_FILE is not set"):
         checkpoint_write(reason="manual")
+    with pytest.raises(CommandError, match="AUDIT_SIGNING_KEY_FILE is not set"):
+        call_command("audit_export", "--from", "2000-01-01", "--output", str(tmp_path / "x.jsonl"))
     assert checkpoint_files() == []
 
 

@@ -11,6 +11,7 @@ manifest (and the signed checkpoint the manifest carries) instead, without the d
 """
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.anchoring import checkpoint_dir, ledger_anchor_check
@@ -29,7 +30,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, export=None, previous=None, **options):
         if export is not None:
-            report, problems = verify_export(export, previous_manifest=previous)
+            try:
+                report, problems = verify_export(export, previous_manifest=previous)
+            except ImproperlyConfigured as exc:  # no key to check the manifest's checkpoint
+                raise CommandError(f"export {export}: cannot check its checkpoint: {exc}") from exc
             what = f"export {export}"
         else:
             report, problems = verify_ledger(), []
@@ -44,7 +48,10 @@ class Command(BaseCommand):
             raise CommandError(f"{what}: " + "; ".join(problems))
         anchored = ""
         if export is None:
-            anchor = ledger_anchor_check(report)
+            try:
+                anchor = ledger_anchor_check(report)
+            except ImproperlyConfigured as exc:  # no key to check the checkpoints with
+                raise CommandError(f"{what}: cannot check its signed checkpoints: {exc}") from exc
             if not anchor.ok:
                 raise CommandError(f"{what}: does not match its signed checkpoints: "
                                    + "; ".join(anchor.problems))
