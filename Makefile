@@ -1,6 +1,8 @@
 # Stepwise: `make run` starts everything, `make test` runs the whole suite.
 # With nothing configured both use the embedded default (SQLite under var/, a filesystem
 # broker). Set DATABASE_URL, CELERY_BROKER_URL and REDIS_URL to use PostgreSQL and Redis.
+# Development secrets are generated into var/secrets/ on the first run and reused
+# (docs/security.md); production (STEPWISE_ENV=production) never generates them.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin

@@ -76,7 +76,7 @@ def link_and_insert(entry: AuditEntry) -> AuditEntry:
     """Compute the digest and append `entry` (inside the caller's transaction)."""
     entry.digest = content_digest(entry_row(entry))
     if not seals_in_database():
-        head = _head()
+        head = chain_head()
         entry.sequence = head[0] + 1 if head else 1
         entry.prev_hash = head[1] if head else GENESIS_HASH
         entry.hash = link_hash(entry.prev_hash, entry.sequence, entry.digest)
@@ -84,7 +84,8 @@ def link_and_insert(entry: AuditEntry) -> AuditEntry:
     return entry
 
 
-def _head() -> tuple[int, str] | None:
+def chain_head() -> tuple[int, str] | None:
+    """(sequence, hash) of the newest linked entry, or None when the ledger is empty."""
     return (AuditEntry.objects.filter(sequence__isnull=False).order_by("-sequence")
             .values_list("sequence", "hash").first())
 

@@ -6,6 +6,8 @@ its last entry, the ledger head when it was taken and the file's SHA-256. `verif
 recomputes every digest and link from the file alone, with no database; consecutive exports
 chain (each one's anchor is the previous one's `export_head_hash`), so a reviewer who kept
 the previous manifest, or the published head, can tell that nothing was cut out in between.
+The manifest also carries a signed checkpoint of the ledger head (`audit.anchoring`): an
+export rewritten whole, chain and manifest recomputed, no longer matches its signature.
 
 Entries are chosen by time but exported as a contiguous run of sequences (from the first
 entry created at or after `start` to the last created before `end`): the chain cannot have
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from orchestrator.clock import now
 
-from . import chain
+from . import anchoring, chain, signing
 from .models import AuditEntry
 
 FIELDS = ("id", "sequence", "created_at", "actor", "actor_kind", "action", "subject_type",
@@ -65,10 +67,11 @@ def export_range(*, start: datetime, end: datetime, fmt: str, path: Path) -> Exp
     """Write the entries of [start, end) to `path` in `fmt`, and the manifest beside it."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}")
-    chain.seal_pending()
     path.parent.mkdir(parents=True, exist_ok=True)
-    head = (AuditEntry.objects.filter(sequence__isnull=False).order_by("-sequence")
-            .values_list("sequence", "hash").first())
+    # The head, signed and written to AUDIT_CHECKPOINT_DIR: the manifest carries it, so the
+    # export can be checked against a key the database does not hold (audit.anchoring).
+    checkpoint = anchoring.checkpoint_write(reason="export")
+    head = (checkpoint.sequence, checkpoint.hash) if checkpoint else None
     count, first_row, last_row = 0, None, None
     with path.open("w", newline="", encoding="utf-8") as out:
         writer = csv.DictWriter(out, fieldnames=FIELDS) if fmt == "csv" else None
@@ -96,6 +99,7 @@ def export_range(*, start: datetime, end: datetime, fmt: str, path: Path) -> Exp
         "anchor_prev_hash": first_row["prev_hash"] if first_row else None,
         "export_head_hash": last_row["hash"] if last_row else None,
         "ledger_head": {"sequence": head[0], "hash": head[1]} if head else None,
+        "checkpoint": checkpoint.document() if checkpoint else None,
         "hash_formula": HASH_FORMULA,
     }
     manifest_path = manifest_path_for(path)
@@ -147,6 +151,7 @@ def verify_export(path: Path, *, previous_manifest: Path | None = None) -> tuple
             problems.append(f"the manifest lists {manifest['count']} entries, the file holds {report.count}")
         if report.head_hash != manifest["export_head_hash"]:
             problems.append("the last entry's hash is not the manifest's export_head_hash")
+    problems += _checkpoint_problems(path, manifest)
     if previous_manifest is not None:
         before = json.loads(previous_manifest.read_text(encoding="utf-8"))
         if before.get("export_head_hash") and (
@@ -154,3 +159,27 @@ def verify_export(path: Path, *, previous_manifest: Path | None = None) -> tuple
                 or before["export_head_hash"] != manifest["anchor_prev_hash"]):
             problems.append("this export does not continue the previous one (entries are missing between them)")
     return report, problems
+
+
+def _checkpoint_problems(path: Path, manifest: dict) -> list[str]:
+    """The manifest's signed checkpoint: trusted, the manifest's head, and the file's entry."""
+    if not manifest.get("checkpoint"):
+        return [] if manifest["count"] == 0 else ["the manifest carries no signed checkpoint"]
+    try:
+        checkpoint = anchoring.Checkpoint.from_document(manifest["checkpoint"])
+    except ValueError as exc:
+        return [f"the manifest's checkpoint is not readable ({exc})"]
+    problem = checkpoint.problem(signing.trusted_keys())
+    if problem:
+        return [f"the manifest's {problem}"]
+    head = manifest.get("ledger_head") or {}
+    if (head.get("sequence"), head.get("hash")) != (checkpoint.sequence, checkpoint.hash):
+        return ["the manifest's ledger_head is not the head its checkpoint signed"]
+    first, last = manifest["first_sequence"], manifest["last_sequence"]
+    if first is not None and first <= checkpoint.sequence <= last:
+        found = next((row.get("hash") for row in read_rows(path, manifest["format"])
+                      if row.get("sequence") == checkpoint.sequence), None)
+        if found != checkpoint.hash:
+            return [f"the entry at sequence {checkpoint.sequence} does not have the hash the "
+                    "manifest's checkpoint signed (the export was rewritten)"]
+    return []

@@ -16,7 +16,7 @@ Owns three rules, applied to everything `audit.services` records:
    and their keyed hash, so the data can be matched later without the ledger holding it.
 
 A replaced value becomes {"redacted": "hmac-sha256:<hex>", "summary": "c***@example.com"}. The
-hash is keyed (AUDIT_REDACTION_KEY, by default derived from SECRET_KEY), so the same value gives
+hash is keyed (AUDIT_REDACTION_KEY, a secret of its own), so the same value gives
 the same hash within an installation (entries can be correlated) but a guessable value (an
 e-mail address) cannot be confirmed by hashing candidates without the key.
 
@@ -36,6 +36,7 @@ from functools import cache
 from uuid import UUID
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from orchestrator.hashing import canonical_json
 
@@ -57,10 +58,14 @@ INLINE, REFERENCE = "inline", "reference"
 
 @cache
 def _redaction_key() -> bytes:
+    """AUDIT_REDACTION_KEY: a secret of its own (docs/security.md), never derived from SECRET_KEY.
+
+    Raises ImproperlyConfigured when it is not set (settings always set it in development).
+    """
     key = getattr(settings, "AUDIT_REDACTION_KEY", "") or ""
-    if key:
-        return key.encode()
-    return hmac.new(settings.SECRET_KEY.encode(), b"stepwise.audit.redaction", hashlib.sha256).digest()
+    if not key:
+        raise ImproperlyConfigured("AUDIT_REDACTION_KEY is not set: the ledger cannot redact")
+    return key.encode()
 
 
 def keyed_hash(value: object) -> str:

@@ -4,12 +4,19 @@ Two ways to run, one code path:
 - embedded default (nothing configured): SQLite under var/ (WAL, busy timeout, IMMEDIATE
   transactions) and Kombu's filesystem transport, so no server is needed;
 - production: DATABASE_URL (PostgreSQL via psycopg 3), CELERY_BROKER_URL and REDIS_URL.
+
+Security follows STEPWISE_ENV (orchestrator/deployment.py, docs/security.md): DEBUG is off
+unless turned on; in development the secrets are generated into var/secrets/ once and
+reused; with STEPWISE_ENV=production nothing is generated and an insecure value refuses to
+start.
 """
 import json
 import os
 from pathlib import Path
 
 import dj_database_url
+
+from . import deployment
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STEPWISE_VAR_DIR", BASE_DIR / "var"))
@@ -27,17 +34,40 @@ def _isolated_redis(url: str) -> str:
     return f"{base}/{1 + XDIST_INDEX % 15}"
 
 
-def _env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    return default if value is None else value.lower() in {"1", "true", "yes", "on"}
+# --- deployment and security (docs/security.md) ---------------------------------------------
+STEPWISE_ENV = deployment.environment()
+PRODUCTION = STEPWISE_ENV == deployment.PRODUCTION
+SECRETS_DIR = VAR_DIR / "secrets"
 
+DEBUG = deployment.env_bool("DJANGO_DEBUG", False)
+# Development generates its own secrets once (var/secrets/) instead of sharing a known one.
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "") or (
+    "" if PRODUCTION else deployment.local_secret(SECRETS_DIR / "django-secret-key"))
+# Old keys still accepted for signatures (sessions, password resets) while rotating.
+SECRET_KEY_FALLBACKS = deployment.env_list("DJANGO_SECRET_KEY_FALLBACKS")
+ALLOWED_HOSTS = deployment.env_list(
+    "DJANGO_ALLOWED_HOSTS", "" if PRODUCTION else ",".join(deployment.DEVELOPMENT_HOSTS))
+CSRF_TRUSTED_ORIGINS = deployment.env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+# Key of the keyed hashes that stand in for redacted values in the audit ledger: its own
+# secret, never derived from SECRET_KEY (docs/security.md#keys-and-rotation).
+AUDIT_REDACTION_KEY = os.environ.get("AUDIT_REDACTION_KEY", "") or (
+    "" if PRODUCTION else deployment.local_secret(SECRETS_DIR / "audit-redaction-key"))
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "stepwise-insecure-development-key")
-DEBUG = _env_bool("DJANGO_DEBUG", True)
-ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",")
-CSRF_TRUSTED_ORIGINS = [
-    o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o
-]
+if PRODUCTION:
+    deployment.require_production(
+        debug=DEBUG, secret_key=SECRET_KEY, secret_key_fallbacks=SECRET_KEY_FALLBACKS,
+        allowed_hosts=ALLOWED_HOSTS, redaction_key=AUDIT_REDACTION_KEY)
+    # HTTPS only. Behind a proxy that terminates TLS, name the header it sets
+    # (DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO) so Django knows the request was https.
+    SECURE_SSL_REDIRECT = deployment.env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    # Probes talk plain HTTP inside the deployment; liveness says nothing but "ok".
+    SECURE_REDIRECT_EXEMPT = [r"^api/v1/health/$"]
+    SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = deployment.env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = deployment.env_bool("DJANGO_SECURE_HSTS_PRELOAD", True)
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    if os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER"):
+        SECURE_PROXY_SSL_HEADER = (os.environ["DJANGO_SECURE_PROXY_SSL_HEADER"], "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -188,6 +218,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("STEPWISE_REAP_INTERVAL_S", "2")),
         "options": {"queue": "orchestrator", "expires": 10},
     },
+    # Its own queue, so only the worker that holds the signing key consumes it (docs/security.md).
+    "stepwise-audit-checkpoint": {
+        "task": "audit.tasks.checkpoint",
+        "schedule": float(os.environ.get("AUDIT_CHECKPOINT_INTERVAL_S", "300")),
+        "options": {"queue": "audit", "expires": 60},
+    },
 }
 
 # --- Stepwise -------------------------------------------------------------------------------
@@ -256,5 +292,15 @@ LOGGING = {
 AUDIT_RETENTION_DAYS = int(os.environ["AUDIT_RETENTION_DAYS"]) if os.environ.get("AUDIT_RETENTION_DAYS") else None
 # Where `manage.py audit_export` writes when no --output is given.
 AUDIT_EXPORT_DIR = Path(os.environ.get("AUDIT_EXPORT_DIR", VAR_DIR / "audit-exports"))
-# Key of the keyed hashes that stand in for redacted values (default: derived from SECRET_KEY).
-AUDIT_REDACTION_KEY = os.environ.get("AUDIT_REDACTION_KEY", "")
+# (AUDIT_REDACTION_KEY is set with the other secrets at the top of this file.)
+# Anchoring (audit/anchoring.py): signed checkpoints of the chain head, written out of the
+# database. The Ed25519 private key is a file the database does not hold; production names it,
+# development generates var/secrets/audit-signing-key.pem on first use.
+AUDIT_SIGNING_KEY_FILE = os.environ.get("AUDIT_SIGNING_KEY_FILE", "") or (
+    "" if PRODUCTION else str(SECRETS_DIR / "audit-signing-key.pem"))
+# Public keys (base64 of the raw 32 bytes, comma separated) trusted besides the signing key's
+# own: the keys that signed older checkpoints, kept after a rotation.
+AUDIT_VERIFY_KEYS = deployment.env_list("AUDIT_VERIFY_KEYS")
+# Where checkpoints are written (every AUDIT_CHECKPOINT_INTERVAL_S, default 300, by beat; and
+# by audit_export); put it where the database's users cannot write.
+AUDIT_CHECKPOINT_DIR = Path(os.environ.get("AUDIT_CHECKPOINT_DIR", VAR_DIR / "audit-checkpoints"))

@@ -8,6 +8,17 @@ from orchestrator.models import Role
 from .factories import TeamFactory, member
 
 
+@pytest.fixture(autouse=True)
+def audit_checkpoint_dir(tmp_path, settings):
+    """Each test's signed ledger checkpoints in a directory of its own.
+
+    A test's ledger entries are rolled back after it; a checkpoint of them left where the next
+    test looks would make that test's `audit_verify` report a truncated tail.
+    """
+    settings.AUDIT_CHECKPOINT_DIR = tmp_path / "audit-checkpoints"
+    return settings.AUDIT_CHECKPOINT_DIR
+
+
 @pytest.fixture
 def team(db):
     return TeamFactory(slug="support", name="Support")

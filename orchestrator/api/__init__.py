@@ -8,6 +8,6 @@ Modules, one concern each:
 * `filters` - django-filter FilterSets for the list endpoints.
 * `serializers` - request shapes and response representations (no business logic).
 * `views` - the endpoints; each parses the request, calls one service, serializes.
-* `health` - the unauthenticated health and definition-schema endpoints.
+* `health` - liveness (anonymous), health details (operators) and the definition schema.
 * `urls` - the routes.
 """

@@ -1,53 +1,21 @@
-"""Unauthenticated endpoints: health, and the definition format's JSON Schema.
+"""Health (liveness for anyone, details for operators) and the definition format's JSON Schema.
 
-Health answers "can this deployment work right now": the database (200/503 hangs on it), the
-broker, and which workers have sent a heartbeat recently. It reads and pings; it changes
-nothing.
+`/health/` answers anonymous probes with `{"status": "ok"}` and nothing else.
+`/health/details/` gives operators the database, the broker and which workers beat recently
+(host names and queues); `orchestrator.health.health_details` decides who is an operator.
 """
-from datetime import timedelta
-
-from django.db import connection
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.permissions import AllowAny
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..clock import now
 from ..definitions import definition_format_schema
-from ..models import WorkerHeartbeat
+from ..health import health_details
+from .errors import error_body
 
-# A worker that has not beaten for this long is not listed.
-WORKER_SEEN_WITHIN = timedelta(seconds=30)
-
-
-def database_status() -> str:
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
-    except Exception as exc:  # any failure is the answer, not a crash
-        return f"error: {exc.__class__.__name__}: {exc}"
-    return "ok"
-
-
-def broker_status() -> str:
-    from ..celery import app as celery_app
-
-    try:
-        with celery_app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1)
-    except Exception as exc:  # any failure is the answer, not a crash
-        return f"error: {exc.__class__.__name__}: {exc}"
-    return "ok"
-
-
-def workers_seen() -> list[dict]:
-    beats = WorkerHeartbeat.objects.filter(last_seen__gte=now() - WORKER_SEEN_WITHIN)
-    return list(beats.order_by("hostname").values("hostname", "queues", "last_seen"))
-
-
+_LIVENESS = inline_serializer("Liveness", {"status": serializers.ChoiceField(choices=["ok"])})
 _HEALTH = inline_serializer("Health", {
     "status": serializers.ChoiceField(choices=["ok", "degraded"]),
     "database": serializers.CharField(help_text='"ok" or the error.'),
@@ -58,26 +26,37 @@ _HEALTH = inline_serializer("Health", {
         "last_seen": serializers.DateTimeField(),
     }, many=True),
 })
+_ERRORS = inline_serializer("HealthErrors", {"errors": inline_serializer("HealthError", {
+    "path": serializers.CharField(), "message": serializers.CharField()}, many=True)})
 
 
 class HealthView(APIView):
-    """200 while the database answers (status "degraded" if the broker does not); else 503."""
+    """Liveness: 200 `{"status": "ok"}` whenever the web process answers. Anonymous."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
-    @extend_schema(responses={200: _HEALTH, 503: _HEALTH}, auth=[])
+    @extend_schema(responses={200: _LIVENESS}, auth=[])
     def get(self, request):
-        database = database_status()
-        broker = broker_status()
-        workers = workers_seen() if database == "ok" else []
-        body = {
-            "status": "ok" if database == broker == "ok" else "degraded",
-            "database": database,
-            "broker": broker,
-            "workers": workers,
-        }
-        code = status.HTTP_200_OK if database == "ok" else status.HTTP_503_SERVICE_UNAVAILABLE
+        return Response({"status": "ok"})
+
+
+class HealthDetailsView(APIView):
+    """200 while the database answers (status "degraded" if the broker does not); else 503.
+
+    Operators only (the orchestrator.redrive_deadletter permission, or superuser): 403 otherwise.
+    """
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(responses={200: _HEALTH, 503: _HEALTH, 403: _ERRORS})
+    def get(self, request):
+        try:
+            body = health_details(user=request.user)
+        except PermissionError as exc:
+            return Response(error_body(str(exc)), status=status.HTTP_403_FORBIDDEN)
+        code = (status.HTTP_200_OK if body["database"] == "ok"
+                else status.HTTP_503_SERVICE_UNAVAILABLE)
         return Response(body, status=code)
 
 

@@ -3,7 +3,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from .health import DefinitionSchemaView, HealthView
+from .health import DefinitionSchemaView, HealthDetailsView, HealthView
 from .views import ApprovalViewSet, DeadLetterViewSet, RunViewSet, WorkflowViewSet
 
 app_name = "api"
@@ -16,6 +16,7 @@ router.register("dead-letters", DeadLetterViewSet, basename="deadletter")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),
+    path("health/details/", HealthDetailsView.as_view(), name="health-details"),
     path("schema/definition.json", DefinitionSchemaView.as_view(), name="definition-schema"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),

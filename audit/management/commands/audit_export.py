@@ -1,12 +1,14 @@
 """`manage.py audit_export --from ... --to ... [--format jsonl|csv] [--output FILE]`.
 
 Writes the ledger entries of a time range and a manifest (`FILE.manifest.json`) with the chain
-head, so the export can be verified offline: `manage.py audit_verify --export FILE`.
+head and a signed checkpoint of it (so it needs the signing key, AUDIT_SIGNING_KEY_FILE), so
+the export can be verified offline: `manage.py audit_verify --export FILE`.
 """
 from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
@@ -39,7 +41,10 @@ class Command(BaseCommand):
         if output is None:
             stamp = f"{start_at:%Y%m%dT%H%M%S}-{end_at:%Y%m%dT%H%M%S}"
             output = Path(settings.AUDIT_EXPORT_DIR) / f"audit-{stamp}.{format}"
-        result = export_range(start=start_at, end=end_at, fmt=format, path=output)
+        try:
+            result = export_range(start=start_at, end=end_at, fmt=format, path=output)
+        except ImproperlyConfigured as exc:  # no signing key for the manifest's checkpoint
+            raise CommandError(str(exc)) from exc
         manifest = result.manifest
         self.stdout.write(
             f"wrote {manifest['count']} entries (sequences {manifest['first_sequence']}.."

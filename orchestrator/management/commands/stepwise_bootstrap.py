@@ -1,7 +1,10 @@
 """First-run set-up for `make run`: an admin user and API token, a demo team, the approvers
-group, and the example workflows (saved through the same service as the API).
+group, the example workflows (saved through the same service as the API), and the local keys.
 
-Idempotent: running it again changes nothing that exists and prints the same instructions.
+The development secrets (Django's SECRET_KEY and the ledger's redaction key) are generated into
+var/secrets/ by the settings on first start; this also creates the ledger's signing key there
+(docs/security.md). Idempotent: running it again changes nothing that exists and prints the
+same instructions.
 """
 import secrets
 from pathlib import Path
@@ -11,6 +14,7 @@ from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
+from audit.signing import key_id, signing_key
 from orchestrator.definitions import parse_definition_text
 from orchestrator.models import Role, Team, TeamMembership
 from orchestrator.services.workflows import workflow_save
@@ -42,12 +46,16 @@ class Command(BaseCommand):
                 team=team, definition=parse_definition_text(path.read_text()), actor=user)
             state = "loaded" if created else "unchanged"
             self.stdout.write(f"  workflow {version.workflow.name} v{version.number} {state}")
+        secrets_line = ""
+        if not settings.PRODUCTION:  # production never generates keys (docs/security.md)
+            secrets_line = (f"\n  secrets:  {settings.SECRETS_DIR}/ (generated once and reused; "
+                            f"ledger signing key {key_id(signing_key().public_key())})")
         base = f"http://127.0.0.1:{port}"
         self.stdout.write(self.style.SUCCESS(f"""
 Stepwise is starting on {base}
   admin:    {base}/admin/   user: {username}   password: {password}
   API docs: {base}/api/v1/docs/
-  API token: {token.key}
+  API token: {token.key}{secrets_line}
 
 Try the support example (it stops at its approval gate):
   curl -s -X POST {base}/api/v1/workflows/support-reply/runs/ \\
