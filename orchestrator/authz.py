@@ -132,6 +132,14 @@ def teams_where(user: Actor, action: Action) -> QuerySet[Team]:
     return Team.objects.filter(memberships__user=user, memberships__role__in=roles)
 
 
+def operates_somewhere(user: Actor) -> bool:
+    """An operator (or owner) of some team, or a superuser: who may see the deployment's
+    health details and operations pages."""
+    if isinstance(user, System) or not user.is_authenticated or not user.is_active:
+        return False
+    return user.is_superuser or teams_where(user, Action.DEAD_LETTER_REDRIVE).exists()
+
+
 def visible(queryset: QuerySet, user: Actor, *, team_field: str = "team") -> QuerySet:
     """`queryset` restricted to objects whose `team_field` is a team `user` may see."""
     if isinstance(user, System) or (user.is_authenticated and user.is_superuser):

@@ -11,7 +11,10 @@ from datetime import timedelta
 
 from django.db import connection
 
+from .authz import operates_somewhere
+from .celery import app as celery_app
 from .clock import now
+from .errors import Forbidden
 from .models import WorkerHeartbeat
 
 # A worker that has not beaten for this long is not listed.
@@ -19,12 +22,9 @@ WORKER_SEEN_WITHIN = timedelta(seconds=30)
 
 
 def user_may_see_health(user) -> bool:
-    """Operators: the operator (redrive) permission, or superuser. Staff alone is not enough.
-
-    The same rule as the operator actions (`dead_letter_redrive`, retry, skip, resume).
-    """
-    return bool(user and user.is_authenticated and user.is_active and
-                (user.is_superuser or user.has_perm("orchestrator.redrive_deadletter")))
+    """Operators: an operator (or owner) of some team, or a superuser. Staff alone is not
+    enough (docs/permissions.md)."""
+    return bool(user) and operates_somewhere(user)
 
 
 def database_status() -> str:
@@ -38,8 +38,6 @@ def database_status() -> str:
 
 
 def broker_status() -> str:
-    from .celery import app as celery_app
-
     try:
         with celery_app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1)
@@ -56,11 +54,11 @@ def workers_seen() -> list[dict]:
 def health_details(*, user) -> dict:
     """Database, broker and recent workers, for an operator.
 
-    Raises PermissionError unless `user_may_see_health(user)`.
+    Raises Forbidden unless `user_may_see_health(user)`.
     """
     if not user_may_see_health(user):
-        raise PermissionError(
-            "health details need the orchestrator.redrive_deadletter (operator) permission")
+        raise Forbidden("health details are for operators: the operator or owner role in a team "
+                        "(docs/permissions.md)")
     database = database_status()
     broker = broker_status()
     return {

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..definitions import definition_format_schema
+from ..errors import Forbidden
 from ..health import health_details
 from .errors import error_body
 
@@ -44,7 +45,7 @@ class HealthView(APIView):
 class HealthDetailsView(APIView):
     """200 while the database answers (status "degraded" if the broker does not); else 503.
 
-    Operators only (the orchestrator.redrive_deadletter permission, or superuser): 403 otherwise.
+    Operators only (the operator or owner role in a team, or superuser): 403 otherwise.
     """
 
     permission_classes = [IsAuthenticated]
@@ -53,7 +54,7 @@ class HealthDetailsView(APIView):
     def get(self, request):
         try:
             body = health_details(user=request.user)
-        except PermissionError as exc:
+        except Forbidden as exc:
             return Response(error_body(str(exc)), status=status.HTTP_403_FORBIDDEN)
         code = (status.HTTP_200_OK if body["database"] == "ok"
                 else status.HTTP_503_SERVICE_UNAVAILABLE)

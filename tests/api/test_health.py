@@ -1,13 +1,12 @@
 """Health: liveness for anyone says "ok" and nothing else; the details (database, broker,
 workers' host names and queues) are for operators only — staff alone is not enough."""
 import pytest
-from django.contrib.auth.models import Permission
 from django.utils import timezone
 
-from orchestrator.models import WorkerHeartbeat
+from orchestrator.models import Role, WorkerHeartbeat
 
 from ..conftest import client_for
-from ..factories import member
+from ..factories import UserFactory, member
 
 
 @pytest.fixture
@@ -19,10 +18,14 @@ def beating_workers(db):
 
 @pytest.fixture
 def operations(team):
-    """Holds the operator permission (redrive, retry, skip, resume) without being staff."""
-    user = member(team, "operations")
-    user.user_permissions.add(Permission.objects.get(codename="redrive_deadletter"))
-    return user
+    """An operator of a team (redrive, retry, skip, resume), without being staff."""
+    return member(team, "operations", role=Role.OPERATOR)
+
+
+@pytest.fixture
+def staffer(db):
+    """Staff, with no role in any team."""
+    return UserFactory(username="staffer", is_staff=True)
 
 
 def test_liveness_tells_an_anonymous_caller_ok_and_nothing_else(client, beating_workers):
@@ -40,16 +43,17 @@ def test_health_details_are_refused_to_anonymous_callers(client, beating_workers
     assert b"w1.internal" not in response.content
 
 
-@pytest.mark.parametrize("persona", ["requester", "operator"])
-def test_health_details_are_refused_to_members_and_to_staff_without_the_operator_permission(
+@pytest.mark.parametrize("persona", ["requester", "staffer"])
+def test_health_details_are_refused_to_members_and_to_staff_without_the_operator_role(
         request, persona, beating_workers):
-    user = request.getfixturevalue(persona)  # operator: staff, no permission
+    user = request.getfixturevalue(persona)
 
     response = client_for(user).get("/api/v1/health/details/")
 
     assert response.status_code == 403
     assert response.json() == {"errors": [{"path": "", "message": (
-        "health details need the orchestrator.redrive_deadletter (operator) permission")}]}
+        "health details are for operators: the operator or owner role in a team "
+        "(docs/permissions.md)")}]}
 
 
 @pytest.mark.parametrize("persona", ["operations", "superuser"])
