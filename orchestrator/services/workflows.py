@@ -8,6 +8,7 @@ from django.db import transaction
 from audit.services import audit_record
 
 from ..definitions import DefinitionInvalid, Problem, normalize_definition, validate_definition
+from ..egress import definition_checker
 from ..models import Team, Workflow, WorkflowVersion
 from ..tools.registry import tool_param_schemas
 
@@ -30,7 +31,7 @@ def definition_problems(definition: object, *, team: Team) -> list[Problem]:
 
     return validate_definition(
         definition, tools=tool_param_schemas(), models=settings.STEPWISE_MODELS.keys(),
-        workflows=workflows,
+        workflows=workflows, egress=definition_checker(team=team.slug),
     )
 
 
