@@ -53,12 +53,11 @@ def url_problems(text: str, policy: Policy) -> list[str]:
     if parsed is None:
         return [_refused(text, "it has no valid host")]
     host, port = parsed
-    reason = origin_refusal(scheme, host, port or DEFAULT_PORTS[scheme], policy,
-                            check_port=port_known)
-    if reason is None:
-        address = literal_address(host)
-        if address is not None:
-            reason = address_refusal(address, host=host, policy=policy)
+    address = literal_address(host)
+    # An address literal's range says more than its port: it is reported first.
+    reason = address_refusal(address, host=host, policy=policy) if address else None
+    reason = reason or origin_refusal(scheme, host, port or DEFAULT_PORTS[scheme], policy,
+                                      check_port=port_known)
     return [_refused(text, reason)] if reason else []
 
 

@@ -1,8 +1,9 @@
 """The guarded transport: httpx connects only to addresses the policy allows, within a deadline.
 
 Owns how a connection is made, not whether a URL is acceptable (`policy.py` decides both).
-`GuardedTransport` checks each request's scheme, host and port before it is sent — every
-redirect hop is a request of its own, so each is checked — and opens connections through
+`GuardedTransport` checks each request's scheme, host and port (and a host written as an
+address, in any spelling) before it is sent — every redirect hop is a request of its own, so
+each is checked — and opens connections through
 `GuardedBackend`, an httpcore network backend that:
 
 1. resolves the host once (an address literal in any spelling resolves to itself);
@@ -33,7 +34,7 @@ import httpcore
 import httpx
 
 from .errors import EgressRefused
-from .policy import IPAddress, Policy, address_refusal, origin_refusal
+from .policy import IPAddress, Policy, address_refusal, literal_address, origin_refusal
 
 
 class Deadline:
@@ -50,6 +51,11 @@ class Deadline:
             raise expired(f"the call's deadline of {self.seconds:g} s passed")
         return remaining if timeout is None else min(timeout, remaining)
 
+    def check(self, expired: type[Exception]) -> None:
+        """Raise `expired`, saying so, if a timeout that just fired was the deadline's."""
+        if self.at - time.monotonic() < 0.05:
+            raise expired(f"the call's deadline of {self.seconds:g} s passed")
+
 
 class GuardedBackend(httpcore.NetworkBackend):
     def __init__(self, policy: Policy, deadline: Deadline):
@@ -64,8 +70,9 @@ class GuardedBackend(httpcore.NetworkBackend):
         for address in addresses:
             reason = address_refusal(address, host=host, policy=self.policy)
             if reason:
-                shown = host if str(address) == host else f"{host} (resolved to {address})"
-                raise EgressRefused(f"{shown}:{port}", reason)
+                if str(address) != host:
+                    reason = f"it resolves to {display(address)}; {reason}"
+                raise EgressRefused(f"{host}:{port}", reason)
         error: Exception | None = None
         for address in addresses:
             try:
@@ -94,10 +101,18 @@ class DeadlineStream(httpcore.NetworkStream):
         self._deadline = deadline
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, self._deadline.left(timeout, httpcore.ReadTimeout))
+        try:
+            return self._stream.read(max_bytes, self._deadline.left(timeout, httpcore.ReadTimeout))
+        except httpcore.ReadTimeout:
+            self._deadline.check(httpcore.ReadTimeout)
+            raise
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._stream.write(buffer, self._deadline.left(timeout, httpcore.WriteTimeout))
+        try:
+            self._stream.write(buffer, self._deadline.left(timeout, httpcore.WriteTimeout))
+        except httpcore.WriteTimeout:
+            self._deadline.check(httpcore.WriteTimeout)
+            raise
 
     def close(self) -> None:
         self._stream.close()
@@ -131,7 +146,9 @@ class GuardedTransport(httpx.HTTPTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        reason = origin_refusal(url.scheme, url.host, url.port, self.policy)
+        literal = literal_address(url.host)
+        reason = address_refusal(literal, host=url.host, policy=self.policy) if literal else None
+        reason = reason or origin_refusal(url.scheme, url.host, url.port, self.policy)
         if reason:
             raise EgressRefused(str(url.copy_with(query=None, fragment=None)), reason)
         return super().handle_request(request)
@@ -174,6 +191,12 @@ def resolve(host: str, port: int, timeout: float) -> list[IPAddress]:
     if not addresses:
         raise httpcore.ConnectError(f"{host} resolved to no address")
     return addresses
+
+
+def display(address: IPAddress) -> str:
+    """An address as people write it (an IPv4-mapped one in its dotted form)."""
+    mapped = getattr(address, "ipv4_mapped", None)
+    return f"::ffff:{mapped}" if mapped is not None else str(address)
 
 
 @lru_cache(maxsize=1)
