@@ -19,6 +19,8 @@ from .errors import EgressRefused, ResponseTooLarge
 from .policy import Policy
 from .transport import Deadline, GuardedTransport
 
+MAX_DEADLINE_S = 86400.0
+
 
 @dataclass(frozen=True)
 class EgressResponse:
@@ -51,12 +53,14 @@ def request(method: str, url: str, *, policy: Policy, deadline_s: float,
             params: dict | None = None, json: object = None, content: str | bytes | None = None,
             follow_redirects: bool = False) -> EgressResponse:
     """Send one request where `policy` allows, and read its response within `deadline_s`
-    seconds in all (lookup, connect, TLS, sending, and every read of the body).
+    seconds in all (lookup, connect, TLS, sending, and every read of the body; at most a day).
 
     Raises EgressRefused (a destination the policy refuses, or too many redirects),
     ResponseTooLarge, and httpx's errors: TimeoutException subclasses once the deadline
     passes, TransportError for a failed connection, InvalidURL / UnsupportedProtocol.
     """
+    # No call outlives a day, and a socket cannot wait much longer than that anyway.
+    deadline_s = min(float(deadline_s), MAX_DEADLINE_S)
     deadline = Deadline(deadline_s)
     connect = min(connect_timeout_s or deadline_s, deadline_s)
     timeout = httpx.Timeout(deadline_s, connect=connect)

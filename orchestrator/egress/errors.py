@@ -4,6 +4,7 @@ step classifies each (the retry table in docs/failure-semantics.md)."""
 from __future__ import annotations
 
 import httpx
+from django.core.exceptions import ImproperlyConfigured
 
 from ..retry import StepError
 
@@ -32,12 +33,15 @@ class ResponseTooLarge(Exception):
 
 
 def as_step_error(exc: Exception) -> StepError:
-    """The StepError of a call that got no usable response: a refusal is `policy`, an oversized
-    response `permanent` (neither is retried), the deadline `timeout`, an invalid URL
-    `invalid_request`, any other transport failure `transient`."""
+    """The StepError of a call that got no usable response: a refusal (or a malformed policy
+    setting, which refuses everything) is `policy`, an oversized response `permanent` (neither
+    is retried), the deadline `timeout`, an invalid URL `invalid_request`, any other transport
+    failure `transient`."""
     text = str(exc)[:MESSAGE_LIMIT]
     if isinstance(exc, EgressRefused):
         return StepError("policy", text)
+    if isinstance(exc, ImproperlyConfigured):
+        return StepError("policy", f"the egress policy setting is malformed: {text}")
     if isinstance(exc, ResponseTooLarge):
         return StepError("permanent", text)
     text = f"{type(exc).__name__}: {text}"[:MESSAGE_LIMIT]

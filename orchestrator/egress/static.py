@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from django.core.exceptions import ImproperlyConfigured
+
 from .policy import (
     DEFAULT_PORTS,
     Policy,
@@ -72,12 +74,18 @@ def definition_checker(*, team: str = "") -> Checker:
         registered = tools.get(tool)
         if registered is None or not registered.url_params:
             return
-        policy = policy_for(tool=tool, team=team)
-        for name in registered.url_params:
-            value = params.get(name)
-            if isinstance(value, str):
-                for message in url_problems(value, policy):
-                    yield (name,), message
+        urls = [(name, params[name]) for name in registered.url_params
+                if isinstance(params.get(name), str)]
+        try:
+            policy = policy_for(tool=tool, team=team)
+        except ImproperlyConfigured as error:
+            # Fail closed, as every call would: nothing can be checked against a broken policy.
+            for name, _ in urls:
+                yield (name,), f"cannot be checked: the egress policy setting is malformed: {error}"
+            return
+        for name, value in urls:
+            for message in url_problems(value, policy):
+                yield (name,), message
 
     return check
 

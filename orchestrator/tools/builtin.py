@@ -1,5 +1,6 @@
 """Built-in tools: `http.request` and `core.echo`."""
 import httpx
+from django.core.exceptions import ImproperlyConfigured
 
 from .. import egress
 from ..retry import StepError
@@ -60,7 +61,8 @@ def http_request(params: dict, ctx: ToolContext) -> dict:
             headers=headers, params=params.get("query"), json=params.get("json"),
             content=params.get("body"), follow_redirects=params.get("follow_redirects", False),
         )
-    except (egress.EgressRefused, egress.ResponseTooLarge, httpx.HTTPError) as exc:
+    except (egress.EgressRefused, egress.ResponseTooLarge, httpx.HTTPError,
+            ImproperlyConfigured) as exc:
         raise egress.as_step_error(exc) from exc
     error = classify_status(response.status_code, response.headers.get("retry-after"))
     if error:

@@ -1,7 +1,11 @@
 """The egress client against real local servers: what it refuses, where it connects, when it
 stops reading. DNS is the one edge faked, by answering `socket.getaddrinfo` for test names."""
 import ipaddress
+import shutil
 import socket
+import ssl
+import subprocess
+import threading
 import time
 
 import httpx
@@ -213,3 +217,43 @@ def test_a_policy_can_be_passed_directly_for_a_webhook_sender(server):
     response = egress.request("POST", f"{server.url}/ok", policy=policy, deadline_s=2,
                               json={"event": "run.completed"})
     assert response.status_code == 200
+
+
+def test_an_absurd_deadline_is_capped_not_an_overflow(settings, server):
+    settings.STEPWISE_EGRESS = LOOPBACK
+    response = egress.request("GET", f"{server.url}/ok", policy=egress.policy_for(tool="x"),
+                              deadline_s=1e30)
+    assert response.status_code == 200
+
+
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs the openssl command")
+def test_tls_names_the_host_not_the_address_connected_to(settings, dns, tmp_path):
+    """The server name (SNI) and the certificate check are the URL's host's, although the
+    connection goes to the checked address."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=tls.example", "-addext", "subjectAltName=DNS:tls.example",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    names = []
+    context.sni_callback = lambda sock, name, ctx: names.append(name)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve():
+        conn, _ = listener.accept()
+        try:
+            context.wrap_socket(conn, server_side=True)
+        except (ssl.SSLError, OSError):
+            pass  # the client refuses our self-signed certificate, as it should
+        finally:
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    settings.STEPWISE_EGRESS = LOOPBACK
+    dns["tls.example"] = ["127.0.0.1"]
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        call(f"https://tls.example:{port}/")
+    listener.close()
+    assert names == ["tls.example"]

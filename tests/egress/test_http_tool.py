@@ -114,3 +114,10 @@ def test_redirects_are_returned_unless_followed_and_each_hop_is_checked(run_tool
     followed = run_tool({"params": {"url": f"{server.url}/redirect?to={server.url}/ok",
                                     "follow_redirects": True}}).output
     assert followed["status"] == 200 and followed["body"] == {"ok": True}
+
+
+def test_a_malformed_policy_setting_fails_calls_closed(run_tool, server, settings):
+    settings.STEPWISE_EGRESS = {"default": {"allow_networks": ["127.0.0.0/33"]}}
+    with pytest.raises(StepError) as refused:
+        run_tool({"params": {"url": f"{server.url}/ok"}})
+    assert refused.value.error_class == "policy" and server.requests == []

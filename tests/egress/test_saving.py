@@ -110,3 +110,10 @@ def test_url_problems_reads_only_the_literal_prefix():
     assert url_problems("http://[::1]:{{ port }}/", Policy(ports=None))
     assert url_problems("http://127.0.0.1:99999/", Policy(ports=None)) == [
         "egress policy refuses 'http://127.0.0.1:99999/': it has no valid host"]
+
+
+def test_a_malformed_policy_setting_refuses_urls_with_a_400_not_a_500(api, settings):
+    settings.STEPWISE_EGRESS = {"default": {"ports": "all"}}
+    response = save(api, definition({"url": "https://api.example.com/"}))
+    assert response.status_code == 400
+    assert "egress policy setting is malformed" in response.json()["errors"][0]["message"]
