@@ -146,9 +146,10 @@ class GuardedTransport(httpx.HTTPTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        literal = literal_address(url.host)
-        reason = address_refusal(literal, host=url.host, policy=self.policy) if literal else None
-        reason = reason or origin_refusal(url.scheme, url.host, url.port, self.policy)
+        host = url.raw_host.decode("ascii")  # as resolved: an IDN in its xn-- form
+        literal = literal_address(host)
+        reason = address_refusal(literal, host=host, policy=self.policy) if literal else None
+        reason = reason or origin_refusal(url.scheme, host, url.port, self.policy)
         if reason:
             raise EgressRefused(str(url.copy_with(query=None, fragment=None)), reason)
         return super().handle_request(request)

@@ -1,5 +1,6 @@
 """Tool steps: render params, validate them against the tool's schema, call the tool."""
 from collections.abc import Callable
+from functools import partial
 
 from jsonschema import Draft202012Validator
 
@@ -30,8 +31,8 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
     if errors:
         raise StepError("validation", "; ".join(e.message for e in errors[:10]))
     tool_ctx = ToolContext(ctx.run_id, ctx.step_name, ctx.attempt, ctx.idempotency_key,
-                           side_effect=bool(spec.get("side_effect")), team=_team_of(ctx.run_id),
-                           timeout_s=spec.get("timeout_s"))
+                           side_effect=bool(spec.get("side_effect")),
+                           timeout_s=spec.get("timeout_s"), team_lookup=partial(_team_of, ctx.run_id))
 
     def call():
         # Audit: the entry authorizing this call is committed before the call is made, so a

@@ -10,6 +10,7 @@ A tool that calls out makes its calls through `orchestrator.egress.request` unde
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from django.conf import settings
 
@@ -21,10 +22,16 @@ class ToolContext:
     attempt: int
     idempotency_key: str
     side_effect: bool = False
-    # The slug of the run's team (its egress policy may differ from the default's), and the
-    # step's timeout_s: an outbound call must end by then (orchestrator.egress).
-    team: str = ""
+    # The step's timeout_s: an outbound call must end by then (orchestrator.egress).
     timeout_s: float | None = None
+    # Finds the run's team slug the first time a tool asks for `team`; most tools never do,
+    # so most tool steps make no query for it.
+    team_lookup: Callable[[], str] | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def team(self) -> str:
+        """The slug of the run's team: its egress policy may differ from the default's."""
+        return self.team_lookup() if self.team_lookup is not None else ""
 
 
 @dataclass(frozen=True)
