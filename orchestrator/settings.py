@@ -253,6 +253,10 @@ STEPWISE_REDISPATCH_AFTER_S = int(os.environ.get("STEPWISE_REDISPATCH_AFTER_S", 
 STEPWISE_RATE_LIMITS = json.loads(os.environ.get("STEPWISE_RATE_LIMITS", "{}"))
 STEPWISE_BREAKER_FAILURES = int(os.environ.get("STEPWISE_BREAKER_FAILURES", "5"))
 STEPWISE_BREAKER_COOLDOWN_S = float(os.environ.get("STEPWISE_BREAKER_COOLDOWN_S", "30"))
+# Where outbound calls may go (orchestrator.egress, docs/egress.md): JSON with a `default`
+# policy, `tools` ({"http.request": {...}}) and `teams` ({"<slug>": {..., "tools": {...}}})
+# layers. Unset: http/https to public addresses on ports 80 and 443, 1 MiB responses.
+STEPWISE_EGRESS = json.loads(os.environ.get("STEPWISE_EGRESS", "{}"))
 # A workflow's budget default when a step has no price history: the design's $0.10.
 STEPWISE_DEFAULT_STEP_COST_USD = os.environ.get("STEPWISE_DEFAULT_STEP_COST_USD", "0.10")
 

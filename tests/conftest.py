@@ -6,6 +6,19 @@ from rest_framework.test import APIClient
 from orchestrator.models import Role
 
 from .factories import TeamFactory, member
+from .support.egress import LOCAL_SERVERS
+
+
+@pytest.fixture(scope="session", autouse=True)
+def egress_allows_local_servers():
+    """Tests call local servers on 127.0.0.1: allow loopback explicitly for the whole session
+    (a test that needs another policy sets `settings.STEPWISE_EGRESS` itself)."""
+    from django.conf import settings
+
+    before = getattr(settings, "STEPWISE_EGRESS", {})
+    settings.STEPWISE_EGRESS = LOCAL_SERVERS
+    yield
+    settings.STEPWISE_EGRESS = before
 
 
 @pytest.fixture(autouse=True)

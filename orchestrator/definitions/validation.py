@@ -11,7 +11,7 @@ reported. It must never raise for a bad document and never stop at the first pro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -40,12 +40,15 @@ def validate_definition(
     tools: Mapping[str, dict],
     models: Collection[str],
     workflows: Callable[[str], dict | None] = lambda name: None,
+    egress: Callable[[str, dict], Iterable[tuple[Parts, str]]] | None = None,
 ) -> list[Problem]:
     """Return every problem with `doc` in document order; [] means it is valid.
 
     `tools` maps each registered tool to its params JSON Schema, `models` names the
     registered models, and `workflows(name)` returns a saved workflow's latest input
-    schema (None if there is no such workflow). Never raises for a bad `doc`.
+    schema (None if there is no such workflow). `egress(tool, params)`, if given, yields
+    (path within params, message) for each URL the egress policy refuses
+    (`orchestrator.egress.definition_checker`). Never raises for a bad `doc`.
     """
     if not isinstance(doc, dict):
         return [Problem("", f"a definition must be a mapping, not {describe_type(doc)}")]
@@ -57,7 +60,7 @@ def validate_definition(
         return log.in_document_order(doc)
     for parts, message in structure_problems(doc):
         log.add(parts, message)
-    _Check(doc, tools=tools, models=models, workflows=workflows, log=log).run()
+    _Check(doc, tools=tools, models=models, workflows=workflows, egress=egress, log=log).run()
     return log.in_document_order(doc)
 
 
@@ -84,8 +87,9 @@ def _known(kind: str, names: Collection[str]) -> str:
 class _Check:
     """The cross-field checks over one document; results go to `log`."""
 
-    def __init__(self, doc: dict, *, tools, models, workflows, log: ProblemLog):
+    def __init__(self, doc: dict, *, tools, models, workflows, log: ProblemLog, egress=None):
         self.doc = doc
+        self.egress = egress
         self.tools = tools
         self.models = models
         self.workflows = workflows
@@ -362,6 +366,9 @@ class _Check:
         self.check_against_schema(
             (*at, field), params if params is not None else {}, self.tools[tool], f"tool {tool!r}"
         )
+        if self.egress is not None and isinstance(params, dict):
+            for parts, message in self.egress(tool, params):
+                self.add((*at, field, *parts), message)
 
     def check_sub_workflow(self, at: Parts, step: dict, name, upstream) -> None:
         self.check_templates_in((*at, "input"), step.get("input"), name, upstream, CONTEXT_ROOTS)

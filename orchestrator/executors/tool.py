@@ -3,6 +3,7 @@
 A side-effecting call goes through the effect ledger handed over in `ctx.effects`.
 """
 from collections.abc import Callable
+from functools import partial
 
 from jsonschema import Draft202012Validator
 
@@ -33,7 +34,8 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
     if errors:
         raise StepError("validation", "; ".join(e.message for e in errors[:10]))
     tool_ctx = ToolContext(ctx.run_id, ctx.step_name, ctx.attempt, ctx.idempotency_key,
-                           side_effect=bool(spec.get("side_effect")))
+                           side_effect=bool(spec.get("side_effect")),
+                           timeout_s=spec.get("timeout_s"), team_lookup=partial(_team_of, ctx.run_id))
 
     def call():
         # Audit: the entry authorizing this call is committed before the call is made, so a
@@ -56,6 +58,13 @@ def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
         output = call()
     validate_output(spec.get("output_schema") or tool.output_schema, output)
     return Result(output)
+
+
+def _team_of(run_id: str) -> str:
+    """The run's team slug: a tool's egress policy may be the team's own."""
+    from ..models import Run
+
+    return Run.objects.filter(id=run_id).values_list("team__slug", flat=True).first() or ""
 
 
 def _call(tool, params: dict, tool_ctx: ToolContext):

@@ -7,7 +7,8 @@ Registry entry: `provider: anthropic`, `base_url` (default https://api.anthropic
 `/v1`), `model_id`, `api_key_env` (default ANTHROPIC_API_KEY), `anthropic_version` (default
 2023-06-01), `max_tokens` (default 1024; the API requires one), `structured_output` (`tools`
 default: the answer is the input of a forced call of the single `respond` tool; `none`: a
-JSON text reply), `timeout_s`, `connect_timeout_s`.
+JSON text reply), `timeout_s`, `connect_timeout_s`, `max_response_bytes` (as in
+`openai_compat.py`).
 
 A `tool_use` block naming any other tool makes the reply invalid; it is never executed.
 """
@@ -47,7 +48,7 @@ class AnthropicProvider(Provider):
         body = post_json(
             self.config.get("base_url", "https://api.anthropic.com").rstrip("/") + "/v1/messages",
             headers=headers, payload=payload, timeout_s=self.call_timeout_s(request),
-            connect_timeout_s=self.connect_timeout_s())
+            connect_timeout_s=self.connect_timeout_s(), max_response_bytes=self.max_response_bytes())
         return self.reply(body, request, wrapped)
 
     def payload(self, request: ModelRequest, mode: str) -> tuple[dict, bool]:

@@ -67,6 +67,12 @@ class Provider:
     def connect_timeout_s(self) -> float:
         return float(self.config.get("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S))
 
+    def max_response_bytes(self) -> int:
+        """The registry's `max_response_bytes`: the largest reply read (egress size cap)."""
+        from .errors import DEFAULT_MAX_RESPONSE_BYTES
+
+        return int(self.config.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES))
+
 
 def response_calls_problem(names: list[str]) -> str:
     """Why a reply's tool calls (by name) are not a usable answer ("" when they are): only one

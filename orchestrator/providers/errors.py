@@ -7,6 +7,8 @@
 | other HTTP 5xx (incl. 529 overloaded), a dropped connection, a garbled 2xx body | `transient` | yes |
 | HTTP 401, 403, an API key variable that is not set | `auth`          | never             |
 | other HTTP 4xx, a bad base URL                   | `invalid_request` | never             |
+| a base URL whose name resolves to a metadata or link-local address (orchestrator.egress) | `policy` | never |
+| a reply larger than `max_response_bytes` (default 8 MiB) | `permanent` | never        |
 
 Messages carry the status and the API's own error text (shortened), never a header, so an
 API key cannot leak into a step's error.
@@ -17,10 +19,14 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
+from .. import egress
 from ..clock import now
 from ..retry import StepError
 
 MESSAGE_LIMIT = 300
+# The largest reply read from a model API (registry `max_response_bytes`); a larger one fails
+# the call as `permanent` instead of being held in memory.
+DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
 
 def retry_after_s(headers: httpx.Headers | dict) -> float | None:
@@ -79,29 +85,30 @@ def classify_status(status: int, headers: httpx.Headers | dict, body: str = "") 
     return StepError("invalid_request", message)
 
 
-def classify_exception(exc: httpx.HTTPError) -> StepError:
-    """The StepError for a call that got no HTTP response."""
-    text = f"{type(exc).__name__}: {exc}"[:MESSAGE_LIMIT]
-    if isinstance(exc, httpx.TimeoutException):
-        return StepError("timeout", text)
-    if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
-        return StepError("invalid_request", text)
-    return StepError("transient", text)
+def classify_exception(exc: Exception) -> StepError:
+    """The StepError for a call that got no HTTP response (orchestrator.egress's classes)."""
+    return egress.as_step_error(exc)
 
 
 def post_json(url: str, *, headers: dict, payload: dict, timeout_s: float,
-              connect_timeout_s: float, params: dict | None = None) -> dict:
+              connect_timeout_s: float, params: dict | None = None,
+              max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> dict:
     """POST `payload` and return the decoded JSON body, or raise a classified StepError.
 
-    One request, no retries, no redirects followed (a redirect is a misconfigured base URL).
+    One request through the egress client, to the configured base URL's origin only (an
+    operator's explicit allowance, whatever address it has), within `timeout_s` in all, its
+    reply read up to `max_response_bytes`. No retries, no redirects followed (a redirect is a
+    misconfigured base URL).
     """
-    timeout = httpx.Timeout(timeout_s, connect=min(connect_timeout_s, timeout_s))
     try:
-        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
-            response = client.post(url, headers=headers, json=payload, params=params)
-    except httpx.InvalidURL as exc:
-        raise classify_exception(exc) from exc
-    except httpx.HTTPError as exc:
+        policy = egress.policy_for_base_url(url, max_response_bytes=max_response_bytes)
+    except ValueError as exc:
+        raise StepError("invalid_request", f"bad base URL: {exc}") from exc
+    try:
+        response = egress.request("POST", url, policy=policy, deadline_s=timeout_s,
+                                  connect_timeout_s=connect_timeout_s, headers=headers,
+                                  json=payload, params=params)
+    except (egress.EgressRefused, egress.ResponseTooLarge, httpx.HTTPError) as exc:
         raise classify_exception(exc) from exc
     error = classify_status(response.status_code, response.headers, response.text)
     if error is not None:

@@ -9,8 +9,9 @@ Registry entry (STEPWISE_MODELS): `provider: openai` (or `azure_openai`), `base_
 (default https://api.openai.com/v1; for Azure .../openai/deployments/<deployment>),
 `model_id`, `api_key_env` (the variable holding the key; none sent if absent), `api_version`
 (Azure), `structured_output` (`json_schema` default, `json_object`, `tools`, `none`),
-`max_tokens_param` (`max_tokens` or `max_completion_tokens`), `timeout_s` (default 60),
-`connect_timeout_s` (default 5).
+`max_tokens_param` (`max_tokens` or `max_completion_tokens`), `timeout_s` (default 60: the
+whole call), `connect_timeout_s` (default 5), `max_response_bytes` (default 8 MiB). The call
+goes through `orchestrator.egress`: only to `base_url`'s origin, an operator's allowance.
 
 The model may answer only through the declared channel: the message content, or — in
 `tools` mode — a call of the single `respond` function. A call of any other tool is never
@@ -49,7 +50,8 @@ class OpenAICompatProvider(Provider):
         payload, wrapped = self.payload(request, mode)
         body = post_json(self.url(), headers=self.headers(), payload=payload,
                          params=self.query(), timeout_s=self.call_timeout_s(request),
-                         connect_timeout_s=self.connect_timeout_s())
+                         connect_timeout_s=self.connect_timeout_s(),
+                         max_response_bytes=self.max_response_bytes())
         return self.reply(body, request, wrapped)
 
     # --- the request -----------------------------------------------------------------------

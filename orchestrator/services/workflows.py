@@ -6,6 +6,7 @@ from audit.services import audit_record
 
 from ..authz import Action, Actor, label, person, require
 from ..definitions import DefinitionInvalid, Problem, normalize_definition, validate_definition
+from ..egress import definition_checker
 from ..hashing import digest_of
 from ..models import Team, Workflow, WorkflowVersion
 from ..selectors import latest_version
@@ -21,7 +22,7 @@ def definition_problems(definition: object, *, team: Team) -> list[Problem]:
 
     return validate_definition(
         definition, tools=tool_param_schemas(), models=settings.STEPWISE_MODELS.keys(),
-        workflows=workflows,
+        workflows=workflows, egress=definition_checker(team=team.slug),
     )
 
 

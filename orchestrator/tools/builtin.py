@@ -1,6 +1,8 @@
 """Built-in tools: `http.request` and `core.echo`."""
 import httpx
+from django.core.exceptions import ImproperlyConfigured
 
+from .. import egress
 from ..retry import StepError
 from .registry import ToolContext, tool
 
@@ -16,7 +18,10 @@ HTTP_PARAMS = {
         "query": {"type": "object"},
         "json": {},
         "body": {"type": "string"},
+        # The whole call (connect, send, every read): capped by the step's timeout_s.
         "timeout_s": {"type": "number", "exclusiveMinimum": 0, "default": 30},
+        # Off by default; when on, every hop is checked against the egress policy again.
+        "follow_redirects": {"type": "boolean", "default": False},
     },
 }
 
@@ -38,22 +43,27 @@ def classify_status(status: int, retry_after: str | None) -> StepError | None:
 
 
 @tool("http.request", params_schema=HTTP_PARAMS, description="Make an HTTP request.",
-      dedupes_by_key=True)
+      dedupes_by_key=True, url_params=("url",))
 def http_request(params: dict, ctx: ToolContext) -> dict:
-    """Make an HTTP request; a side-effecting step sends its idempotency key as a header."""
+    """Make an HTTP request where the egress policy allows; a side-effecting step sends its
+    idempotency key as a header. The whole call ends by `timeout_s`, and never after the
+    step's own timeout; a response over the policy's size cap fails the step, unstored."""
     headers = dict(params.get("headers") or {})
     if ctx.side_effect:
         headers.setdefault("Idempotency-Key", ctx.idempotency_key)
+    deadline_s = float(params.get("timeout_s", 30))
+    if ctx.timeout_s:
+        deadline_s = min(deadline_s, float(ctx.timeout_s))
     try:
-        response = httpx.request(
-            params.get("method", "GET"), params["url"], headers=headers,
-            params=params.get("query"), json=params.get("json"),
-            content=params.get("body"), timeout=params.get("timeout_s", 30),
+        response = egress.request(
+            params.get("method", "GET"), params["url"],
+            policy=egress.policy_for(tool="http.request", team=ctx.team), deadline_s=deadline_s,
+            headers=headers, params=params.get("query"), json=params.get("json"),
+            content=params.get("body"), follow_redirects=params.get("follow_redirects", False),
         )
-    except httpx.TimeoutException as exc:
-        raise StepError("timeout", f"{type(exc).__name__}: {exc}") from exc
-    except httpx.HTTPError as exc:
-        raise StepError("transient", f"{type(exc).__name__}: {exc}") from exc
+    except (egress.EgressRefused, egress.ResponseTooLarge, httpx.HTTPError,
+            ImproperlyConfigured) as exc:
+        raise egress.as_step_error(exc) from exc
     error = classify_status(response.status_code, response.headers.get("retry-after"))
     if error:
         raise error

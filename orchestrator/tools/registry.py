@@ -4,10 +4,13 @@ Stepwise's built-in tools live in `orchestrator.tools.builtin`; users add their 
 own modules, listed in the STEPWISE_TOOL_MODULES setting (environment variable), with no
 change to Stepwise's code. A tool receives validated params and a `ToolContext`, returns a
 JSON-able value, and raises `StepError` with an error class for a failure it understands.
+A tool that calls out makes its calls through `orchestrator.egress.request` under
+`egress.policy_for(tool=<its name>, team=ctx.team)`, and names its URL params in `url_params`.
 """
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from django.conf import settings
 
@@ -19,6 +22,16 @@ class ToolContext:
     attempt: int
     idempotency_key: str
     side_effect: bool = False
+    # The step's timeout_s: an outbound call must end by then (orchestrator.egress).
+    timeout_s: float | None = None
+    # Finds the run's team slug the first time a tool asks for `team`; most tools never do,
+    # so most tool steps make no query for it.
+    team_lookup: Callable[[], str] | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def team(self) -> str:
+        """The slug of the run's team: its egress policy may differ from the default's."""
+        return self.team_lookup() if self.team_lookup is not None else ""
 
 
 @dataclass(frozen=True)
@@ -32,6 +45,9 @@ class Tool:
     lookup: Callable[[str], object] | None = field(default=None)
     # ... or the remote dedupes by the idempotency key we send it, so repeating is safe.
     dedupes_by_key: bool = False
+    # Params that are URLs the tool calls: checked against the egress policy when a
+    # definition is saved (their literal part) as well as when the call is made.
+    url_params: tuple[str, ...] = ()
 
 
 _TOOLS: dict[str, Tool] = {}
@@ -43,7 +59,7 @@ class ToolAlreadyRegistered(Exception):
 
 def tool(name: str, *, params_schema: dict, output_schema: dict | None = None,
          description: str = "", lookup: Callable[[str], object] | None = None,
-         dedupes_by_key: bool = False):
+         dedupes_by_key: bool = False, url_params: tuple[str, ...] = ()):
     """Register the decorated function as tool `name`. Raises ToolAlreadyRegistered on reuse."""
 
     def register(fn):
@@ -52,7 +68,8 @@ def tool(name: str, *, params_schema: dict, output_schema: dict | None = None,
             raise ToolAlreadyRegistered(f"tool '{name}' is already registered by {existing.fn}")
         _TOOLS[name] = Tool(name, fn, params_schema, output_schema,
                             description or (fn.__doc__ or "").strip().split("\n")[0],
-                            lookup=lookup, dedupes_by_key=dedupes_by_key)
+                            lookup=lookup, dedupes_by_key=dedupes_by_key,
+                            url_params=tuple(url_params))
         return fn
 
     return register

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connection
 
 from orchestrator.models import Run
+from tests.support.egress import local_servers_env
 
 ROOT = Path(__file__).resolve().parents[2]
 QUEUES = "orchestrator,tools,agent.fast,agent.deep"
@@ -34,6 +35,8 @@ def worker_env() -> dict:
     env["STEPWISE_VAR_DIR"] = str(settings.VAR_DIR)
     # Short leases so fault tests see a killed worker's step retried within seconds.
     env["STEPWISE_LEASE_S"] = str(LEASE_S)
+    # The local servers standing in for remote APIs listen on loopback: allowed explicitly.
+    env["STEPWISE_EGRESS"] = local_servers_env()
     return env
 
 
