@@ -105,7 +105,11 @@ def test_a_reconciling_lookup_runs_outside_any_transaction(team):
     """A lookup is a network call: no transaction (and no row lock) may be held across it."""
     from django.db import connection
 
-    version, _ = workflow_save(team=team, definition=DEFINITION, actor=SETUP)
+    # The run waits at a gate, so no worker (one may consume this process's broker) runs `act`.
+    waiting = {**DEFINITION, "steps": [
+        {"name": "gate", "type": "human_gate", "approvers": "leads"},
+        {**DEFINITION["steps"][0], "after": ["gate"]}]}
+    version, _ = workflow_save(team=team, definition=waiting, actor=SETUP)
     run = run_start(version=version, input={}, actor=SETUP)
     step = StepRun.objects.select_related("run").get(run=run, name="act")
     _uncertain(step)
