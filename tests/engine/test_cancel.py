@@ -4,6 +4,8 @@ A `compensating` run is undoing its effects and ends by itself, so a cancel is r
 a parent whose child is compensating is cancelled, and the child goes on undoing its effects.
 The runs are driven in this process through the services a worker calls (no worker runs).
 """
+import time
+
 import pytest
 
 from orchestrator.models import Run
@@ -28,10 +30,18 @@ def saga(sink_url: str) -> dict:
 
 
 def drive(run: Run) -> Run:
-    """Run every queued step in this process, as a worker would, until none is queued."""
-    while step := run.steps.filter(state="queued").first():
-        step_execute(step_id=step.id, worker="test")
-    return Run.objects.get(pk=run.pk)
+    """Run queued steps in this process, as a worker would, until the run stops running.
+
+    A real worker of this test process may take a step first (the claim is exclusive): then
+    this waits for it."""
+    deadline = time.monotonic() + 30
+    while (run := Run.objects.get(pk=run.pk)).state == RunState.RUNNING:
+        assert time.monotonic() < deadline, f"run {run.id} still running"
+        if step := run.steps.filter(state="queued").first():
+            step_execute(step_id=step.id, worker="test")
+        else:
+            time.sleep(0.05)
+    return run
 
 
 @pytest.fixture
