@@ -60,24 +60,28 @@ class Graph:
         Each cycle is listed once, starting at its earliest step in document order.
         """
         found: list[list[str]] = []
-        budget = [_MAX_SEARCH_STEPS]
-
-        def search(start: str, path: list[str], on_path: set[str]) -> None:
-            for nxt in self.dependents[path[-1]]:
-                budget[0] -= 1
-                if len(found) >= MAX_CYCLES or budget[0] <= 0:
-                    return
+        budget = _MAX_SEARCH_STEPS
+        # A depth-first search with an explicit stack: a long chain of steps must not
+        # recurse once per step.
+        for node in self.nodes:
+            start = node.name
+            path, on_path = [start], {start}
+            pending = [iter(self.dependents[start])]
+            while pending:
+                nxt = next(pending[-1], None)
+                if nxt is None:
+                    pending.pop()
+                    on_path.discard(path.pop())
+                    continue
+                budget -= 1
+                if len(found) >= MAX_CYCLES or budget <= 0:
+                    return found
                 if nxt == start:
                     found.append([*path, start])
                 elif nxt not in on_path and self.order[nxt] > self.order[start]:
                     on_path.add(nxt)
                     path.append(nxt)
-                    search(start, path, on_path)
-                    path.pop()
-                    on_path.discard(nxt)
-
-        for node in self.nodes:
-            search(node.name, [node.name], {node.name})
+                    pending.append(iter(self.dependents[nxt]))
         return found
 
     def never_runs(self, cycles: list[list[str]]) -> dict[str, tuple[str, str]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from .problems import PathPart
+from .problems import PathPart, format_path
 
 # --- a definition ------------------------------------------------------------------------
 MAX_DEFINITION_BYTES = 512 * 1024  # its canonical JSON (UTF-8), and its YAML/JSON text
@@ -100,3 +100,15 @@ def _text_bytes(text: object) -> int:
         return len(repr(text))
     # An estimate without encoding the whole string: exact for ASCII, an upper bound else.
     return len(text) + 2 if text.isascii() else len(text) * 4 + 2
+
+
+def run_input_problems(value: object) -> list[dict]:
+    """Every way run input `value` exceeds the input limits, as [{"path", "message"}]
+    with paths like ``input.a[0]`` — checked before the input schema, whose validator
+    recurses and whose cost grows with the input."""
+    return [
+        {"path": format_path(("input", *parts)), "message": message}
+        for parts, message in document_problems(
+            value, max_bytes=MAX_INPUT_BYTES, max_depth=MAX_INPUT_DEPTH, what="the run input"
+        )
+    ]

@@ -20,6 +20,7 @@ from .compat import schema_accepts
 from .expressions import ExpressionError, expression_roots, referenced_steps
 from .format import CONTEXT_ROOTS, MAP_ITEM_ROOTS, RISK_RULE_ROOTS
 from .graph import Graph, Node
+from .limits import MAX_DEFINITION_BYTES, MAX_DEPTH, MAX_STEPS, document_problems
 from .problems import PathPart, Problem, ProblemLog
 from .structure import describe_type, is_valid_schema, schema_problems, structure_problems
 from .templates import (
@@ -49,6 +50,14 @@ def validate_definition(
     if not isinstance(doc, dict):
         return [Problem("", f"a definition must be a mapping, not {describe_type(doc)}")]
     log = ProblemLog()
+    # First, iteratively: everything after this may recurse over the document or cost
+    # time in proportion to its size.
+    for parts, message in document_problems(
+        doc, max_bytes=MAX_DEFINITION_BYTES, max_depth=MAX_DEPTH, what="the definition"
+    ):
+        log.add(parts, message)
+    if len(log):
+        return log.in_document_order(doc)
     for parts, message in _not_json(doc, ()):
         log.add(parts, message)
     if len(log):
@@ -56,6 +65,10 @@ def validate_definition(
         return log.in_document_order(doc)
     for parts, message in structure_problems(doc):
         log.add(parts, message)
+    steps = doc.get("steps")
+    if isinstance(steps, list) and len(steps) > MAX_STEPS:
+        # Reported by the structural check; the graph checks are not run on a huge graph.
+        return log.in_document_order(doc)
     _Check(doc, tools=tools, models=models, workflows=workflows, log=log).run()
     return log.in_document_order(doc)
 

@@ -5,6 +5,7 @@ from django.db import IntegrityError, transaction
 from jsonschema import Draft202012Validator
 
 from ..clock import now
+from ..definitions.limits import run_input_problems
 from ..dispatch import child_finished_on_commit, compensate_on_commit
 from ..events import event_record
 from ..models import RUN_LIVE, Run, RunState, StepRun, StepState, WorkflowVersion
@@ -33,7 +34,7 @@ def run_start(*, version: WorkflowVersion, input: dict, user=None, idempotency_k
     another input raises IdempotencyConflict. Raises InputInvalid (and creates nothing) when the
     input does not satisfy the workflow's input_schema. Check `run._created` to tell apart.
     """
-    problems = input_problems(version.normalized["input_schema"], input)
+    problems = run_input_problems(input) or input_problems(version.normalized["input_schema"], input)
     if problems:
         raise InputInvalid("run input is invalid", problems)
     team = version.workflow.team
