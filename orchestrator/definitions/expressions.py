@@ -34,6 +34,7 @@ from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError, CELUnsupportedError, Evaluator
 
 from . import limits
+from .shapes import UNKNOWN, Unknown
 
 # Macros bind their first argument as a variable local to the other arguments.
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
@@ -60,6 +61,14 @@ class _Budget:
 
     def spend(self, cost: int) -> None:
         self.cost_left -= cost
+        shared = limits.current_allowance()
+        if shared is not None:
+            shared.expression_cost -= cost
+            if shared.expression_cost < 0:
+                raise ExpressionLimitExceeded(
+                    "the definition's expressions together cost more than "
+                    f"{limits.MAX_CHECK_EXPRESSION_COST:,} evaluation steps to check"
+                )
         if self.cost_left < 0:
             raise ExpressionLimitExceeded(
                 f"the expression costs more than {limits.MAX_EXPRESSION_COST:,} evaluation "
@@ -179,7 +188,7 @@ def evaluate_expression(text: str, context: dict) -> object:
     """
     compiled = compile_expression(text)
     try:
-        activation = {name: celpy.json_to_cel(value) for name, value in context.items()}
+        activation = {name: _to_cel(value) for name, value in context.items()}
     except (TypeError, ValueError) as error:
         raise ExpressionError(f"context is not JSON-like data: {error}") from None
     try:
@@ -196,6 +205,29 @@ def evaluate_expression(text: str, context: dict) -> object:
     if isinstance(result, CELEvalError):
         raise ExpressionError(_eval_error_message(result))
     return to_python(result)
+
+
+class _UnknownMap(celtypes.MapType):
+    """`shapes.Unknown` in CEL: every member is another unknown; comparing it is a type
+    error, which validation does not report."""
+
+    def __getitem__(self, key):
+        return _UnknownMap()
+
+    def __contains__(self, key) -> bool:
+        return True
+
+
+def _to_cel(value: object) -> object:
+    if isinstance(value, Unknown):
+        return _UnknownMap()
+    if isinstance(value, dict):
+        return celtypes.MapType(
+            {celtypes.StringType(key): _to_cel(item) for key, item in value.items()}
+        )
+    if isinstance(value, list | tuple):
+        return celtypes.ListType([_to_cel(item) for item in value])
+    return celpy.json_to_cel(value)
 
 
 def expression_roots(text: str) -> set[str]:
@@ -222,6 +254,8 @@ def to_python(value: object) -> object:
     """
     if value is None:
         return None
+    if isinstance(value, _UnknownMap):
+        return UNKNOWN
     if isinstance(value, celtypes.BoolType | bool):
         return bool(value)
     if isinstance(value, celtypes.DoubleType | float):

@@ -54,6 +54,25 @@ class Graph:
             found[node.name] = frozenset(seen)
         return found
 
+    def completed_ancestors(self) -> dict[str, frozenset[str]]:
+        """Every step -> the ancestors that have surely completed whenever it runs.
+
+        With `join: all` a step runs only if each dependency completed, so those and what
+        they surely had; with `join: any` only what all its dependencies surely had.
+        Steps on or after a cycle get none.
+        """
+        sure: dict[str, frozenset[str]] = {}
+        for name in self._topological_order():
+            node = self.by_name[name]
+            each = [frozenset({dep}) | sure.get(dep, frozenset()) for dep in node.after]
+            if not each:
+                sure[name] = frozenset()
+            elif node.join == "all":
+                sure[name] = frozenset().union(*each)
+            else:
+                sure[name] = frozenset.intersection(*each)
+        return sure
+
     def cycles(self) -> list[list[str]]:
         """Elementary cycles in run order (each step runs after the one before it).
 

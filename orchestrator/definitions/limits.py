@@ -12,6 +12,8 @@ process or a worker: a violation is a 4xx with a path, never a 500, a stall or a
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from collections.abc import Iterator
 
@@ -112,3 +114,36 @@ def run_input_problems(value: object) -> list[dict]:
             value, max_bytes=MAX_INPUT_BYTES, max_depth=MAX_INPUT_DEPTH, what="the run input"
         )
     ]
+
+
+# --- one definition check: all its sample renders and evaluations together ---------------------
+MAX_CHECK_RENDER_STEPS = 1_000_000
+MAX_CHECK_EXPRESSION_COST = 100_000
+
+
+class Allowance:
+    """What the sample renders and evaluations of one definition check may spend in total,
+    so a definition of many costly templates cannot stall a save."""
+
+    def __init__(self) -> None:
+        self.render_steps = MAX_CHECK_RENDER_STEPS
+        self.expression_cost = MAX_CHECK_EXPRESSION_COST
+
+
+_allowance: contextvars.ContextVar[Allowance | None] = contextvars.ContextVar(
+    "definition_check_allowance", default=None
+)
+
+
+@contextlib.contextmanager
+def check_allowance() -> Iterator[Allowance]:
+    """Within this block every render and evaluation also draws on one shared Allowance."""
+    token = _allowance.set(Allowance())
+    try:
+        yield _allowance.get()
+    finally:
+        _allowance.reset(token)
+
+
+def current_allowance() -> Allowance | None:
+    return _allowance.get()

@@ -50,6 +50,14 @@ class TemplateLimitExceeded(TemplateError):
     """A template is too large, or rendering it would exceed a size or cost limit."""
 
 
+class TemplateUndefined(TemplateError):
+    """A template read a variable, attribute or item that its context does not have."""
+
+
+class TemplateUnsafe(TemplateError):
+    """A template reached for something the sandbox refuses."""
+
+
 # --- the per-render budget --------------------------------------------------------------------
 
 
@@ -333,6 +341,7 @@ class _StepwiseSandbox(ImmutableSandboxedEnvironment):
 def _counted(iterable: object) -> Iterable:
     """Yield from `iterable`, charging each iteration to the render's step budget."""
     budget = _budget.get()
+    shared = limits.current_allowance()
     for item in iterable:
         if budget is not None:
             budget.steps_left -= 1
@@ -340,6 +349,13 @@ def _counted(iterable: object) -> Iterable:
                 raise TemplateLimitExceeded(
                     f"the template's loops run more than {limits.MAX_RENDER_STEPS:,} "
                     "iterations"
+                )
+        if shared is not None:
+            shared.render_steps -= 1
+            if shared.render_steps < 0:
+                raise TemplateLimitExceeded(
+                    "the definition's templates together run more than "
+                    f"{limits.MAX_CHECK_RENDER_STEPS:,} loop iterations to check"
                 )
         yield item
 
@@ -399,9 +415,9 @@ def render_template(text: str, context: dict) -> str:
     except TemplateError:
         raise
     except jinja2.UndefinedError as error:
-        raise TemplateError(f"undefined variable: {error.message}") from None
+        raise TemplateUndefined(f"undefined variable: {error.message}") from None
     except SecurityError as error:
-        raise TemplateError(f"unsafe template: {error}") from None
+        raise TemplateUnsafe(f"unsafe template: {error}") from None
     except (RecursionError, MemoryError):
         raise TemplateLimitExceeded("the template recurses too deeply") from None
     except (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError) as error:
