@@ -17,15 +17,16 @@ from orchestrator.definitions import (
     parse_definition_text,
     render_template,
 )
-from orchestrator.definitions.expressions import ExpressionLimitExceeded
 from orchestrator.definitions.graph import Graph, Node
-from orchestrator.definitions.templates import TemplateLimitExceeded
 
 NESTED_ALL = (
     "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, "
     "[1,2,3,4,5,6,7,8,9,10].all(c, [1,2,3,4,5,6,7,8,9,10].all(d, true))))"
 )
 CONTEXT = {"input": {}, "steps": {}}
+# The limit errors are TemplateLimitExceeded / ExpressionLimitExceeded; matched by message so
+# this module also runs (and fails) on code that predates them.
+TOO_COSTLY = "too large|limit|more than|not supported|too deeply|longer than|at most"
 
 
 class Measured:
@@ -66,9 +67,9 @@ class Measured:
     ],
 )
 def test_a_costly_template_is_refused_quickly_without_growing_memory(text):
-    with Measured() as timed, pytest.raises(TemplateLimitExceeded):
+    with Measured() as timed, pytest.raises(TemplateError, match=TOO_COSTLY):
         render_template(text, CONTEXT)
-    with Measured(memory=True) as measured, pytest.raises(TemplateLimitExceeded):
+    with Measured(memory=True) as measured, pytest.raises(TemplateError, match=TOO_COSTLY):
         render_template(text, CONTEXT)
 
     assert timed.seconds < 3
@@ -85,12 +86,12 @@ def test_compiling_evaluates_nothing_so_the_cache_holds_no_large_value():
 def test_render_output_is_capped():
     text = "{% for i in range(2000) %}" + "x" * 1000 + "{% endfor %}"
 
-    with pytest.raises(TemplateLimitExceeded, match="renders more than"):
+    with pytest.raises(TemplateError, match="renders more than"):
         render_template(text, CONTEXT)
 
 
 def test_a_template_source_is_capped():
-    with pytest.raises(TemplateLimitExceeded):
+    with pytest.raises(TemplateError, match=TOO_COSTLY):
         compile_template("{{ 1 }}" + "x" * limits.MAX_TEMPLATE_CHARS)
 
 
@@ -111,7 +112,7 @@ def test_ordinary_templates_still_render():
 # --- expressions ---------------------------------------------------------------------------------------
 
 def test_nested_macros_are_stopped_by_the_cost_limit():
-    with Measured() as measured, pytest.raises(ExpressionLimitExceeded, match="evaluation steps"):
+    with Measured() as measured, pytest.raises(ExpressionError, match="evaluation steps|longer than"):
         evaluate_expression(NESTED_ALL, CONTEXT)
 
     assert measured.seconds < 1.5
@@ -132,7 +133,7 @@ def test_oversized_values_and_deep_expressions_are_refused(text):
 
 
 def test_an_expression_is_capped_in_length():
-    with pytest.raises(ExpressionLimitExceeded):
+    with pytest.raises(ExpressionError, match=TOO_COSTLY):
         evaluate_expression("true || " * 1000 + "true", CONTEXT)
 
 
