@@ -16,7 +16,6 @@ from drf_spectacular.utils import (
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, ValidationError
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
 from approvals.models import ApprovalRequest
@@ -32,7 +31,7 @@ from ..services.workflows import definition_problems, workflow_save
 from . import serializers as s
 from .errors import ServiceErrorsMixin, error_body, errors_of, problems_body, valid_data
 from .filters import ApprovalFilter, DeadLetterFilter, RunFilter, WorkflowFilter
-from .parsers import TextYAMLParser, YAMLParser
+from .parsers import JSONBodyParser, TextYAMLParser, YAMLParser
 from .permissions import team_for_write
 
 _ERRORS = OpenApiResponse(s.ErrorsSerializer, description="Every problem, each with its path.")
@@ -67,7 +66,7 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
     lookup_field = "name"
     lookup_value_regex = r"[a-z][a-z0-9_-]*"
     filterset_class = WorkflowFilter
-    parser_classes = [JSONParser, YAMLParser, TextYAMLParser]
+    parser_classes = [JSONBodyParser, YAMLParser, TextYAMLParser]
     serializer_class = s.WorkflowListSerializer
 
     def get_queryset(self) -> QuerySet[Workflow]:
@@ -187,7 +186,7 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
         },
         description="Start a run of the latest version (or of `version`).",
     )
-    @action(detail=True, methods=["post"], parser_classes=[JSONParser])
+    @action(detail=True, methods=["post"], parser_classes=[JSONBodyParser])
     def runs(self, request, name=None):
         workflow = self.get_object()
         body = valid_data(s.RunStartRequestSerializer(data=request.data))

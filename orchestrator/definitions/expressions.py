@@ -5,13 +5,24 @@ Owns every use of `celpy` in Stepwise. Conditions (`when`), router rules and sco
 (`input`, `steps`, and inside a map item `item` and `index`); results come back as plain
 Python values. It must never use Python `eval`, and never reach outside the context it
 is given.
+
+Names: a dotted read of a map (`steps.items`, `input.keys`) is always the map's entry;
+CEL maps have no methods to collide with, so every name the format allows is plain data.
+
+Cost: an expression is at most MAX_EXPRESSION_CHARS long, and one evaluation may visit at
+most MAX_EXPRESSION_COST syntax-tree nodes (macro iterations such as nested `.all()`
+count every visit) within MAX_EXPRESSION_SECONDS; `+` and `*` refuse to build strings,
+lists or integers past the template limits (`limits.py`). Past a limit the evaluation
+stops with `ExpressionLimitExceeded`.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime
+import operator
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,7 +31,10 @@ import celpy
 import lark
 from celpy import celtypes
 from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError, CELUnsupportedError
+from celpy.evaluation import CELEvalError, CELUnsupportedError, Evaluator
+
+from . import limits
+from .shapes import UNKNOWN, Unknown
 
 # Macros bind their first argument as a variable local to the other arguments.
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
@@ -29,11 +43,105 @@ _TYPE_IDENTIFIERS = frozenset(
     {"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"}
 )
 
-_environment = celpy.Environment()
-
 
 class ExpressionError(Exception):
     """An expression does not compile, or failed while being evaluated."""
+
+
+class ExpressionLimitExceeded(ExpressionError):
+    """An expression is too long, or evaluating it would exceed its cost or size limit."""
+
+
+class _Budget:
+    """What one evaluation may still spend: node visits, and time as a backstop."""
+
+    def __init__(self) -> None:
+        self.cost_left = limits.MAX_EXPRESSION_COST
+        self.deadline = time.monotonic() + limits.MAX_EXPRESSION_SECONDS
+
+    def spend(self, cost: int) -> None:
+        self.cost_left -= cost
+        shared = limits.current_allowance()
+        if shared is not None:
+            shared.expression_cost -= cost
+            if shared.expression_cost < 0:
+                raise ExpressionLimitExceeded(
+                    "the definition's expressions together cost more than "
+                    f"{limits.MAX_CHECK_EXPRESSION_COST:,} evaluation steps to check"
+                )
+        if self.cost_left < 0:
+            raise ExpressionLimitExceeded(
+                f"the expression costs more than {limits.MAX_EXPRESSION_COST:,} evaluation "
+                "steps (nested macros such as .all() multiply); simplify it"
+            )
+        if self.cost_left % 256 == 0 and time.monotonic() > self.deadline:
+            raise ExpressionLimitExceeded(
+                f"the expression took longer than {limits.MAX_EXPRESSION_SECONDS} s to evaluate"
+            )
+
+
+class _BudgetedEvaluator(Evaluator):
+    """celpy's interpreter, charging every node it visits to one shared budget.
+
+    Macros (`all`, `map`, ...) evaluate their body through `sub_evaluator` once per
+    element, so their iterations are charged to the same budget.
+    """
+
+    def __init__(self, ast: lark.Tree, activation, budget: _Budget) -> None:
+        super().__init__(ast, activation=activation)
+        self.budget = budget
+
+    def sub_evaluator(self, ast: lark.Tree) -> Evaluator:
+        return _BudgetedEvaluator(ast, self.activation, self.budget)
+
+    def visit(self, tree):
+        self.budget.spend(1)
+        return super().visit(tree)
+
+    def visit_children(self, tree):
+        self.budget.spend(len(tree.children))
+        return super().visit_children(tree)
+
+
+class _BudgetedRunner(celpy.InterpretedRunner):
+    def evaluate(self, context):
+        evaluator = _BudgetedEvaluator(self.ast, self.new_activation(), _Budget())
+        return evaluator.evaluate(context)
+
+
+def _sized(result: object) -> object:
+    if isinstance(result, str | bytes | list | tuple) and len(result) > limits.MAX_RENDER_CHARS:
+        raise ExpressionLimitExceeded(
+            f"the expression builds a value of more than {limits.MAX_RENDER_CHARS:,} items"
+        )
+    if isinstance(result, int) and result.bit_length() > limits.MAX_INT_BITS:
+        raise ExpressionLimitExceeded("the expression builds an integer that is too large")
+    return result
+
+
+def _length(value: object) -> int | None:
+    return len(value) if isinstance(value, str | bytes | list | tuple) else None
+
+
+def _checked_add(left, right):
+    sizes = (_length(left), _length(right))
+    if None not in sizes and sum(sizes) > limits.MAX_RENDER_CHARS:
+        _sized(range(sum(sizes)))  # refused before it is built
+    return _sized(operator.add(left, right))
+
+
+def _checked_mul(left, right):
+    for sequence, count in ((left, right), (right, left)):
+        size = _length(sequence)
+        if size is not None and isinstance(count, int) and size * count > limits.MAX_RENDER_CHARS:
+            raise ExpressionLimitExceeded(
+                f"the expression builds a value of more than {limits.MAX_RENDER_CHARS:,} items"
+            )
+    return _sized(operator.mul(left, right))
+
+
+_FUNCTIONS = {"_+_": _checked_add, "_*_": _checked_mul}
+_environment = celpy.Environment(runner_class=_BudgetedRunner)
 
 
 @dataclass(frozen=True)
@@ -43,20 +151,32 @@ class CompiledExpression:
     program: celpy.Runner
 
 
-@lru_cache(maxsize=4096)
 def compile_expression(text: str) -> CompiledExpression:
-    """Parse `text` as CEL. Raises ExpressionError with the parser's message."""
+    """Parse `text` as CEL. Raises ExpressionError with the parser's message
+    (ExpressionLimitExceeded for a text longer than MAX_EXPRESSION_CHARS)."""
     if not isinstance(text, str):
         raise ExpressionError(f"an expression must be a string, not {type(text).__name__}")
     if not text.strip():
         raise ExpressionError("an expression must not be empty")
+    if len(text) > limits.MAX_EXPRESSION_CHARS:
+        raise ExpressionLimitExceeded(
+            f"an expression may be at most {limits.MAX_EXPRESSION_CHARS:,} characters long, "
+            f"not {len(text):,}"
+        )
+    return _compile(text)
+
+
+@lru_cache(maxsize=limits.EXPRESSION_CACHE_SIZE)
+def _compile(text: str) -> CompiledExpression:
     try:
         tree = _environment.compile(text)
-        program = _environment.program(tree)
+        program = _environment.program(tree, functions=_FUNCTIONS)
     except CELParseError as error:
         raise ExpressionError(f"CEL syntax error: {str(error).rstrip()}") from None
     except (CELUnsupportedError, lark.LarkError) as error:
         raise ExpressionError(f"CEL error: {error}") from None
+    except RecursionError:
+        raise ExpressionLimitExceeded("the expression nests too deeply") from None
     return CompiledExpression(text, tree, program)
 
 
@@ -64,23 +184,50 @@ def evaluate_expression(text: str, context: dict) -> object:
     """Evaluate CEL `text` over `context` (plain JSON-like data) and return plain Python.
 
     Raises ExpressionError if `text` does not compile or evaluation fails (missing key,
-    mismatched types, division by zero).
+    mismatched types, division by zero), ExpressionLimitExceeded past a cost or size limit.
     """
     compiled = compile_expression(text)
     try:
-        activation = {name: celpy.json_to_cel(value) for name, value in context.items()}
+        activation = {name: _to_cel(value) for name, value in context.items()}
     except (TypeError, ValueError) as error:
         raise ExpressionError(f"context is not JSON-like data: {error}") from None
     try:
         result = compiled.program.evaluate(activation)
+    except ExpressionError:
+        raise
     except CELEvalError as error:
         raise ExpressionError(_eval_error_message(error)) from None
+    except RecursionError:
+        raise ExpressionLimitExceeded("the expression nests too deeply") from None
     except (CELUnsupportedError, ArithmeticError, LookupError, TypeError, ValueError) as error:
         raise ExpressionError(f"cannot evaluate {text!r}: {error}") from None
     # Some failures come back as a value instead of being raised.
     if isinstance(result, CELEvalError):
         raise ExpressionError(_eval_error_message(result))
     return to_python(result)
+
+
+class _UnknownMap(celtypes.MapType):
+    """`shapes.Unknown` in CEL: every member is another unknown; comparing it is a type
+    error, which validation does not report."""
+
+    def __getitem__(self, key):
+        return _UnknownMap()
+
+    def __contains__(self, key) -> bool:
+        return True
+
+
+def _to_cel(value: object) -> object:
+    if isinstance(value, Unknown):
+        return _UnknownMap()
+    if isinstance(value, dict):
+        return celtypes.MapType(
+            {celtypes.StringType(key): _to_cel(item) for key, item in value.items()}
+        )
+    if isinstance(value, list | tuple):
+        return celtypes.ListType([_to_cel(item) for item in value])
+    return celpy.json_to_cel(value)
 
 
 def expression_roots(text: str) -> set[str]:
@@ -107,6 +254,8 @@ def to_python(value: object) -> object:
     """
     if value is None:
         return None
+    if isinstance(value, _UnknownMap):
+        return UNKNOWN
     if isinstance(value, celtypes.BoolType | bool):
         return bool(value)
     if isinstance(value, celtypes.DoubleType | float):

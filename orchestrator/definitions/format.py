@@ -13,6 +13,8 @@ import copy
 from functools import cache
 from typing import Any
 
+from . import limits
+
 SCHEMA_ID = "https://stepwise.dev/schema/definition.json"
 
 # "validate" is an API route (POST /api/v1/workflows/validate/), so it cannot name a workflow.
@@ -101,6 +103,7 @@ def _only_with(description: str) -> dict:
 _EXPRESSION = {
     "type": "string",
     "minLength": 1,
+    "maxLength": limits.MAX_EXPRESSION_CHARS,
     "description": (
         "A CEL expression (https://github.com/google/cel-spec). Variables: `input` (the run "
         "input), `steps` (step name -> {output, state}); inside a map item also `item` and "
@@ -110,6 +113,7 @@ _EXPRESSION = {
 
 _TEMPLATE = {
     "type": "string",
+    "maxLength": limits.MAX_TEMPLATE_CHARS,
     "description": (
         "A Jinja2 template rendered in a sandbox with the same variables as expressions "
         "(`input`, `steps`, and in a map item `item`, `index`); an undefined variable is an error."
@@ -193,6 +197,7 @@ def _retry_schema() -> dict:
             "max_attempts": {
                 "type": "integer",
                 "minimum": 1,
+                "maximum": limits.MAX_RETRY_ATTEMPTS,
                 "default": RETRY_DEFAULTS["max_attempts"],
                 "description": "Total attempts, including the first.",
             },
@@ -204,12 +209,14 @@ def _retry_schema() -> dict:
             "base_s": {
                 "type": "number",
                 "minimum": 0,
+                "maximum": limits.MAX_RETRY_DELAY_S,
                 "default": RETRY_DEFAULTS["base_s"],
                 "description": "Delay before the first retry, in seconds.",
             },
             "max_s": {
                 "type": "number",
                 "minimum": 0,
+                "maximum": limits.MAX_RETRY_DELAY_S,
                 "default": RETRY_DEFAULTS["max_s"],
                 "description": "Upper bound of any delay, in seconds.",
             },
@@ -256,6 +263,7 @@ def _common_step_properties() -> dict:
         "timeout_s": {
             "type": "integer",
             "exclusiveMinimum": 0,
+            "maximum": limits.MAX_TIMEOUT_S,
             "description": (
                 f"Seconds an attempt may take (default {DEFAULT_TIMEOUT_S}; "
                 f"{HUMAN_GATE_TIMEOUT_S} for human_gate)."
@@ -286,16 +294,23 @@ def _agent_properties() -> dict:
         "model": {"type": "string", "description": "A registered model name."},
         "prompt": {**_TEMPLATE, "description": "The user prompt. " + _TEMPLATE["description"]},
         "system": {**_TEMPLATE, "description": "The system prompt. " + _TEMPLATE["description"]},
-        "temperature": {"type": "number", "minimum": 0, "description": "Sampling temperature."},
+        "temperature": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": limits.MAX_TEMPERATURE,
+            "description": "Sampling temperature.",
+        },
         "max_tokens": {
             "type": "integer",
             "exclusiveMinimum": 0,
+            "maximum": limits.MAX_TOKENS,
             "description": "Upper bound on output tokens.",
         },
         "script": _SCRIPT,
         "repair_attempts": {
             "type": "integer",
             "minimum": 0,
+            "maximum": limits.MAX_REPAIR_ATTEMPTS,
             "default": DEFAULT_REPAIR_ATTEMPTS,
             "description": (
                 "How many times, within one attempt, a reply that fails validation is sent "
@@ -412,14 +427,21 @@ def shared_format_schema() -> dict:
                 "tokens_in": {
                     "type": "integer",
                     "minimum": 0,
+                    "maximum": limits.MAX_SCRIPTED_TOKENS,
                     "description": "Reported input tokens.",
                 },
                 "tokens_out": {
                     "type": "integer",
                     "minimum": 0,
+                    "maximum": limits.MAX_SCRIPTED_TOKENS,
                     "description": "Reported output tokens.",
                 },
-                "delay_ms": {"type": "integer", "minimum": 0, "description": "Simulated latency."},
+                "delay_ms": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": limits.MAX_SCRIPTED_DELAY_MS,
+                    "description": "Simulated latency.",
+                },
                 "error": {
                     "enum": list(SCRIPTED_ERRORS),
                     "description": "Fail the attempt with this class instead of replying.",
@@ -668,6 +690,7 @@ def shared_format_schema() -> dict:
                     "temperature": {
                         "type": "number",
                         "minimum": 0,
+                        "maximum": limits.MAX_TEMPERATURE,
                         "description": "Sampling temperature (strategy: llm).",
                     },
                     "script": {**_SCRIPT, "description": "Scripted answers (strategy: llm). "
@@ -823,11 +846,13 @@ def shared_format_schema() -> dict:
                     "max_cost_usd": {
                         "type": ["number", "null"],
                         "minimum": 0,
+                        "maximum": limits.MAX_COST_USD,
                         "description": "Total model and tool cost (null: no limit).",
                     },
                     "max_duration_s": {
                         "type": ["integer", "null"],
                         "exclusiveMinimum": 0,
+                        "maximum": limits.MAX_RUN_DURATION_S,
                         "description": "Wall-clock seconds (null: no limit).",
                     },
                 },
@@ -840,6 +865,7 @@ def shared_format_schema() -> dict:
             "max_parallel": {
                 "type": "integer",
                 "minimum": 1,
+                "maximum": limits.MAX_PARALLEL,
                 "default": DEFAULT_MAX_PARALLEL,
                 "description": "At most this many steps of one run run at once.",
             },
@@ -847,6 +873,7 @@ def shared_format_schema() -> dict:
             "steps": {
                 "type": "array",
                 "minItems": 1,
+                "maxItems": limits.MAX_STEPS,
                 "items": _ref("step"),
                 "description": "The steps, in any order; `after` orders them.",
             },

@@ -54,30 +54,53 @@ class Graph:
             found[node.name] = frozenset(seen)
         return found
 
+    def completed_ancestors(self) -> dict[str, frozenset[str]]:
+        """Every step -> the ancestors that have surely completed whenever it runs.
+
+        With `join: all` a step runs only if each dependency completed, so those and what
+        they surely had; with `join: any` only what all its dependencies surely had.
+        Steps on or after a cycle get none.
+        """
+        sure: dict[str, frozenset[str]] = {}
+        for name in self._topological_order():
+            node = self.by_name[name]
+            each = [frozenset({dep}) | sure.get(dep, frozenset()) for dep in node.after]
+            if not each:
+                sure[name] = frozenset()
+            elif node.join == "all":
+                sure[name] = frozenset().union(*each)
+            else:
+                sure[name] = frozenset.intersection(*each)
+        return sure
+
     def cycles(self) -> list[list[str]]:
         """Elementary cycles in run order (each step runs after the one before it).
 
         Each cycle is listed once, starting at its earliest step in document order.
         """
         found: list[list[str]] = []
-        budget = [_MAX_SEARCH_STEPS]
-
-        def search(start: str, path: list[str], on_path: set[str]) -> None:
-            for nxt in self.dependents[path[-1]]:
-                budget[0] -= 1
-                if len(found) >= MAX_CYCLES or budget[0] <= 0:
-                    return
+        budget = _MAX_SEARCH_STEPS
+        # A depth-first search with an explicit stack: a long chain of steps must not
+        # recurse once per step.
+        for node in self.nodes:
+            start = node.name
+            path, on_path = [start], {start}
+            pending = [iter(self.dependents[start])]
+            while pending:
+                nxt = next(pending[-1], None)
+                if nxt is None:
+                    pending.pop()
+                    on_path.discard(path.pop())
+                    continue
+                budget -= 1
+                if len(found) >= MAX_CYCLES or budget <= 0:
+                    return found
                 if nxt == start:
                     found.append([*path, start])
                 elif nxt not in on_path and self.order[nxt] > self.order[start]:
                     on_path.add(nxt)
                     path.append(nxt)
-                    search(start, path, on_path)
-                    path.pop()
-                    on_path.discard(nxt)
-
-        for node in self.nodes:
-            search(node.name, [node.name], {node.name})
+                    pending.append(iter(self.dependents[nxt]))
         return found
 
     def never_runs(self, cycles: list[list[str]]) -> dict[str, tuple[str, str]]:

@@ -3,29 +3,60 @@
 Owns `parse_definition_text`: text in, a dict of plain JSON data out, or
 `DefinitionInvalid` with a located message. YAML is read with a safe loader that keeps
 dates as strings (so YAML and JSON give the same document) and rejects duplicate keys
-instead of silently keeping the last one (in JSON
-too). It must not validate the format; that is
-`validate_definition`'s job.
+instead of silently keeping the last one (in JSON too). Nothing small can expand into
+something big or deep: text over MAX_DEFINITION_BYTES is refused unread, YAML aliases
+(`*name`, and so `<<` merges) are refused while composing, so a few hundred bytes cannot
+expand into millions of nodes, and nesting past MAX_DEPTH is refused before the
+recursive composer or JSON decoder can overflow the stack. JSON's non-standard NaN and
+Infinity (and numbers too large for a float) are refused. It must not validate the format;
+that is `validate_definition`'s job.
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 import yaml
 
+from .limits import MAX_DEFINITION_BYTES, MAX_DEPTH
 from .problems import DefinitionInvalid, Problem
 
 _JSON_CONTENT_TYPES = ("application/json", "text/json")
 
 
 class _DefinitionLoader(yaml.SafeLoader):
-    """SafeLoader without implicit timestamps, refusing duplicate mapping keys."""
+    """SafeLoader without implicit timestamps or aliases, refusing duplicate mapping keys
+    and nesting deeper than MAX_DEPTH."""
 
     yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.get_event()
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"found alias *{event.anchor}: YAML aliases (and << merges) are not allowed "
+                "in a definition; write the value out",
+                event.start_mark,
+            )
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nesting deeper than {MAX_DEPTH} levels", self.peek_event().start_mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
     def construct_mapping(self, node, deep=False):
         keys = set()
@@ -64,22 +95,61 @@ def parse_definition_text(text: str, *, content_type: str | None = None) -> dict
         raise DefinitionInvalid(
             [Problem("", f"definition text must be a string, not {type(text).__name__}")]
         )
+    if len(text) > MAX_DEFINITION_BYTES or len(text.encode("utf-8")) > MAX_DEFINITION_BYTES:
+        raise DefinitionInvalid(
+            [Problem("", f"definition text is larger than {MAX_DEFINITION_BYTES:,} bytes")]
+        )
     if _is_json(content_type):
-        try:
-            doc = json.loads(text, object_pairs_hook=_unique_keys)
-        except (json.JSONDecodeError, _DuplicateKey) as error:
-            raise DefinitionInvalid([Problem("", f"invalid JSON: {error}")]) from None
+        doc = parse_json_text(text, what="JSON")
     else:
         try:
             doc = yaml.load(text, Loader=_DefinitionLoader)  # a SafeLoader subclass
         except yaml.YAMLError as error:
             raise DefinitionInvalid([Problem("", f"invalid YAML: {error}")]) from None
+        except (ValueError, RecursionError) as error:  # e.g. an integer of 5,000 digits
+            raise DefinitionInvalid([Problem("", f"invalid YAML: {_brief(error)}")]) from None
     if not isinstance(doc, dict):
         kind = "empty" if doc is None else f"a {type(doc).__name__}"
         raise DefinitionInvalid(
             [Problem("", f"a definition must be a mapping at the top level, not {kind}")]
         )
     return doc
+
+
+def parse_json_text(text: str | bytes, *, what: str) -> object:
+    """Strict JSON: duplicate keys, NaN, Infinity and non-finite numbers refused, and
+    nesting past MAX_DEPTH a located error instead of a RecursionError.
+
+    Raises DefinitionInvalid with one root problem, its message starting with "invalid
+    {what}".
+    """
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_unique_keys,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+        )
+    except RecursionError:
+        message = f"invalid {what}: nesting deeper than {MAX_DEPTH} levels"
+    except (ValueError, _DuplicateKey) as error:  # JSONDecodeError is a ValueError
+        message = f"invalid {what}: {_brief(error)}"
+    raise DefinitionInvalid([Problem("", message)])
+
+
+def _brief(error: Exception) -> str:
+    return str(error).split("\n", 1)[0][:300]
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is too large")
+    return value
 
 
 class _DuplicateKey(ValueError):

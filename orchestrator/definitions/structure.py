@@ -136,6 +136,12 @@ def _humanize(error: ValidationError) -> Iterator[Found]:
         yield path, f"must be >= {error.validator_value}, not {value!r}"
     elif kind == "exclusiveMinimum":
         yield path, f"must be > {error.validator_value}, not {value!r}"
+    elif kind == "maximum":
+        yield path, f"must be <= {error.validator_value:,}, not {value!r}"
+    elif kind == "maxItems":
+        yield path, f"must have at most {error.validator_value:,} items, not {len(value):,}"
+    elif kind == "maxLength":
+        yield path, f"must be at most {error.validator_value:,} characters long, not {len(value):,}"
     elif kind == "uniqueItems":
         yield path, "must not contain duplicates"
     elif kind == "not" and isinstance(error.schema, dict) and "description" in error.schema:

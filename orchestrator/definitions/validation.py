@@ -17,19 +17,41 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from .compat import schema_accepts
-from .expressions import ExpressionError, expression_roots, referenced_steps
+from .expressions import (
+    ExpressionError,
+    ExpressionLimitExceeded,
+    evaluate_expression,
+    expression_roots,
+    referenced_steps,
+)
 from .format import CONTEXT_ROOTS, MAP_ITEM_ROOTS, RISK_RULE_ROOTS
 from .graph import Graph, Node
+from .limits import (
+    MAX_DEFINITION_BYTES,
+    MAX_DEPTH,
+    MAX_STEPS,
+    check_allowance,
+    document_problems,
+)
 from .problems import PathPart, Problem, ProblemLog
 from .proposals import normalize_proposal, proposal_problems
+from .shapes import UNKNOWN, sample
 from .structure import describe_type, is_valid_schema, schema_problems, structure_problems
 from .templates import (
     TemplateError,
+    TemplateLimitExceeded,
+    TemplateUndefined,
+    TemplateUnsafe,
     contains_template,
     is_template,
+    render_template,
     template_names,
     template_step_references,
 )
+
+# CEL errors that mean a read of something the shapes do not have (not a value-dependent
+# failure such as comparing a sample string with a number).
+_MISSING_READ = ("no such member", "no such key", "does not support field selection")
 
 Parts = tuple[PathPart, ...]
 
@@ -53,14 +75,28 @@ def validate_definition(
     if not isinstance(doc, dict):
         return [Problem("", f"a definition must be a mapping, not {describe_type(doc)}")]
     log = ProblemLog()
+    # First, iteratively: everything after this may recurse over the document or cost
+    # time in proportion to its size.
+    for parts, message in document_problems(
+        doc, max_bytes=MAX_DEFINITION_BYTES, max_depth=MAX_DEPTH, what="the definition"
+    ):
+        log.add(parts, message)
+    if len(log):
+        return log.in_document_order(doc)
     for parts, message in _not_json(doc, ()):
         log.add(parts, message)
     if len(log):
         # Nothing else can be checked reliably until the document is plain JSON data.
         return log.in_document_order(doc)
+    steps = doc.get("steps")
+    if isinstance(steps, list) and len(steps) > MAX_STEPS:
+        # Nothing else is checked on a graph this large.
+        log.add(("steps",), f"must have at most {MAX_STEPS:,} items, not {len(steps):,}")
+        return log.in_document_order(doc)
     for parts, message in structure_problems(doc):
         log.add(parts, message)
-    _Check(doc, tools=tools, models=models, workflows=workflows, egress=egress, log=log).run()
+    with check_allowance():
+        _Check(doc, tools=tools, models=models, workflows=workflows, egress=egress, log=log).run()
     return log.in_document_order(doc)
 
 
@@ -102,6 +138,10 @@ class _Check:
         ]
         # Step name -> the steps it transitively waits for; filled once the graph is built.
         self.ancestors: dict[str, frozenset[str]] = {}
+        # Step name -> the ancestors that surely completed whenever it runs.
+        self.completed: dict[str, frozenset[str]] = {}
+        # Map step name -> (full, minimal) sample of one item, for its item's templates.
+        self.item_samples: dict[str, tuple[object, object]] = {}
         # Step name -> index of its first definition; later duplicates are problems.
         self.index_of: dict[str, int] = {}
         for index, step in self.steps:
@@ -125,6 +165,7 @@ class _Check:
         for name, (field, reason) in graph.never_runs(cycles).items():
             self.add(("steps", self.index_of[name], field), reason)
         self.ancestors = graph.ancestors()
+        self.completed = graph.completed_ancestors()
         for index, step in self.steps:
             self.check_step(index, step)
         self.check_audit()
@@ -451,6 +492,8 @@ class _Check:
             return
         item_at = (*at, "item")
         item_roots = CONTEXT_ROOTS | MAP_ITEM_ROOTS
+        if name:
+            self.item_samples[name] = self.sample_items(step.get("over"), name, upstream)
         self.check_retry(item_at, item.get("retry"))
         self.check_schema_field((*item_at, "output_schema"), item.get("output_schema"))
         self.check_step_input_schema(item_at, item.get("input_schema"), name, upstream)
@@ -467,10 +510,13 @@ class _Check:
         except ExpressionError as error:
             self.add(at, f"invalid expression: {error}")
             return
+        before = len(self.log)
         for root in sorted(used_roots - roots):
             self.add(at, f"unknown variable {root!r}; available: {', '.join(sorted(roots))}")
         for step in sorted(used_steps):
             self.check_step_reference(at, step, name, upstream)
+        if len(self.log) == before:
+            self.try_expression(at, text, name, upstream, roots)
 
     def check_template(self, at: Parts, text: object, name, upstream, roots) -> None:
         if not isinstance(text, str) or not is_template(text):
@@ -481,12 +527,112 @@ class _Check:
         except TemplateError as error:
             self.add(at, f"invalid template: {error}")
             return
+        before = len(self.log)
         for root in sorted(used_names - roots):
             self.add(
                 at, f"unknown template variable {root!r}; available: {', '.join(sorted(roots))}"
             )
         for step in sorted(used_steps):
             self.check_step_reference(at, step, name, upstream)
+        if len(self.log) == before:
+            self.try_template(at, text, name, upstream, roots)
+
+    # --- what saves, runs: templates and expressions tried on data of the declared shapes ---
+
+    def sample_contexts(self, name, upstream, roots) -> list[tuple[bool, dict]]:
+        """(full?, context) for the two variants described in `shapes.py`.
+
+        In the minimal variant an ancestor that may not have completed when `name` runs
+        (reached through `join: any`) is skipped with no output, and one with a fallback
+        has the fallback's output.
+        """
+        sure = self.completed.get(name, frozenset()) if name else frozenset()
+        contexts = []
+        for full in (True, False):
+            steps = {}
+            for ancestor in sorted(upstream):
+                if ancestor not in self.index_of:
+                    continue
+                spec = self.step_named(ancestor)
+                if not full and ancestor not in sure and ancestor != name:
+                    steps[ancestor] = {"state": "skipped", "output": None}
+                    continue
+                producer = spec
+                fallback = spec.get("fallback")
+                if not full and isinstance(fallback, str) and fallback in self.index_of:
+                    producer = self.step_named(fallback)
+                steps[ancestor] = {
+                    "state": "completed",
+                    "output": _sample(producer.get("output_schema"), full),
+                }
+            context = {"input": _sample(self.doc.get("input_schema"), full), "steps": steps}
+            if "item" in roots:
+                items = self.item_samples.get(name, (UNKNOWN, UNKNOWN))
+                context["item"] = items[0] if full else items[1]
+                context["index"] = 0
+            if "proposal" in roots:
+                context["proposal"] = UNKNOWN
+            contexts.append((full, context))
+        return contexts
+
+    def sample_items(self, over: object, name: str, upstream) -> tuple[object, object]:
+        """One element of `over` per variant (unknown when it cannot be worked out)."""
+        found = []
+        for _full, context in self.sample_contexts(name, upstream, CONTEXT_ROOTS):
+            try:
+                items = evaluate_expression(over, context) if isinstance(over, str) else None
+            except ExpressionError:
+                items = None
+            found.append(items[0] if isinstance(items, list) and items else UNKNOWN)
+        return found[0], found[1]
+
+    def runs_in(self, at: Parts, name, context: dict) -> bool:
+        """Whether what is at `at` is used in `context`: the step's own `when` always is;
+        everything else only when that `when` holds (a step whose `when` is false or
+        cannot be evaluated renders nothing)."""
+        if not name or len(at) == 3 and at[0] == "steps" and at[2] == "when":
+            return True
+        when = self.step_named(name).get("when")
+        if not isinstance(when, str) or not when.strip():
+            return True
+        try:
+            return evaluate_expression(when, context) is True
+        except ExpressionError:
+            return False
+
+    def try_template(self, at: Parts, text: str, name, upstream, roots) -> None:
+        for full, context in self.sample_contexts(name, upstream, roots):
+            if not self.runs_in(at, name, context):
+                continue
+            try:
+                render_template(text, context)
+            except TemplateLimitExceeded as error:
+                self.add(at, f"template is too costly: {error}")
+            except TemplateUnsafe as error:
+                self.add(at, str(error))
+            except TemplateUndefined as error:
+                self.add(at, _shape_problem("template", full, error))
+            except TemplateError:
+                continue  # depends on the values, not on the shapes
+            else:
+                continue
+            return
+
+    def try_expression(self, at: Parts, text: str, name, upstream, roots) -> None:
+        for full, context in self.sample_contexts(name, upstream, roots):
+            if not self.runs_in(at, name, context):
+                continue
+            try:
+                evaluate_expression(text, context)
+            except ExpressionLimitExceeded as error:
+                self.add(at, f"expression is too costly: {error}")
+            except ExpressionError as error:
+                if not any(marker in str(error) for marker in _MISSING_READ):
+                    continue  # depends on the values, not on the shapes
+                self.add(at, _shape_problem("expression", full, error))
+            else:
+                continue
+            return
 
     def check_templates_in(self, at: Parts, value: object, name, upstream, roots) -> None:
         if isinstance(value, str):
@@ -583,6 +729,25 @@ class _Check:
         if not isinstance(value, list):
             return []
         return [item if isinstance(item, str) else None for item in value]
+
+
+def _sample(schema: object, full: bool) -> object:
+    return sample(schema, full=full) if is_valid_schema(schema) else UNKNOWN
+
+
+def _shape_problem(kind: str, full: bool, error: Exception) -> str:
+    detail = str(error).removeprefix("undefined variable: ")
+    if full:
+        return (
+            f"{kind} reads something the declared shapes do not have ({detail}): check the "
+            "name, or declare it in the producing step's output_schema or the input_schema"
+        )
+    return (
+        f"{kind} reads something that may be absent when the step runs ({detail}): a "
+        "property that is not required, a nullable value, an empty list, or a step that may "
+        "not have completed; make it required, or guard it (Jinja: `is defined`, "
+        "`| default(...)`; CEL: `has(...)`)"
+    )
 
 
 def _schema_errors(validator: Draft202012Validator, value: object) -> list:

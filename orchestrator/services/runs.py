@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator
 
 from ..authz import REAPER, Action, Actor, is_person, label, require
 from ..clock import now
+from ..definitions.limits import run_input_problems
 from ..errors import IdempotencyConflict, InputInvalid, NotAllowed
 from ..events import event_record
 from ..hashing import digest_of
@@ -45,7 +46,7 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     """
     team = version.workflow.team
     require(actor, Action.RUN_START, team=team)
-    problems = input_problems(version.normalized["input_schema"], input)
+    problems = run_input_problems(input) or input_problems(version.normalized["input_schema"], input)
     if problems:
         raise InputInvalid("run input is invalid", problems)
     request_digest = digest_of(
