@@ -15,9 +15,11 @@ non-global range are refused unless a policy allows them explicitly.
 from __future__ import annotations
 
 import ipaddress
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -120,8 +122,6 @@ def policy_for_base_url(base_url: str, *, max_response_bytes: int) -> Policy:
 
     Raises ValueError for a URL without an http(s) scheme and a host.
     """
-    from urllib.parse import urlsplit
-
     parts = urlsplit(base_url)
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").rstrip(".").lower()
@@ -305,8 +305,6 @@ def literal_address(host: str) -> IPAddress | None:
     """The address a host written as an address literal stands for, in any spelling the
     system resolver accepts (`127.1`, `2130706433`, `0x7f000001`, `[::1]`), or None for a name.
     `localhost` and names under `.localhost` count as 127.0.0.1 (RFC 6761)."""
-    import socket
-
     host = host.strip("[]").rstrip(".").lower()
     if host == "localhost" or host.endswith(".localhost"):
         return ipaddress.IPv4Address("127.0.0.1")

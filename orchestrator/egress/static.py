@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ..tools.registry import all_tools
 from .policy import (
     DEFAULT_PORTS,
     Policy,
@@ -66,8 +67,6 @@ def url_problems(text: str, policy: Policy) -> list[str]:
 def definition_checker(*, team: str = "") -> Checker:
     """The save-time checker of `team`'s definitions: each param a tool declares as a URL
     (`url_params` in the tool registry) is checked against that tool's policy for the team."""
-    from ..tools.registry import all_tools
-
     tools = all_tools()
 
     def check(tool: str, params: dict) -> Iterator[tuple[tuple, str]]:

@@ -10,6 +10,7 @@ from jsonschema import Draft202012Validator
 from audit.services import external_call_authorize
 
 from ..definitions import TemplateError, render_value
+from ..models import Run
 from ..output_schemas import validate_output
 from ..retry import StepError
 from ..tools.registry import Tool, ToolContext, get_tool
@@ -62,8 +63,6 @@ def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
 
 def _team_of(run_id: str) -> str:
     """The run's team slug: a tool's egress policy may be the team's own."""
-    from ..models import Run
-
     return Run.objects.filter(id=run_id).values_list("team__slug", flat=True).first() or ""
 
 

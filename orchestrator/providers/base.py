@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..retry import StepError
+from .errors import DEFAULT_MAX_RESPONSE_BYTES
 
 # The name of the one tool / structured-output channel a reply may arrive through.
 RESPONSE_NAME = "respond"
@@ -69,8 +70,6 @@ class Provider:
 
     def max_response_bytes(self) -> int:
         """The registry's `max_response_bytes`: the largest reply read (egress size cap)."""
-        from .errors import DEFAULT_MAX_RESPONSE_BYTES
-
         return int(self.config.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES))
 
 
