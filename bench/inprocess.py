@@ -155,7 +155,8 @@ def api_start_statements(token: str, workflow: str) -> dict:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    client = Client(HTTP_AUTHORIZATION=f"Token {token}")
+    # A development host name: the embedded default answers to loopback names only.
+    client = Client(HTTP_AUTHORIZATION=f"Token {token}", HTTP_HOST="localhost")
     with CaptureQueriesContext(connection) as captured:
         response = client.post(f"/api/v1/workflows/{workflow}/runs/", {"input": {}},
                                content_type="application/json")
