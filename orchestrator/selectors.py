@@ -55,7 +55,7 @@ def lock_run_of_step(step_id: int) -> tuple[Run, StepRun]:
     The step's input (every upstream output it reads) is left unloaded: a save then leaves it
     out of the UPDATE instead of writing it back whole. Read it with `step_input_of`.
     """
-    run = lock_run(StepRun.objects.values_list("run_id", flat=True).get(id=step_id))
+    run = runs_with_version().select_for_update(of=("self",), no_key=True).get(steps__id=step_id)
     return run, StepRun.objects.defer("input").get(id=step_id)
 
 
