@@ -29,7 +29,7 @@ from ...keys import idempotency_key_for
 from ...leases import heartbeat, lease_until
 from ...models import MapItem, Run, StepRun
 from ...retry import StepError, retry_at
-from ...selectors import definition_of, lock_run, runs_with_version
+from ...selectors import definition_of, lock_run_of_step, runs_with_version
 from ...states import RUN_ADVANCING, StepKind, StepState
 from ..effects import effect_perform
 from ..step_end import step_ended, waiting_step_time_out
@@ -250,8 +250,7 @@ def merge(strategy: str, items: list[MapItem]) -> tuple[object, dict | None]:
 def map_join(*, step_id: int, actor: Actor = CHORD) -> bool:
     """Join a map step once every item is done. False if it is not (yet) joinable."""
     with transaction.atomic():
-        run = lock_run(StepRun.objects.values_list("run_id", flat=True).get(id=step_id))
-        step = StepRun.objects.get(id=step_id)
+        run, step = lock_run_of_step(step_id)
         if step.state != StepState.WAITING:
             return False
         items = list(step.map_items.order_by("index"))

@@ -13,7 +13,7 @@ from ...definitions import render_value
 from ...errors import InputInvalid, NotAllowed
 from ...events import event_record
 from ...models import Run, StepRun
-from ...selectors import latest_version, lock_run
+from ...selectors import latest_version, lock_run_of_step
 from ...states import RunState, StepKind, StepState
 from ..runs import run_cancel, run_start
 from ..step_end import step_ended, waiting_step_time_out
@@ -61,8 +61,7 @@ register(StepKind.SUB_WORKFLOW, SubWorkflow())
 def child_finished(*, parent_step_id: int) -> bool:
     """Carry a finished child run's outcome into the parent step that waits for it."""
     with transaction.atomic():
-        run = lock_run(StepRun.objects.values_list("run_id", flat=True).get(id=parent_step_id))
-        step = StepRun.objects.get(id=parent_step_id)
+        run, step = lock_run_of_step(parent_step_id)
         child = Run.objects.filter(parent_step=step).first()
         if step.state != StepState.WAITING or child is None or not child.is_terminal:
             return False
