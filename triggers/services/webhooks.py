@@ -7,7 +7,6 @@ starts nothing. The secret is opened only to verify and is never logged or retur
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 
 from django.db import transaction
@@ -59,7 +58,7 @@ def webhook_receive(*, trigger_id, headers: Mapping[str, str], body: bytes,
             signatures.verify(secrets_=_secrets(trigger), delivery_id=delivery,
                               timestamp=headers.get("webhook-timestamp", ""),
                               signature=headers.get("webhook-signature", ""), body=body,
-                              now_s=time.time(), window_s=trigger.replay_window_s)
+                              now_s=now().timestamp(), window_s=trigger.replay_window_s)
         except signatures.SignatureRefused as refused:
             return refusal(trigger, key="", reason=refused.reason, actor=who, origin=origin,
                            status="unauthorized",
