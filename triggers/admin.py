@@ -54,21 +54,18 @@ class TriggerForm(forms.ModelForm):
         if "workflow" in self.fields:
             self.fields["workflow"].queryset = visible(Workflow.objects.select_related("team"), user)
 
-    def clean(self):
-        data = super().clean()
-        trigger = self.instance  # the model form has put the cleaned values on it
-        for name in ("team", "kind"):
-            if name in data:
-                setattr(trigger, name, data[name])
+    def _post_clean(self):
+        super()._post_clean()  # the cleaned values are now on the instance
+        trigger = self.instance
+        data = self.cleaned_data
         if data.get("workflow") and data.get("team") and data["workflow"].team_id != data["team"].id:
             self.add_error("workflow", "pick a workflow of the trigger's team")
-            return data
-        if not trigger.workflow_id:
-            return data
+            return
+        if not trigger.workflow_id or self.errors:
+            return
         for problem in trigger_problems(trigger):
             field = problem["path"].split(".")[0].split("[")[0]
             self.add_error(field if field in self.fields else None, problem["message"])
-        return data
 
 
 @admin.register(Trigger)

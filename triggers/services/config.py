@@ -108,6 +108,16 @@ def _queue_problems(trigger: Trigger) -> list[dict]:
                                           "redis:// URL for it"}]
 
 
+TEXT_FIELDS = ("description", "filter", "cron", "source", "exchange", "binding_key", "queue",
+               "stream")
+
+
+def _normalized(values: dict) -> dict:
+    """`values` with null text settings read as empty (a JSON client clearing `cron` sends null)."""
+    return {name: "" if value is None and name in TEXT_FIELDS else value
+            for name, value in values.items()}
+
+
 def _resolve_workflow(team: Team, values: dict) -> None:
     """Turn a workflow name in `values` into the team's Workflow. Raises TriggerInvalid."""
     name = values.get("workflow")
@@ -145,6 +155,7 @@ def trigger_create(*, team: Team, kind: str, actor: Actor, **values) -> tuple[Tr
     """
     require(actor, Action.TRIGGER_MANAGE, team=team)
     _unknown(values, kind)
+    values = _normalized(values)
     _resolve_workflow(team, values)
     if "workflow" not in values:
         raise TriggerInvalid("workflow is required", [{"path": "workflow", "message": "is required"}])
@@ -180,7 +191,7 @@ def trigger_update(*, trigger_id, actor: Actor, changes: dict) -> Trigger:
         trigger = trigger_lock(trigger_id)
         require(actor, Action.TRIGGER_MANAGE, team=trigger.team)
         _unknown(changes, trigger.kind)
-        changes = dict(changes)
+        changes = _normalized(changes)
         _resolve_workflow(trigger.team, changes)
         before = _settings_of(trigger)
         for name, value in changes.items():
