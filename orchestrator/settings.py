@@ -313,6 +313,8 @@ SPECTACULAR_SETTINGS = {
         "RunStateEnum": "orchestrator.models.RunState",
         "StepStateEnum": "orchestrator.models.StepState",
         "ApprovalStateEnum": "approvals.models.ApprovalState",
+        "StepKindEnum": "orchestrator.states.StepKind",
+        "TriggerKindEnum": "triggers.models.TriggerKind",
     },
 }
 

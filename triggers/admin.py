@@ -40,6 +40,7 @@ from .services.schedules import schedule_of
 from .slots import slots_newest
 
 COMMON_FIELDS = [name for name in EDITABLE if not any(name in f for f in KIND_FIELDS.values())]
+ADMISSION_FIELDS = ["max_per_minute", "when_limited", "max_queued"]
 
 
 class TriggerForm(forms.ModelForm):
@@ -93,8 +94,9 @@ class TriggerAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
                                       {"fields": shown}))
         tail = [("History", {"fields": ["recent_firings", "created_by", "created_at",
                                         "updated_at"]})] if obj is not None else []
-        return [(None, {"fields": [*head, *COMMON_FIELDS[:6]]}),
-                ("Admission control", {"fields": ["max_per_minute", "when_limited", "max_queued"]}),
+        common = [name for name in COMMON_FIELDS if name not in ADMISSION_FIELDS]
+        return [(None, {"fields": [*head, *common]}),
+                ("Admission control", {"fields": ADMISSION_FIELDS}),
                 *kind_sections, *tail]
 
     def get_form(self, request, obj=None, change=False, **kwargs):
@@ -125,8 +127,7 @@ class TriggerAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
     # --- saving through the services -------------------------------------------------------
 
     def save_model(self, request, obj: Trigger, form, change: bool) -> None:
-        relevant = set(COMMON_FIELDS) | {"max_per_minute", "when_limited", "max_queued"} | \
-            KIND_FIELDS[obj.kind]
+        relevant = set(COMMON_FIELDS) | KIND_FIELDS[obj.kind]
         data = {name: form.cleaned_data[name] for name in form.cleaned_data if name in relevant}
         data["workflow"] = data["workflow"].name if data.get("workflow") else None
         if change:

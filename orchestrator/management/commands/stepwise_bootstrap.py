@@ -89,13 +89,15 @@ Try the support example (it stops at its approval gate):
 
     def _demo_triggers(self, team, user, port: str) -> str:
         """Create the demo triggers once; the webhook's secret goes to var/ (development)."""
-        if settings.PRODUCTION or "rabbitmq" not in settings.STEPWISE_EVENT_SOURCES:
+        if settings.PRODUCTION:  # a deployment makes its own triggers
             return ""
         secret_file = Path(settings.VAR_DIR) / "webhook-support-inbox-secret.txt"
         for spec in DEMO_TRIGGERS:
             spec = dict(spec)
             if Trigger.objects.filter(team=team, name=spec["name"]).exists():
                 continue
+            if spec.get("source") and spec["source"] not in settings.STEPWISE_EVENT_SOURCES:
+                continue  # STEPWISE_EVENT_SOURCES names no such broker here
             trigger, secret = trigger_create(team=team, kind=spec.pop("kind"), actor=user,
                                              workflow="support-reply", **spec)
             if secret:
@@ -107,5 +109,5 @@ Try the support example (it stops at its approval gate):
         return (f"\nTriggers (README, docs/triggers.md): webhook {inbox.name} at "
                 f"http://127.0.0.1:{port}/api/v1/hooks/{inbox.id}/\n  (its secret is in "
                 f"{secret_file}), queue support-queue (RabbitMQ exchange stepwise.demo, "
-                f"tickets.*),\n  schedule support-digest (disabled; the admin's Triggers page), "
+                f"tickets.*, if STEPWISE_EVENT_SOURCES has rabbitmq),\n  schedule support-digest (disabled; the admin's Triggers page), "
                 f"api {api.name} ({api.id}).\n")
