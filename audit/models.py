@@ -32,6 +32,7 @@ class SubjectType(models.TextChoices):
     APPROVAL = "approval"
     BUDGET = "budget"
     LEDGER = "ledger"
+    TRIGGER = "trigger"
 
 
 class AuditEntry(models.Model):

@@ -112,6 +112,9 @@ def explain(entry: AuditEntry, data: dict) -> str:
         parent = data.get("parent")
         via = f" as sub-workflow of run {parent['run']} (step {parent['step']})" if parent else ""
         key = f", idempotency key {entry.idempotency_key}" if entry.idempotency_key else ""
+        origin = data.get("origin") or {}
+        if origin.get("name"):  # a trigger started it: which one, and for which event
+            via = f" trigger '{origin['name']}' ({origin.get('key', '')})"
         return (f"Started by {who} via {data.get('trigger', '?')}{via}: workflow {entry.workflow} "
                 f"v{entry.workflow_version} (definition {_short(entry.definition_digest)}){key}.")
     if a == "step.ready":

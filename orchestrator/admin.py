@@ -120,7 +120,8 @@ class EventInline(ReadOnlyInline):
         return super().get_queryset(request).select_related("step")
 
 
-_RUN_FIELDS = ["id", "team", "version", "state", "trigger", "created_by", "idempotency_key",
+_RUN_FIELDS = ["id", "team", "version", "state", "trigger", "started_by_trigger", "created_by",
+               "idempotency_key",
                "parent_step", "created_at", "started_at", "finished_at", "progressed_at",
                "cost_usd", "tokens_in", "tokens_out", "input_pretty", "output_pretty",
                "error_pretty", "audit_timeline"]
@@ -151,6 +152,17 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="input")
     def input_pretty(self, run: Run) -> str:
         return pretty_json(run.input)
+
+    @admin.display(description="started by trigger")
+    def started_by_trigger(self, run: Run) -> str:
+        # The firing that started it, if a trigger did (triggers app; reached by its reverse
+        # accessor so this module imports nothing of it).
+        firing = getattr(run, "trigger_firing", None)
+        if firing is None:
+            return "-"
+        link = reverse("admin:triggers_trigger_change", args=[firing.trigger_id])
+        return format_html('<a href="{}">{}</a> ({}, {})', link, firing.trigger.name,
+                           firing.trigger.kind, firing.key)
 
     @admin.display(description="why it happened")
     def audit_timeline(self, run: Run) -> str:

@@ -33,13 +33,15 @@ class Action(StrEnum):
     STEP_RETRY = "step.retry"
     STEP_SKIP = "step.skip"
     DEAD_LETTER_REDRIVE = "dead_letter.redrive"
+    TRIGGER_MANAGE = "trigger.manage"  # create, change, enable, disable; rotate a webhook secret
 
 
 _OPERATE = {Action.RUN_CANCEL, Action.RUN_RESUME, Action.STEP_RETRY, Action.STEP_SKIP,
             Action.DEAD_LETTER_REDRIVE}
 GRANTS: dict[str, frozenset[Action]] = {
     Role.MEMBER: frozenset({Action.VIEW, Action.RUN_START}),
-    Role.EDITOR: frozenset({Action.VIEW, Action.RUN_START, Action.WORKFLOW_SAVE}),
+    Role.EDITOR: frozenset({Action.VIEW, Action.RUN_START, Action.WORKFLOW_SAVE,
+                            Action.TRIGGER_MANAGE}),
     Role.OPERATOR: frozenset({Action.VIEW, Action.RUN_START, *_OPERATE}),
     Role.OWNER: frozenset(Action),
 }

@@ -12,7 +12,8 @@ Two environments, chosen by `STEPWISE_ENV` (see docs/security.md):
 - `production` (set by the Dockerfile and docker-compose.yml). Nothing is generated and
   nothing insecure is accepted: `require_production` refuses to start with DEBUG on, a
   missing, default or weak `DJANGO_SECRET_KEY`, missing or wildcard `DJANGO_ALLOWED_HOSTS`,
-  or a missing `AUDIT_REDACTION_KEY` (or one equal to the secret key).
+  a missing `AUDIT_REDACTION_KEY` (or one equal to the secret key), or a missing
+  `STEPWISE_TRIGGER_KEY` (the key that encrypts webhook secrets).
 
 Any other value of STEPWISE_ENV is refused: a typo must not silently mean "development".
 """
@@ -102,7 +103,8 @@ def secret_key_problem(value: str) -> str | None:
 
 
 def production_problems(*, debug: bool, secret_key: str, secret_key_fallbacks: list[str],
-                        allowed_hosts: list[str], redaction_key: str) -> list[str]:
+                        allowed_hosts: list[str], redaction_key: str,
+                        trigger_key: str | None = None) -> list[str]:
     """Every reason the production settings must not start, each naming its variable."""
     problems = []
     if debug:
@@ -122,6 +124,13 @@ def production_problems(*, debug: bool, secret_key: str, secret_key_fallbacks: l
         problems.append("AUDIT_REDACTION_KEY equals DJANGO_SECRET_KEY: they must be separate secrets")
     elif len(redaction_key) < REDACTION_KEY_MIN_LENGTH:
         problems.append(f"AUDIT_REDACTION_KEY is too short (at least {REDACTION_KEY_MIN_LENGTH} characters)")
+    if trigger_key is not None:  # the key that encrypts webhook secrets (triggers/sealing.py)
+        if not trigger_key:
+            problems.append("STEPWISE_TRIGGER_KEY is not set (the key that encrypts webhook secrets)")
+        elif trigger_key in (secret_key, redaction_key):
+            problems.append("STEPWISE_TRIGGER_KEY equals another key: it must be a secret of its own")
+        elif len(trigger_key) < REDACTION_KEY_MIN_LENGTH:
+            problems.append(f"STEPWISE_TRIGGER_KEY is too short (at least {REDACTION_KEY_MIN_LENGTH} characters)")
     return problems
 
 

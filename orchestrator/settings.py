@@ -52,11 +52,17 @@ CSRF_TRUSTED_ORIGINS = deployment.env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
 # secret, never derived from SECRET_KEY (docs/security.md#keys-and-rotation).
 AUDIT_REDACTION_KEY = os.environ.get("AUDIT_REDACTION_KEY", "") or (
     "" if PRODUCTION else deployment.local_secret(SECRETS_DIR / "audit-redaction-key"))
+# Key that encrypts webhook secrets at rest (triggers/sealing.py): its own secret too. Old keys
+# still open secrets sealed before a rotation (`manage.py stepwise_reseal_triggers`).
+STEPWISE_TRIGGER_KEY = os.environ.get("STEPWISE_TRIGGER_KEY", "") or (
+    "" if PRODUCTION else deployment.local_secret(SECRETS_DIR / "trigger-key"))
+STEPWISE_TRIGGER_KEY_FALLBACKS = deployment.env_list("STEPWISE_TRIGGER_KEY_FALLBACKS")
 
 if PRODUCTION:
     deployment.require_production(
         debug=DEBUG, secret_key=SECRET_KEY, secret_key_fallbacks=SECRET_KEY_FALLBACKS,
-        allowed_hosts=ALLOWED_HOSTS, redaction_key=AUDIT_REDACTION_KEY)
+        allowed_hosts=ALLOWED_HOSTS, redaction_key=AUDIT_REDACTION_KEY,
+        trigger_key=STEPWISE_TRIGGER_KEY)
     # HTTPS only. Behind a proxy that terminates TLS, name the header it sets
     # (DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO) so Django knows the request was https.
     SECURE_SSL_REDIRECT = deployment.env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
@@ -87,6 +93,7 @@ INSTALLED_APPS = [
     "approvals",
     "audit",
     "budgets",
+    "triggers",
 ]
 
 MIDDLEWARE = [
@@ -218,6 +225,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("STEPWISE_REAP_INTERVAL_S", "2")),
         "options": {"queue": "orchestrator", "expires": 10},
     },
+    # Firings held back by a trigger's rate or its team's quota start when they may
+    # (triggers/services/firing.py, docs/triggers.md#admission-control).
+    "stepwise-trigger-admit": {
+        "task": "triggers.tasks.admit_queued",
+        "schedule": float(os.environ.get("STEPWISE_TRIGGER_ADMIT_INTERVAL_S", "2")),
+        "options": {"queue": "orchestrator", "expires": 10},
+    },
     # Its own queue, so only the worker that holds the signing key consumes it (docs/security.md).
     "stepwise-audit-checkpoint": {
         "task": "audit.tasks.checkpoint",
@@ -260,6 +274,24 @@ STEPWISE_EGRESS = json.loads(os.environ.get("STEPWISE_EGRESS", "{}"))
 # A workflow's budget default when a step has no price history: the design's $0.10.
 STEPWISE_DEFAULT_STEP_COST_USD = os.environ.get("STEPWISE_DEFAULT_STEP_COST_USD", "0.10")
 
+# --- triggers (triggers/, docs/triggers.md) ---------------------------------------------------
+# The brokers queue-event triggers read, by name: {"name": "amqp://..." | "redis://..."}. A
+# trigger names one; the `stepwise_consume` process connects to those its enabled triggers use.
+# Development knows the local RabbitMQ and Redis; production names its own (JSON).
+STEPWISE_EVENT_SOURCES = json.loads(os.environ["STEPWISE_EVENT_SOURCES"]) if os.environ.get(
+    "STEPWISE_EVENT_SOURCES") else ({} if PRODUCTION else {
+        "rabbitmq": "amqp://guest:guest@127.0.0.1:5672//", "redis": "redis://127.0.0.1:6379/0"})
+# Admission control: unfinished runs a team may have before its triggers are held back (a
+# TeamQuota row overrides it per team).
+STEPWISE_TEAM_MAX_LIVE_RUNS = int(os.environ.get("STEPWISE_TEAM_MAX_LIVE_RUNS", "200"))
+# The consumer re-reads its triggers this often, so a change in the admin needs no restart.
+STEPWISE_CONSUMER_RELOAD_S = float(os.environ.get("STEPWISE_CONSUMER_RELOAD_S", "5"))
+# Hold each acknowledgement this long after the event's run is committed. Zero in real use;
+# the fault tests set it to kill the consumer between the commit and the ack.
+STEPWISE_CONSUMER_ACK_DELAY_S = float(os.environ.get("STEPWISE_CONSUMER_ACK_DELAY_S", "0"))
+# A Redis-stream event left unacknowledged this long by a consumer that died is claimed.
+STEPWISE_CONSUMER_CLAIM_IDLE_S = float(os.environ.get("STEPWISE_CONSUMER_CLAIM_IDLE_S", "60"))
+
 # --- API ------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -281,6 +313,8 @@ SPECTACULAR_SETTINGS = {
         "RunStateEnum": "orchestrator.models.RunState",
         "StepStateEnum": "orchestrator.models.StepState",
         "ApprovalStateEnum": "approvals.models.ApprovalState",
+        "StepKindEnum": "orchestrator.states.StepKind",
+        "TriggerKindEnum": "triggers.models.TriggerKind",
     },
 }
 

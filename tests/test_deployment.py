@@ -19,6 +19,7 @@ PRODUCTION = {
     "DJANGO_SECRET_KEY": secrets.token_urlsafe(64),
     "DJANGO_ALLOWED_HOSTS": "stepwise.example.com",
     "AUDIT_REDACTION_KEY": secrets.token_urlsafe(64),
+    "STEPWISE_TRIGGER_KEY": secrets.token_urlsafe(64),
 }
 SHOW = ("from django.conf import settings as s; "
         "print(repr((s.DEBUG, s.ALLOWED_HOSTS, s.SECRET_KEY, s.AUDIT_REDACTION_KEY)))")
@@ -51,6 +52,9 @@ def start(tmp_path: Path, args: list[str], **env: str | None) -> subprocess.Comp
     pytest.param({"AUDIT_REDACTION_KEY": None}, "AUDIT_REDACTION_KEY is not set", id="no-redaction-key"),
     pytest.param({"AUDIT_REDACTION_KEY": PRODUCTION["DJANGO_SECRET_KEY"]},
                  "AUDIT_REDACTION_KEY equals DJANGO_SECRET_KEY", id="redaction-key-is-secret-key"),
+    pytest.param({"STEPWISE_TRIGGER_KEY": None}, "STEPWISE_TRIGGER_KEY is not set", id="no-trigger-key"),
+    pytest.param({"STEPWISE_TRIGGER_KEY": PRODUCTION["AUDIT_REDACTION_KEY"]},
+                 "STEPWISE_TRIGGER_KEY equals another key", id="trigger-key-is-redaction-key"),
     pytest.param({"STEPWISE_ENV": "prod"},
                  "STEPWISE_ENV must be 'development' or 'production', not 'prod'", id="env-typo"),
 ])
@@ -116,7 +120,8 @@ def test_docker_compose_holds_no_literal_secret_and_requires_each_one():
     environments = [compose["x-app"]["environment"]] + [
         service.get("environment") or {} for service in compose["services"].values()]
 
-    required = {"DJANGO_SECRET_KEY", "AUDIT_REDACTION_KEY", "POSTGRES_PASSWORD", "DJANGO_ALLOWED_HOSTS"}
+    required = {"DJANGO_SECRET_KEY", "AUDIT_REDACTION_KEY", "POSTGRES_PASSWORD", "DJANGO_ALLOWED_HOSTS",
+                "STEPWISE_TRIGGER_KEY"}
     for environment in environments:
         for name, value in environment.items():
             if name in required:

@@ -94,6 +94,7 @@ ROW_ACTIONS = {
     "run.cancel (a run someone else started)": Action.RUN_CANCEL, "run.resume": Action.RUN_RESUME,
     "step.retry": Action.STEP_RETRY, "step.skip": Action.STEP_SKIP,
     "dead_letter.redrive": Action.DEAD_LETTER_REDRIVE,
+    "trigger.manage": Action.TRIGGER_MANAGE,
     "view the team's workflows and runs": Action.VIEW,
 }
 
@@ -210,6 +211,30 @@ def test_redriving_a_dead_letter(team, starter, who, surface):
             "action": "redrive", "_selected_action": [str(letter.id)]})
     redriven = DeadLetter.objects.get(pk=letter.pk).status == "redriven"
     assert redriven is allowed("dead_letter.redrive", who)
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_managing_a_trigger(team, who, surface):
+    from triggers.models import Trigger
+    from triggers.services.config import trigger_create
+
+    workflow_save(team=team, definition=example_definition("support"), actor=SETUP)
+    trigger, _ = trigger_create(team=team, kind="webhook", name="inbox", workflow="support-reply",
+                                actor=SETUP, enabled=False)
+    user = persona(team, who)
+    if surface == "api":
+        response = client_for(user).post(f"/api/v1/triggers/{trigger.id}/enable/")
+        assert response.status_code == (200 if allowed("trigger.manage", who) else refused_code(who))
+        created = client_for(user).post("/api/v1/triggers/", {
+            "kind": "api", "name": "by-hand", "workflow": "support-reply", "team": team.slug},
+            format="json")
+        assert created.status_code == (201 if allowed("trigger.manage", who) else
+                                       403 if refused_code(who) == 403 else 400)
+    else:
+        admin_client(user).post("/admin/triggers/trigger/", {
+            "action": "enable_selected", "_selected_action": [str(trigger.id)]})
+    assert Trigger.objects.get(pk=trigger.pk).enabled is allowed("trigger.manage", who)
 
 
 @pytest.mark.parametrize("surface", ["api", "admin"])

@@ -217,13 +217,35 @@ class RunSerializer(serializers.ModelSerializer):
         return None
 
 
+class StartedBySerializer(serializers.Serializer):
+    trigger = serializers.UUIDField()
+    name = serializers.CharField()
+    kind = serializers.CharField()
+    key = serializers.CharField(help_text='The slot, delivery or message: "slot:<time>", '
+                                          '"delivery:<id>", "message:<id>", "request:<key>".')
+    url = serializers.CharField()
+
+
 class RunDetailSerializer(RunSerializer):
     steps = StepRunSerializer(many=True, read_only=True)
     parent_run = serializers.SerializerMethodField()
+    started_by = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "input", "output", "error", "idempotency_key",
-                  "parent_run", "steps"]
+                  "parent_run", "started_by", "steps"]
+
+    @extend_schema_field(StartedBySerializer(allow_null=True))
+    def get_started_by(self, run: Run) -> dict | None:
+        """The trigger whose firing started this run (triggers app), or null."""
+        try:
+            firing = run.trigger_firing  # select_related by the view: no query
+        except ObjectDoesNotExist:
+            return None
+        trigger = firing.trigger
+        return {"trigger": str(trigger.id), "name": trigger.name, "kind": trigger.kind,
+                "key": firing.key,
+                "url": _absolute(self, reverse("api:trigger-detail", args=[trigger.id]))}
 
     def get_parent_run(self, run: Run) -> str | None:
         """The run whose sub_workflow step started this one."""

@@ -3,6 +3,8 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
+
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView
 from .views import ApprovalViewSet, DeadLetterViewSet, RunViewSet, WorkflowViewSet
 
@@ -13,10 +15,13 @@ router.register("workflows", WorkflowViewSet, basename="workflow")
 router.register("runs", RunViewSet, basename="run")
 router.register("approvals", ApprovalViewSet, basename="approval")
 router.register("dead-letters", DeadLetterViewSet, basename="deadletter")
+router.register("triggers", TriggerViewSet, basename="trigger")
+router.register("event-dead-letters", EventDeadLetterViewSet, basename="eventdeadletter")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),
     path("health/details/", HealthDetailsView.as_view(), name="health-details"),
+    path("hooks/<uuid:trigger_id>/", webhook, name="trigger-webhook"),
     path("schema/definition.json", DefinitionSchemaView.as_view(), name="definition-schema"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),

@@ -301,7 +301,8 @@ def with_steps(runs: QuerySet[Run]) -> QuerySet[Run]:
     """Runs with every step, its attempts and its approval: three queries, however many steps."""
     steps = (StepRun.objects.select_related("approval").prefetch_related("attempt_records")
              .order_by("position"))
-    return runs.select_related("parent_step").prefetch_related(Prefetch("steps", queryset=steps))
+    return runs.select_related("parent_step", "trigger_firing__trigger").prefetch_related(
+        Prefetch("steps", queryset=steps))
 
 
 @extend_schema_view(

@@ -34,7 +34,7 @@ def input_problems(schema: dict, value: object) -> list[dict]:
 
 def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by=None,
               idempotency_key: str | None = None, parent_step: StepRun | None = None,
-              trigger: str = "api") -> Run:
+              trigger: str = "api", origin: dict | None = None) -> Run:
     """Create a run pinned to `version`, start it, and schedule its first steps.
 
     `actor` starts it (a person needs the run.start permission in the workflow's team);
@@ -43,6 +43,10 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     another input raises IdempotencyConflict. Raises InputInvalid (and creates nothing) when
     the input does not satisfy the workflow's input_schema, Forbidden without the permission.
     Check `run._created` to tell a new run from a replay.
+
+    `trigger` is the kind of entry point ("api", "sub_workflow", "schedule", "webhook", ...);
+    `origin`, when a trigger started the run, says which one and why ({"trigger", "name",
+    "kind", "key", ...}): it is recorded on the run.created event, so the audit timeline shows it.
     """
     team = version.workflow.team
     require(actor, Action.RUN_START, team=team)
@@ -59,7 +63,7 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     try:
         with transaction.atomic():
             run = _create(version, input, actor, created_by, idempotency_key, request_digest,
-                          parent_step, trigger)
+                          parent_step, trigger, origin)
     except IntegrityError:
         existing = idempotency_key and _idempotent_replay(team.id, idempotency_key, request_digest)
         if not existing:
@@ -82,7 +86,7 @@ def _idempotent_replay(team_id: int, key: str, request_digest: str) -> Run | Non
 
 
 def _create(version, input, actor, created_by, idempotency_key, request_digest, parent_step,
-            trigger) -> Run:
+            trigger, origin) -> Run:
     run = Run.objects.create(
         team=version.workflow.team, version=version, input=input, created_by=created_by,
         idempotency_key=idempotency_key or None, request_digest=request_digest,
@@ -92,10 +96,11 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
         StepRun(run=run, name=s["name"], kind=s["type"], position=i)
         for i, s in enumerate(version.normalized["steps"])
     )
-    who = label(actor) if is_person(actor) else f"service:{trigger}"
-    event_record(run=run, kind="run.created", actor=who,
-                 payload={"workflow": version.workflow.name, "version": version.number,
-                          "trigger": trigger})
+    who = label(actor) if is_person(actor) or origin else f"service:{trigger}"
+    created = {"workflow": version.workflow.name, "version": version.number, "trigger": trigger}
+    if origin:
+        created["origin"] = origin
+    event_record(run=run, kind="run.created", actor=who, payload=created)
     run.start()
     max_duration = (version.normalized.get("budget") or {}).get("max_duration_s")
     if max_duration:

@@ -18,8 +18,28 @@ from audit.signing import key_id, signing_key
 from orchestrator.definitions import parse_definition_text
 from orchestrator.models import Role, Team, TeamMembership
 from orchestrator.services.workflows import workflow_save
+from triggers.models import Trigger
+from triggers.services.config import trigger_create
 
 EXAMPLES = Path(settings.BASE_DIR) / "examples"
+SUPPORT_INPUT = {"ticket_id": "{{ payload.ticket }}", "body": "{{ payload.text }}",
+                 "customer_email": "{{ payload.email }}"}
+# One trigger of each kind on the support example (docs/triggers.md); the schedule is left
+# disabled so that a fresh `make run` does not start runs by itself.
+DEMO_TRIGGERS = [
+    {"kind": "webhook", "name": "support-inbox", "input_template": SUPPORT_INPUT,
+     "description": "A helpdesk posts new tickets here, signed."},
+    {"kind": "queue", "name": "support-queue", "input_template": SUPPORT_INPUT,
+     "source": "rabbitmq", "exchange": "stepwise.demo", "binding_key": "tickets.*",
+     "description": "Tickets published to RabbitMQ (exchange stepwise.demo, tickets.*)."},
+    {"kind": "schedule", "name": "support-digest", "cron": "0 9 * * mon-fri",
+     "timezone": "Europe/Paris", "enabled": False, "input_template": {
+         "ticket_id": "digest-{{ slot }}", "body": "Weekday digest of open tickets ({{ slot }})",
+         "customer_email": "support-leads@example.com"},
+     "description": "Enable it, or change its cron, in the admin."},
+    {"kind": "api", "name": "support-api", "input_template": SUPPORT_INPUT,
+     "description": "Fired by programs: POST /api/v1/triggers/<id>/fire/."},
+]
 
 
 class Command(BaseCommand):
@@ -46,6 +66,7 @@ class Command(BaseCommand):
                 team=team, definition=parse_definition_text(path.read_text()), actor=user)
             state = "loaded" if created else "unchanged"
             self.stdout.write(f"  workflow {version.workflow.name} v{version.number} {state}")
+        triggers_text = self._demo_triggers(team, user, port)
         secrets_line = ""
         if not settings.PRODUCTION:  # production never generates keys (docs/security.md)
             secrets_line = (f"\n  secrets:  {settings.SECRETS_DIR}/ (generated once and reused; "
@@ -64,4 +85,29 @@ Try the support example (it stops at its approval gate):
   curl -s {base}/api/v1/approvals/?state=pending -H 'Authorization: Token {token.key}'
   curl -s -X POST {base}/api/v1/approvals/<id>/approve/ -H 'Authorization: Token {token.key}' \\
        -H 'Content-Type: application/json' -d '{{"note": "ok"}}'
-"""))
+{triggers_text}"""))
+
+    def _demo_triggers(self, team, user, port: str) -> str:
+        """Create the demo triggers once; the webhook's secret goes to var/ (development)."""
+        if settings.PRODUCTION:  # a deployment makes its own triggers
+            return ""
+        secret_file = Path(settings.VAR_DIR) / "webhook-support-inbox-secret.txt"
+        for spec in DEMO_TRIGGERS:
+            spec = dict(spec)
+            if Trigger.objects.filter(team=team, name=spec["name"]).exists():
+                continue
+            if spec.get("source") and spec["source"] not in settings.STEPWISE_EVENT_SOURCES:
+                continue  # STEPWISE_EVENT_SOURCES names no such broker here
+            trigger, secret = trigger_create(team=team, kind=spec.pop("kind"), actor=user,
+                                             workflow="support-reply", **spec)
+            if secret:
+                secret_file.write_text(secret + "\n")
+                secret_file.chmod(0o600)
+            self.stdout.write(f"  trigger {trigger.name} ({trigger.kind}) created")
+        inbox = Trigger.objects.get(team=team, name="support-inbox")
+        api = Trigger.objects.get(team=team, name="support-api")
+        return (f"\nTriggers (README, docs/triggers.md): webhook {inbox.name} at "
+                f"http://127.0.0.1:{port}/api/v1/hooks/{inbox.id}/\n  (its secret is in "
+                f"{secret_file}), queue support-queue (RabbitMQ exchange stepwise.demo, "
+                f"tickets.*, if STEPWISE_EVENT_SOURCES has rabbitmq),\n  schedule support-digest (disabled; the admin's Triggers page), "
+                f"api {api.name} ({api.id}).\n")

@@ -1,0 +1,204 @@
+"""The client: start a run, wait for it, approve or reject its gate, cancel it, fire a trigger.
+
+Every call that creates something carries an idempotency key (one is generated when the caller
+gives none), so the client can retry a call whose answer was lost — a timeout, a reset
+connection, a 502/503/504 — without starting a second run. Errors come back as
+`StepwiseError` with the API's `errors` list ({"path", "message"}).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+TERMINAL_STATES = frozenset({"completed", "failed", "cancelled", "timed_out",
+                             "compensation_failed"})
+RETRIED_STATUSES = frozenset({502, 503, 504})
+
+
+class StepwiseError(Exception):
+    """The API refused a call. `status` is the HTTP status, `errors` its problems."""
+
+    def __init__(self, status: int, errors: list[dict]):
+        self.status, self.errors = status, errors
+        detail = "; ".join(f"{e.get('path') or '-'}: {e.get('message')}" for e in errors)
+        super().__init__(f"HTTP {status}: {detail}")
+
+
+class WaitTimeout(TimeoutError):
+    """`wait` gave up; `run` is the run as last seen."""
+
+    def __init__(self, run: Run, timeout: float):
+        super().__init__(f"run {run.id} is still {run.state} after {timeout} s")
+        self.run = run
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    state: str
+    workflow: str
+    url: str
+    trigger: str = "api"
+    output: Any = None
+    error: Any = None
+    data: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> Run:
+        return cls(id=str(data["id"]), state=data["state"], workflow=data.get("workflow", ""),
+                   url=data.get("url", ""), trigger=data.get("trigger", "api"),
+                   output=data.get("output"), error=data.get("error"), data=data)
+
+
+@dataclass(frozen=True)
+class Approval:
+    id: int
+    state: str
+    run: str
+    step: str
+    instructions: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> Approval:
+        return cls(id=data["id"], state=data["state"], run=str(data["run"]), step=data["step"],
+                   instructions=data.get("instructions") or "", data=data)
+
+
+@dataclass(frozen=True)
+class Firing:
+    """What a fired trigger did: `status` started, duplicate, queued or ignored."""
+
+    status: str
+    run: str | None
+    key: str | None
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> Firing:
+        return cls(status=data["status"], run=data.get("run"), key=data.get("key"))
+
+
+class Stepwise:
+    """A connection to one Stepwise server, authenticated with an API token."""
+
+    def __init__(self, base_url: str, token: str, *, timeout: float = 10.0, retries: int = 3,
+                 http: httpx.Client | None = None):
+        self._http = http or httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout)
+        self._headers = {"Authorization": f"Token {token}", "Accept": "application/json"}
+        self._retries = retries
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Stepwise:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- runs ----------------------------------------------------------------------------
+
+    def start(self, workflow: str, input: Mapping[str, Any], *, idempotency_key: str | None = None,
+              version: int | None = None, team: str | None = None) -> Run:
+        """Start a run of `workflow` (its latest version, or `version`).
+
+        With the same `idempotency_key` and input, the run already started is returned; with
+        the same key and another input, StepwiseError 409.
+        """
+        body: dict[str, Any] = {"input": dict(input)}
+        if version is not None:
+            body["version"] = version
+        params = {"team": team} if team else None
+        data = self._call("POST", f"/api/v1/workflows/{workflow}/runs/", json=body, params=params,
+                          idempotency_key=idempotency_key or str(uuid.uuid4()))
+        return Run.of(data)
+
+    def get(self, run_id: str) -> Run:
+        return Run.of(self._call("GET", f"/api/v1/runs/{run_id}/"))
+
+    def wait(self, run_id: str, *, until: Iterable[str] = TERMINAL_STATES, timeout: float = 120,
+             poll: float = 0.5) -> Run:
+        """Poll the run until its state is one of `until` (default: it has ended).
+
+        Raises WaitTimeout after `timeout` seconds. Waiting for "waiting" stops at a gate.
+        """
+        wanted = frozenset(until)
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.get(run_id)
+            if run.state in wanted:
+                return run
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(run, timeout)
+            time.sleep(poll)
+
+    def cancel(self, run_id: str) -> Run:
+        """Cancel the run (cooperatively: running steps finish first)."""
+        return Run.of(self._call("POST", f"/api/v1/runs/{run_id}/cancel/"))
+
+    # --- approvals -----------------------------------------------------------------------
+
+    def pending_approvals(self, run_id: str | None = None) -> list[Approval]:
+        params = {"state": "pending", **({"run": run_id} if run_id else {})}
+        data = self._call("GET", "/api/v1/approvals/", params=params)
+        return [Approval.of(item) for item in data.get("results", [])]
+
+    def approve(self, approval_id: int, *, note: str = "") -> Approval:
+        return Approval.of(self._call("POST", f"/api/v1/approvals/{approval_id}/approve/",
+                                      json={"note": note}))
+
+    def reject(self, approval_id: int, *, note: str = "") -> Approval:
+        return Approval.of(self._call("POST", f"/api/v1/approvals/{approval_id}/reject/",
+                                      json={"note": note}))
+
+    # --- triggers ------------------------------------------------------------------------
+
+    def fire(self, trigger_id: str, payload: Any, *, idempotency_key: str | None = None) -> Firing:
+        """Fire a programmatic trigger with `payload` (what its input template reads)."""
+        return Firing.of(self._call("POST", f"/api/v1/triggers/{trigger_id}/fire/", json=payload,
+                                    idempotency_key=idempotency_key or str(uuid.uuid4())))
+
+    # --- HTTP ----------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, *, json: Any = None, params: Mapping | None = None,
+              idempotency_key: str | None = None) -> dict:
+        headers = dict(self._headers)
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
+        # A GET, or a POST that carries an idempotency key, is safe to send again.
+        attempts = self._retries if method == "GET" or idempotency_key else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                response = self._http.request(method, path, json=json, params=params,
+                                              headers=headers)
+            except httpx.TransportError:
+                if attempt == attempts:
+                    raise
+            else:
+                if response.status_code not in RETRIED_STATUSES or attempt == attempts:
+                    return self._answer(response)
+            time.sleep(min(0.2 * 2 ** attempt, 2.0))
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _answer(response: httpx.Response) -> dict:
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if response.is_success:
+            return data if isinstance(data, dict) else {}
+        errors = data.get("errors") if isinstance(data, dict) else None
+        if not isinstance(errors, list):
+            detail = data.get("detail") if isinstance(data, dict) else None
+            errors = [{"path": "", "message": str(detail or response.text[:500])}]
+        raise StepwiseError(response.status_code, errors)

@@ -1,0 +1,254 @@
+"""Webhooks: signature, replay window, size, idempotency and admission, through the real URL.
+
+No worker runs here: a started run is a committed row whose first steps are queued.
+"""
+import json
+import logging
+import statistics
+import time
+
+import pytest
+
+from audit.models import AuditEntry
+from orchestrator.models import Event, Run
+from tests.factories import SETUP
+from triggers.models import Firing, TeamQuota
+from triggers.services.config import trigger_update
+from triggers.signatures import sign
+
+from .conftest import TICKET, deliver, make_trigger
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def hook(team, support):
+    return make_trigger(team, "webhook")
+
+
+def refusals(trigger) -> list[AuditEntry]:
+    return list(AuditEntry.objects.filter(action="trigger.refused", subject_id=str(trigger.id)))
+
+
+def test_a_signed_delivery_starts_a_run_and_answers_202_with_its_url(client, hook):
+    trigger, secret = hook
+    response = deliver(client, trigger, secret)
+
+    assert response.status_code == 202, response.json()
+    answer = response.json()
+    run = Run.objects.get(id=answer["run"])
+    assert answer["status"] == "started" and answer["run_url"].endswith(f"/api/v1/runs/{run.id}/")
+    assert run.input == {"ticket_id": "T-7", "body": "My invoice is wrong",
+                         "customer_email": "c@example.com"}
+    assert run.trigger == "webhook" and run.state == "running"
+    assert run.trigger_firing.trigger == trigger and run.trigger_firing.key == "delivery:d-1"
+    created = Event.objects.get(run=run, kind="run.created")
+    assert created.actor == f"trigger:{trigger.id}"
+    assert created.payload["origin"]["name"] == "inbox"
+
+
+def test_the_same_delivery_again_returns_the_same_run_and_starts_nothing(client, hook):
+    trigger, secret = hook
+    first = deliver(client, trigger, secret, delivery="d-1").json()
+    again = deliver(client, trigger, secret, delivery="d-1")  # the sender retried
+    other = deliver(client, trigger, secret, delivery="d-2")
+
+    assert again.status_code == 200 and again.json()["run"] == first["run"]
+    assert again.json()["status"] == "duplicate"
+    assert other.status_code == 202 and other.json()["run"] != first["run"]
+    assert Run.objects.count() == 2 and Firing.objects.count() == 2
+
+
+@pytest.mark.parametrize("spoil, reason", [
+    (dict(signature="v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="), "bad_signature"),
+    (dict(signature=""), "missing_headers"),
+    (dict(timestamp=int(time.time()) - 400), "stale_timestamp"),
+    (dict(timestamp=int(time.time()) + 600), "stale_timestamp"),
+    (dict(timestamp="yesterday"), "bad_timestamp"),
+])
+def test_a_bad_signature_or_a_stale_timestamp_is_refused_with_401_and_audited(client, hook, spoil, reason):
+    trigger, secret = hook
+    response = deliver(client, trigger, secret, **spoil)
+
+    assert response.status_code == 401
+    assert response.json()["errors"][0]["path"] == "headers"
+    assert not Run.objects.exists()
+    assert [e.outcome for e in refusals(trigger)] == [reason]
+
+
+def test_a_body_signed_with_another_secret_or_changed_on_the_way_is_refused(client, hook, team):
+    trigger, secret = hook
+    _, other_secret = make_trigger(team, "webhook", name="other")
+    raw = json.dumps(TICKET).encode()
+    stamp = int(time.time())
+    forged = deliver(client, trigger, other_secret, raw, timestamp=stamp)
+    tampered = deliver(client, trigger, secret, raw.replace(b"T-7", b"T-8"), timestamp=stamp,
+                       signature=sign(secret, "d-1", stamp, raw))
+    assert forged.status_code == tampered.status_code == 401
+    assert not Run.objects.exists()
+
+
+def test_an_oversized_body_is_refused_with_413_before_it_is_read(client, hook):
+    trigger, secret = hook
+    trigger_update(trigger_id=trigger.id, actor=SETUP, changes={"max_body_bytes": 1024})
+    large = {**TICKET, "text": "x" * 2000}
+    response = deliver(client, trigger, secret, large)
+
+    assert response.status_code == 413
+    assert "max_body_bytes" in response.json()["errors"][0]["message"]
+    assert not Run.objects.exists()
+    assert [e.outcome for e in refusals(trigger)] == ["too_large"]
+
+
+def test_a_payload_that_is_not_json_or_not_a_valid_input_is_a_400_listing_the_problems(client, hook):
+    trigger, secret = hook
+    not_json = deliver(client, trigger, secret, b"{not json", delivery="d-1")
+    invalid = deliver(client, trigger, secret, {"ticket": "T-1", "text": "", "email": "c@x.io"},
+                      delivery="d-2")
+    unmappable = deliver(client, trigger, secret, {"ticket": "T-1"}, delivery="d-3")
+
+    assert not_json.status_code == 400 and not_json.json()["errors"][0]["path"] == "body"
+    assert invalid.status_code == 400
+    assert [e["path"] for e in invalid.json()["errors"]] == ["input.body"]
+    assert unmappable.status_code == 400
+    assert unmappable.json()["errors"][0]["path"] == "input_template.body"
+    assert not Run.objects.exists()
+    assert [e.outcome for e in refusals(trigger)] == ["malformed", "invalid_input", "template_failed"]
+
+
+def test_a_disabled_trigger_refuses_with_409_and_an_unknown_one_is_a_404(client, hook, team):
+    trigger, secret = hook
+    trigger_update(trigger_id=trigger.id, actor=SETUP, changes={"enabled": False})
+    assert deliver(client, trigger, secret).status_code == 409
+    schedule, _ = make_trigger(team, "schedule", name="nightly", cron="0 3 * * *")
+    assert client.post(f"/api/v1/hooks/{schedule.id}/", data=b"{}",
+                       content_type="application/json").status_code == 404
+    assert not Run.objects.exists()
+
+
+def test_past_its_rate_a_trigger_refuses_with_429_and_retry_after(client, hook, frozen):
+    trigger, secret = hook
+    trigger_update(trigger_id=trigger.id, actor=SETUP, changes={"max_per_minute": 2})
+    codes = [deliver(client, trigger, secret, delivery=f"d-{i}").status_code for i in range(3)]
+    refused = deliver(client, trigger, secret, delivery="d-9")
+
+    assert codes == [202, 202, 429]
+    assert int(refused["Retry-After"]) == 60
+    frozen.advance(seconds=61)
+    assert deliver(client, trigger, secret, delivery="d-9").status_code == 202
+    assert Run.objects.count() == 3
+    assert {e.outcome for e in refusals(trigger)} == {"rate"}
+
+
+def test_past_its_rate_a_queueing_trigger_holds_the_firing_and_starts_it_when_it_may(
+        client, hook, frozen):
+    from triggers.services.firing import queued_firings_admit
+
+    trigger, secret = hook
+    trigger_update(trigger_id=trigger.id, actor=SETUP,
+                   changes={"max_per_minute": 1, "when_limited": "queue"})
+    first = deliver(client, trigger, secret, delivery="d-1")
+    held = deliver(client, trigger, secret, delivery="d-2")
+    again = deliver(client, trigger, secret, delivery="d-2")
+
+    assert first.status_code == 202 and held.status_code == 202
+    assert held.json()["status"] == "queued" and held.json()["run"] is None
+    assert again.status_code == 200 and again.json()["run"] is None  # still held, not doubled
+    assert queued_firings_admit() == 0  # the rate still holds it
+    assert Run.objects.count() == 1
+    frozen.advance(seconds=61)
+    assert queued_firings_admit() == 1
+    firing = Firing.objects.get(key="delivery:d-2")
+    assert firing.state == "started" and firing.run.input["ticket_id"] == "T-7"
+    assert Run.objects.count() == 2
+
+
+def test_a_team_over_its_quota_gets_no_new_run(client, hook, team):
+    trigger, secret = hook
+    TeamQuota.objects.create(team=team, max_live_runs=1)
+    assert deliver(client, trigger, secret, delivery="d-1").status_code == 202
+    refused = deliver(client, trigger, secret, delivery="d-2")
+    assert refused.status_code == 429
+    assert "quota" in refused.json()["errors"][0]["message"]
+    assert Run.objects.count() == 1
+
+
+def test_a_rotated_secret_works_at_once_and_the_old_one_only_for_the_grace_period(
+        client, hook, api, frozen):
+    trigger, old = hook
+    rotated = api.post(f"/api/v1/triggers/{trigger.id}/rotate-secret/")
+    assert rotated.status_code == 200, rotated.json()
+    new = rotated.json()["secret"]
+    assert new != old and rotated.json()["webhook_url"].endswith(f"/api/v1/hooks/{trigger.id}/")
+
+    assert deliver(client, trigger, new, delivery="d-1").status_code == 202
+    assert deliver(client, trigger, old, delivery="d-2").status_code == 202
+    frozen.advance(hours=24, seconds=1)
+    assert deliver(client, trigger, old, delivery="d-3").status_code == 401
+    assert deliver(client, trigger, new, delivery="d-4").status_code == 202
+
+
+def test_the_secret_is_shown_once_and_never_stored_in_the_clear_logged_or_audited(
+        client, team, support, api, caplog):
+    caplog.set_level(logging.DEBUG)
+    created = api.post("/api/v1/triggers/", {
+        "kind": "webhook", "name": "inbox", "workflow": "support-reply",
+        "input_template": {"ticket_id": "{{ payload.ticket }}", "body": "{{ payload.text }}",
+                           "customer_email": "{{ payload.email }}"}}, format="json")
+    assert created.status_code == 201, created.json()
+    secret = created.json()["secret"]
+    trigger_id = created.json()["id"]
+    from triggers.models import Trigger
+
+    trigger = Trigger.objects.get(id=trigger_id)
+    deliver(client, trigger, secret, delivery="d-1")
+    deliver(client, trigger, secret, delivery="d-2", signature="v1,wrong")
+
+    shown_again = json.dumps(api.get(f"/api/v1/triggers/{trigger_id}/").json())
+    stored = json.dumps([list(row) for row in Trigger.objects.values_list()], default=str)
+    ledger = json.dumps([e.payload for e in AuditEntry.objects.all()])
+    for place in (shown_again, stored, ledger, caplog.text):
+        assert secret not in place and secret.removeprefix("whsec_") not in place
+    assert created.json()["secret_fingerprint"] in shown_again
+
+
+def test_a_valid_call_answers_within_the_api_start_target(client, hook):
+    trigger, secret = hook
+    timings = []
+    for i in range(20):
+        started = time.perf_counter()
+        assert deliver(client, trigger, secret, delivery=f"t-{i}").status_code == 202
+        timings.append(time.perf_counter() - started)
+    p95 = statistics.quantiles(timings, n=20)[-1]
+    print(f"webhook 202 latency: p50 {statistics.median(timings) * 1000:.1f} ms, "
+          f"p95 {p95 * 1000:.1f} ms")
+    assert p95 < 0.5  # the design's start target
+
+
+def test_the_person_managing_triggers_needs_trigger_manage(client, team, support, approver_api):
+    response = approver_api.post("/api/v1/triggers/", {"kind": "webhook", "name": "inbox",
+                                                       "workflow": "support-reply"}, format="json")
+    assert response.status_code == 403
+    assert "trigger.manage" in response.json()["errors"][0]["message"]
+
+
+def test_a_member_sees_the_triggers_of_the_team_and_outsiders_do_not(hook, approver_api, outsider_api):
+    trigger, _ = hook
+    assert approver_api.get(f"/api/v1/triggers/{trigger.id}/").status_code == 200
+    assert outsider_api.get(f"/api/v1/triggers/{trigger.id}/").status_code == 404
+
+
+def test_the_run_page_and_the_api_say_which_trigger_started_the_run(client, hook, api, admin_user):
+    trigger, secret = hook
+    run_id = deliver(client, trigger, secret).json()["run"]
+
+    detail = api.get(f"/api/v1/runs/{run_id}/").json()
+    assert detail["trigger"] == "webhook"
+    assert detail["started_by"]["name"] == "inbox" and detail["started_by"]["key"] == "delivery:d-1"
+
+    client.force_login(admin_user)
+    html = client.get(f"/admin/orchestrator/run/{run_id}/change/").content.decode()
+    assert "Started by trigger" in html and f"/admin/triggers/trigger/{trigger.id}/change/" in html
+    timeline = client.get(f"/admin/audit/auditentry/run/{run_id}/").content.decode()
+    assert "via webhook trigger &#x27;inbox&#x27; (delivery:d-1)" in timeline
+

@@ -1,0 +1,14 @@
+"""`manage.py stepwise_reseal_triggers`: re-encrypt every webhook secret under the current
+STEPWISE_TRIGGER_KEY, after putting the old key in STEPWISE_TRIGGER_KEY_FALLBACKS
+(docs/security.md). Secrets stay the same; senders change nothing."""
+from django.core.management.base import BaseCommand
+
+from triggers.services.config import triggers_reseal
+
+
+class Command(BaseCommand):
+    help = "Re-encrypt the webhook secrets under the current STEPWISE_TRIGGER_KEY."
+
+    def handle(self, *args, **options):
+        count = triggers_reseal()
+        self.stdout.write(f"resealed the secrets of {count} webhook trigger(s)")

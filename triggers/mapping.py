@@ -1,0 +1,166 @@
+"""How an event becomes a run input: the trigger's filter and its input template.
+
+Pure: no database, no network. An event is described by a context of plain JSON data — for a
+webhook `payload`, `headers` and `delivery`; for a queue event `payload` and `message`; for a
+schedule `slot` and `slot_utc`; always `trigger` ({"name", "kind"}) — and:
+
+* the **filter** is a CEL condition over that context (the same CEL as a step's `when`); an
+  event for which it is false is ignored;
+* the **input template** is a JSON value whose strings are sandboxed Jinja templates (the same
+  as a step's params). A string that is exactly one `{{ expression }}` keeps the value's type
+  (`"{{ payload.count }}"` gives a number); any other string renders as text. Without a
+  template the payload itself is the input.
+
+Every limit of the definitions' templates and expressions applies (size, depth, cost). What the
+input must satisfy is the workflow's input schema, checked by `run_start`; this module only
+builds it. Errors come back as `MappingFailed` with [{"path", "message"}] problems.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+from orchestrator.definitions import (
+    ExpressionError,
+    TemplateError,
+    compile_expression,
+    compile_template,
+    evaluate_expression,
+    render_template,
+)
+from orchestrator.definitions.limits import MAX_DEPTH, MAX_TEMPLATE_CHARS
+
+# A whole string that is one output expression and nothing else.
+_ONE_EXPRESSION = re.compile(r"^\s*\{\{(?P<expr>.*?)\}\}\s*$", re.DOTALL)
+MAX_TEMPLATE_BYTES = 64 * 1024  # the input template as JSON text
+
+
+class MappingFailed(Exception):
+    """The filter or the template failed on an event; `problems` say where and why."""
+
+    def __init__(self, reason_class: str, problems: list[dict]):
+        super().__init__("; ".join(f"{p['path']}: {p['message']}" for p in problems))
+        self.reason_class = reason_class
+        self.problems = problems
+
+
+def _leaves(value: object, path: str):
+    """(path, string) for every string in `value`, depth-first."""
+    stack = [(value, path, 1)]
+    while stack:
+        item, at, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise MappingFailed("template_failed", [{"path": at, "message": "nests too deeply"}])
+        if isinstance(item, str):
+            yield at, item
+        elif isinstance(item, dict):
+            stack.extend((v, f"{at}.{k}", depth + 1) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((v, f"{at}[{i}]", depth + 1) for i, v in reversed(list(enumerate(item))))
+
+
+def _whole_expression(text: str) -> str | None:
+    match = _ONE_EXPRESSION.match(text)
+    if not match or "{{" in match["expr"] or "}}" in match["expr"] or "{%" in text:
+        return None
+    return match["expr"]
+
+
+def template_problems(template: object) -> list[dict]:
+    """Every problem with an input template, found without rendering it."""
+    if template is None:
+        return []
+    try:
+        text = json.dumps(template)
+    except (TypeError, ValueError):
+        return [{"path": "input_template", "message": "must be JSON data"}]
+    if len(text.encode()) > MAX_TEMPLATE_BYTES:
+        return [{"path": "input_template",
+                 "message": f"is larger than {MAX_TEMPLATE_BYTES:,} bytes as JSON"}]
+    problems = []
+    try:
+        for path, leaf in _leaves(template, "input_template"):
+            if len(leaf) > MAX_TEMPLATE_CHARS:
+                problems.append({"path": path, "message": "template too long"})
+                continue
+            try:
+                compile_template(_typed(leaf))
+            except TemplateError as error:
+                problems.append({"path": path, "message": str(error)})
+    except MappingFailed as failed:
+        problems.extend(failed.problems)
+    return problems
+
+
+def filter_problems(expression: str) -> list[dict]:
+    if not expression.strip():
+        return []
+    try:
+        compile_expression(expression)
+    except ExpressionError as error:
+        return [{"path": "filter", "message": str(error)}]
+    return []
+
+
+def _typed(leaf: str) -> str:
+    expression = _whole_expression(leaf)
+    return "{{ (" + expression + ") | tojson }}" if expression is not None else leaf
+
+
+def _render_leaf(leaf: str, context: dict, path: str) -> object:
+    expression = _whole_expression(leaf)
+    try:
+        if expression is None:
+            return render_template(leaf, context) if "{" in leaf else leaf
+        try:
+            return json.loads(render_template(_typed(leaf), context))
+        except (TemplateError, ValueError):
+            # Rendered as text, the same template says why in plain words (an undefined
+            # variable, say, rather than "StrictUndefined is not JSON serializable").
+            render_template(leaf, context)
+            raise
+    except (TemplateError, ValueError) as error:  # ValueError: tojson of a value JSON cannot hold
+        raise MappingFailed("template_failed", [{"path": path, "message": str(error)}]) from None
+
+
+def _render(value: object, context: dict, path: str) -> object:
+    if isinstance(value, str):
+        return _render_leaf(value, context, path)
+    if isinstance(value, dict):
+        return {key: _render(item, context, f"{path}.{key}") for key, item in value.items()}
+    if isinstance(value, list):
+        return [_render(item, context, f"{path}[{i}]") for i, item in enumerate(value)]
+    return value
+
+
+def input_from_event(template: object, context: dict) -> dict:
+    """The run input for an event. Raises MappingFailed("template_failed" | "invalid_input")."""
+    if template is None:
+        payload = context.get("payload")
+        if not isinstance(payload, dict):
+            raise MappingFailed("invalid_input", [{"path": "payload", "message":
+                                "the payload must be a JSON object, or the trigger needs an "
+                                "input_template"}])
+        return payload
+    template_problems_found = template_problems(template)
+    if template_problems_found:
+        raise MappingFailed("template_failed", template_problems_found)
+    result = _render(template, context, "input_template")
+    if not isinstance(result, dict):
+        raise MappingFailed("invalid_input", [{"path": "input_template",
+                                               "message": "must produce a JSON object"}])
+    return result
+
+
+def event_matches(expression: str, context: dict) -> bool:
+    """Whether the filter holds for the event. Raises MappingFailed("filter_failed")."""
+    if not expression.strip():
+        return True
+    try:
+        result = evaluate_expression(expression, context)
+    except ExpressionError as error:
+        raise MappingFailed("filter_failed", [{"path": "filter", "message": str(error)}]) from None
+    if not isinstance(result, bool):
+        raise MappingFailed("filter_failed", [{"path": "filter", "message":
+                            f"must be true or false, not {type(result).__name__}"}])
+    return result

@@ -1,0 +1,51 @@
+"""Reads of triggers that the services, the entry points and the consumer share.
+
+Reads only: no writes, no dispatch, no permission checks (`orchestrator.authz` does those).
+"""
+from django.conf import settings
+from django.db.models import QuerySet
+
+from orchestrator.authz import System
+from orchestrator.models import Run, WorkflowVersion
+from orchestrator.selectors import latest_version
+from orchestrator.states import RUN_TERMINAL
+
+from .models import TeamQuota, Trigger, TriggerKind
+
+
+def trigger_actor(trigger: Trigger) -> System:
+    """Who starts a schedule's, a webhook's or a queue event's runs: the trigger itself
+    ("trigger:<id>" in events and the ledger), acting for its team."""
+    return System(str(trigger.id), kind="trigger")
+
+
+def version_to_run(trigger: Trigger) -> WorkflowVersion | None:
+    """The version a firing starts: the pinned one, or the workflow's latest."""
+    if trigger.workflow_version:
+        return trigger.workflow.versions.filter(number=trigger.workflow_version).first()
+    return latest_version(team=trigger.team, name=trigger.workflow.name)
+
+
+def team_live_runs(team_id: int) -> int:
+    return Run.objects.filter(team_id=team_id).exclude(state__in=RUN_TERMINAL).count()
+
+
+def team_quota(team_id: int) -> int:
+    quota = TeamQuota.objects.filter(team_id=team_id).values_list("max_live_runs", flat=True).first()
+    return quota if quota is not None else settings.STEPWISE_TEAM_MAX_LIVE_RUNS
+
+
+def webhook_trigger(trigger_id) -> Trigger | None:
+    """The webhook trigger at this URL, enabled or not (None for any other id)."""
+    return Trigger.objects.select_related("team", "workflow").filter(
+        id=trigger_id, kind=TriggerKind.WEBHOOK).first()
+
+
+def queue_triggers() -> QuerySet[Trigger]:
+    """The enabled queue-event triggers, which the consumer reads."""
+    return Trigger.objects.select_related("team", "workflow").filter(
+        kind=TriggerKind.QUEUE, enabled=True).order_by("id")
+
+
+def source_url(name: str) -> str | None:
+    return settings.STEPWISE_EVENT_SOURCES.get(name)

@@ -1,0 +1,246 @@
+"""The one path from a trigger to a run, and admission control.
+
+`fire(trigger, key=..., context=..., origin=...)` is what every kind of trigger calls, inside
+its own transaction with the trigger row locked (`trigger_lock`):
+
+1. a key already fired returns its firing (a replayed tick, a redelivered message, a retried
+   webhook): **one run per key, ever** — and the run's idempotency key repeats it;
+2. the filter decides whether the event concerns the trigger at all;
+3. the input template builds the run input, checked against the workflow's input schema;
+4. admission: past the trigger's `max_per_minute`, or while its team has as many unfinished
+   runs as its quota, the firing is refused or held (`when_limited`), never started;
+5. `orchestrator.services.runs.run_start` — the same service as the REST API — starts it.
+
+Refusals write an audit entry. Held firings are started by `queued_firings_admit` (beat, every
+2 s), oldest first, as the rate and the quota allow.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import transaction
+
+from audit.services import audit_record
+from orchestrator.authz import Action, Actor, System, label, require
+from orchestrator.clock import now
+from orchestrator.definitions.limits import run_input_problems
+from orchestrator.errors import Forbidden, InputInvalid, NotAllowed
+from orchestrator.models import Run
+from orchestrator.services.runs import input_problems, run_start
+
+from ..mapping import MappingFailed, event_matches, input_from_event
+from ..models import Firing, Trigger, TriggerKind, WhenLimited
+from ..selectors import team_live_runs, team_quota, trigger_actor, version_to_run
+
+RATE_WINDOW = timedelta(seconds=60)
+ADMIT_BATCH = 50  # firings one trigger admits per sweep, so one trigger cannot hog it
+
+
+@dataclass
+class FireOutcome:
+    """What became of a firing.
+
+    `status`: started (a new run), duplicate (the key had fired: its run, or its held firing),
+    queued (held by admission control), ignored (the filter said no), invalid (the event did
+    not make a valid input: `problems`), refused (`reason`: rate, quota, queue_full, disabled,
+    or the webhook's signature reasons), not_found.
+    """
+
+    status: str
+    run: Run | None = None
+    firing: Firing | None = None
+    reason: str = ""
+    problems: list[dict] = field(default_factory=list)
+    retry_after_s: int | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """The event was taken care of: a run exists or will, or it concerns no one."""
+        return self.status in ("started", "duplicate", "queued", "ignored")
+
+
+def trigger_lock(trigger_id) -> Trigger:
+    """The trigger with its row locked for the rest of the transaction (PostgreSQL; SQLite's
+    IMMEDIATE transactions serialize writers instead): firings of one trigger are admitted one
+    at a time, so two of them never both take the last place under its rate."""
+    return Trigger.objects.select_for_update(of=("self",)).select_related(
+        "team", "workflow").get(id=trigger_id)
+
+
+def trigger_audit(trigger: Trigger, *, action: str, actor: str, outcome: str, payload: dict,
+                  idempotency_key: str = "") -> None:
+    """An audit entry about a trigger (created, changed, refused a firing, ...), in the
+    caller's transaction. Never pass a secret in `payload`."""
+    audit_record(action=action, actor=actor, subject_type="trigger", subject_id=trigger.id,
+                 outcome=outcome, team=trigger.team.slug, workflow=trigger.workflow.name,
+                 payload={"trigger": trigger.name, "kind": trigger.kind, **payload},
+                 idempotency_key=idempotency_key)
+
+
+def refusal(trigger: Trigger, *, key: str, reason: str, problems: list[dict], actor: str,
+            origin: dict | None = None, retry_after_s: int | None = None,
+            status: str = "refused") -> FireOutcome:
+    """Record (audit) that a firing was refused, and say so. In the caller's transaction."""
+    trigger_audit(trigger, action="trigger.refused", actor=actor, outcome=reason,
+                  payload={"key": key, "reason": reason, "problems": problems,
+                           "origin": origin or {}})
+    return FireOutcome(status, reason=reason, problems=problems, retry_after_s=retry_after_s)
+
+
+@dataclass(frozen=True)
+class _Limit:
+    reason: str
+    message: str
+    retry_after_s: int
+
+
+def _limit(trigger: Trigger) -> _Limit | None:
+    """Why a firing may not start now, or None."""
+    moment = now()
+    recent = Firing.objects.filter(trigger=trigger, started_at__gt=moment - RATE_WINDOW)
+    count = recent.count()
+    if count >= trigger.max_per_minute:
+        oldest = recent.order_by("started_at").values_list("started_at", flat=True).first()
+        wait = (oldest + RATE_WINDOW - moment).total_seconds() if oldest else 1
+        return _Limit("rate", f"trigger '{trigger.name}' started {count} runs in the last minute "
+                      f"(max_per_minute {trigger.max_per_minute})", max(1, math.ceil(wait)))
+    live, quota = team_live_runs(trigger.team_id), team_quota(trigger.team_id)
+    if live >= quota:
+        return _Limit("quota", f"team '{trigger.team.slug}' has {live} unfinished runs "
+                      f"(its quota is {quota})", 30)
+    return None
+
+
+def _origin(trigger: Trigger, key: str, extra: dict) -> dict:
+    return {"trigger": str(trigger.id), "name": trigger.name, "kind": trigger.kind, "key": key,
+            **extra}
+
+
+def _start(trigger: Trigger, *, key: str, run_input: dict, origin: dict, actor: Actor) -> Run:
+    version = version_to_run(trigger)
+    if version is None:
+        raise InputInvalid("the trigger's workflow version does not exist",
+                           [{"path": "workflow_version", "message": "no such version"}])
+    return run_start(version=version, input=run_input, actor=actor,
+                     idempotency_key=f"trigger:{trigger.id}:{key}", trigger=trigger.kind,
+                     origin=_origin(trigger, key, origin))
+
+
+def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
+         actor: Actor | None = None) -> FireOutcome:
+    """Fire `trigger` (locked by the caller, `trigger_lock`) for the event `key`.
+
+    `context` is what the filter and the template read (mapping.py); `origin` what the run
+    and the ledger record about the event (a slot, a delivery id, a message id). `actor`
+    defaults to the trigger itself; a programmatic trigger passes the person firing it.
+    Raises Forbidden when a person may not start runs in the trigger's team.
+    """
+    actor = actor or trigger_actor(trigger)
+    existing = Firing.objects.filter(trigger=trigger, key=key).select_related("run").first()
+    if existing is not None:
+        return FireOutcome("duplicate", run=existing.run, firing=existing)
+    who = label(actor)
+    if not trigger.enabled:
+        return refusal(trigger, key=key, reason="disabled", actor=who, origin=origin,
+                       problems=[{"path": "", "message": f"trigger '{trigger.name}' is disabled"}])
+    context = {**context, "trigger": {"name": trigger.name, "kind": trigger.kind}}
+    try:
+        if not event_matches(trigger.filter, context):
+            return FireOutcome("ignored", reason="filter")
+        run_input = input_from_event(trigger.input_template, context)
+    except MappingFailed as failed:
+        return refusal(trigger, key=key, reason=failed.reason_class, problems=failed.problems,
+                       actor=who, origin=origin, status="invalid")
+    version = version_to_run(trigger)
+    problems = (run_input_problems(run_input) or input_problems(
+        version.normalized["input_schema"], run_input)) if version else [
+        {"path": "workflow_version", "message": f"workflow '{trigger.workflow.name}' has no "
+                                                f"version {trigger.workflow_version or ''}"}]
+    if problems:
+        return refusal(trigger, key=key, reason="invalid_input", problems=problems, actor=who,
+                       origin=origin, status="invalid")
+    if not isinstance(actor, System):  # a person fires a programmatic trigger: may they?
+        require(actor, Action.RUN_START, team=trigger.team)
+    held = Firing.objects.filter(trigger=trigger, state=Firing.State.QUEUED)
+    limit = _limit(trigger)
+    if trigger.when_limited == WhenLimited.QUEUE and (limit or held.exists()):
+        # Behind the ones already held, even when this one could go: first come, first served.
+        if held.count() >= trigger.max_queued:
+            return refusal(trigger, key=key, reason="queue_full", actor=who, origin=origin,
+                           retry_after_s=limit.retry_after_s if limit else 30, problems=[
+                               {"path": "", "message": f"trigger '{trigger.name}' already holds "
+                                f"{trigger.max_queued} firings (max_queued)"}])
+        firing = Firing.objects.create(trigger=trigger, key=key, state=Firing.State.QUEUED,
+                                       input=run_input, origin=origin, fired_by=_person(actor))
+        trigger_audit(trigger, action="trigger.queued", actor=who, outcome="queued",
+                      payload={"key": key, "reason": limit.message if limit else "behind held firings"})
+        return FireOutcome("queued", firing=firing, reason=limit.reason if limit else "held")
+    if limit:
+        return refusal(trigger, key=key, reason=limit.reason, actor=who, origin=origin,
+                       retry_after_s=limit.retry_after_s,
+                       problems=[{"path": "", "message": limit.message}])
+    run = _start(trigger, key=key, run_input=run_input, origin=origin, actor=actor)
+    firing = Firing.objects.create(trigger=trigger, key=key, state=Firing.State.STARTED, run=run,
+                                   origin=origin, started_at=now(), fired_by=_person(actor))
+    return FireOutcome("started", run=run, firing=firing)
+
+
+def _person(actor: Actor):
+    return None if isinstance(actor, System) else actor
+
+
+def queued_firings_admit() -> int:
+    """Start held firings, oldest first per trigger, as each trigger's rate and its team's
+    quota allow. Returns how many started. Called by beat (`triggers.tasks.admit_queued`)."""
+    started = 0
+    trigger_ids = (Firing.objects.filter(state=Firing.State.QUEUED)
+                   .values_list("trigger_id", flat=True).distinct())
+    for trigger_id in list(trigger_ids):
+        for _ in range(ADMIT_BATCH):
+            result = _admit_one(trigger_id)
+            if result is None:
+                break
+            started += result
+    return started
+
+
+def _admit_one(trigger_id) -> int | None:
+    """Start the oldest held firing of one trigger: 1 started, 0 dropped, None: stop here."""
+    with transaction.atomic():
+        trigger = trigger_lock(trigger_id)
+        firing = (Firing.objects.filter(trigger=trigger, state=Firing.State.QUEUED)
+                  .select_related("fired_by").order_by("created_at", "id").first())
+        if firing is None or not trigger.enabled or _limit(trigger):
+            return None
+        actor = firing.fired_by or trigger_actor(trigger)
+        try:
+            run = _start(trigger, key=firing.key, run_input=firing.input, origin=firing.origin,
+                         actor=actor)
+        except (InputInvalid, Forbidden) as error:
+            # The workflow (or the person's role) changed while it waited: it cannot start.
+            firing.delete()
+            refusal(trigger, key=firing.key, reason="invalid_at_admission", actor=label(actor),
+                    origin=firing.origin, problems=error.problems)
+            return 0
+        firing.state, firing.run, firing.started_at, firing.input = (
+            Firing.State.STARTED, run, now(), None)
+        firing.save(update_fields=["state", "run", "started_at", "input"])
+    return 1
+
+
+def trigger_fire_api(*, trigger_id, payload: object, key: str, actor: Actor) -> FireOutcome:
+    """A person (or program, with its token) fires a programmatic trigger with `payload`.
+
+    `key` is the caller's idempotency key (a random one when the caller gave none). Raises
+    Forbidden without run.start in the trigger's team, NotAllowed for another kind of trigger.
+    """
+    with transaction.atomic():
+        trigger = trigger_lock(trigger_id)
+        require(actor, Action.RUN_START, team=trigger.team)
+        if trigger.kind != TriggerKind.API:
+            raise NotAllowed(f"trigger '{trigger.name}' is a {trigger.kind} trigger; only an api "
+                             "trigger is fired through the API")
+        return fire(trigger, key=f"request:{key}", context={"payload": payload},
+                    origin={"request": key, "by": label(actor)}, actor=actor)
