@@ -228,13 +228,14 @@ def test_deciding_an_approval(team, starter, who, may, surface):
     else:
         user = persona(team, who)
     if surface == "api":
-        response = client_for(user).post(f"/api/v1/approvals/{gate.id}/approve/", {"note": "ok"},
-                                         format="json")
+        response = client_for(user).post(f"/api/v1/approvals/{gate.id}/approve/", {
+            "note": "ok", "proposal_hash": gate.proposal_hash}, format="json")
         sees = who != "outside_approver" and who != "staff"
         assert response.status_code == (200 if may else 403 if sees else 404)
     else:
-        admin_client(user).post("/admin/approvals/approvalrequest/", {
-            "action": "approve_selected", "_selected_action": [str(gate.id)]})
+        admin_client(user).post(f"/admin/approvals/approvalrequest/{gate.id}/change/", {
+            "form": "decision", "decision": "approve", "note": "ok",
+            "proposal_hash": gate.proposal_hash})
     assert (ApprovalRequest.objects.get(pk=gate.pk).state == "approved") is may
 
 

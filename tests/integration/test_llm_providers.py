@@ -139,7 +139,8 @@ def test_a_high_risk_refund_waits_for_a_person_and_the_tool_acts_after_approval(
     approval = ApprovalRequest.objects.get(run_id=run.id)
     assert "900.0" in approval.instructions and "high" in approval.instructions
 
-    approval_grant(approval_id=approval.id, user=approver, note="ok")
+    approval_grant(approval_id=approval.id, user=approver, proposal_hash=approval.proposal_hash,
+                   note="ok")
     run = wait_for_run(run.id, states=("completed", "failed"))
 
     assert run.state == "completed", run.error
