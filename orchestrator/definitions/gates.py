@@ -80,7 +80,7 @@ def approves_problem(gate: str, named: str, steps: Mapping[str, dict],
             return f"{named!r} proposes an action but does not run before {gate!r}"
         return None
     if target.get("type") != "tool":
-        return (f"{named!r} is a {target.get('type')} step; a gate approves an upstream "
+        return (f"{named!r} is a step of type {target.get('type')}; a gate approves an upstream "
                 "proposal or a tool step that runs after it")
     if named not in dependents(gate, {named: target}):
         return f"tool step {named!r} must list {gate!r} in its after"
