@@ -17,9 +17,10 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
-from django.utils.timesince import timesince
+from django.utils.timesince import timesince, timeuntil
 
 from orchestrator.admin_display import ReadOnlyAdminMixin, badge_column, state_badge
+from orchestrator.clock import now
 from orchestrator.errors import Forbidden, InputInvalid, NotAllowed, ServiceError
 from orchestrator.services.kinds.human_gate import (
     approval_edit,
@@ -118,7 +119,7 @@ def tier_badge(tier: str) -> str:
 @admin.register(ApprovalRequest)
 class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["summary", "workflow", "risk", "amount", "requester", "age", "deadline",
-                    badge_column("state"), "approvers", "progress"]
+                    "progress", badge_column("state")]
     list_display_links = ["summary"]
     list_filter = [StateFilter, AssignedFilter, TierFilter, WorkflowFilter, "approvers"]
     list_select_related = ["run__version__workflow", "run__created_by", "step"]
@@ -143,8 +144,9 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="request")
     def summary(self, approval: ApprovalRequest) -> str:
-        return format_html("<strong>{}</strong><br><span class='quiet'>{}</span>",
-                           action_summary(approval, limit=80), approval.step.name)
+        return format_html("<strong>{}</strong><br><span class='quiet'>step {} · for {}</span>",
+                           action_summary(approval, limit=80), approval.step.name,
+                           approval.approvers)
 
     @admin.display(description="workflow", ordering="run__version__workflow__name")
     def workflow(self, approval: ApprovalRequest) -> str:
@@ -161,18 +163,28 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="age", ordering="requested_at")
     def age(self, approval: ApprovalRequest) -> str:
-        return timesince(approval.requested_at)
+        return timesince(approval.requested_at, now())
 
     @admin.display(description="deadline", ordering="deadline_at")
     def deadline(self, approval: ApprovalRequest) -> str:
-        return format_html('<span title="{}">{}</span>', approval.deadline_at.isoformat(),
-                           approval.deadline_at.strftime("%Y-%m-%d %H:%M"))
+        at = approval.deadline_at
+        if approval.state != ApprovalState.PENDING:
+            text, tone = at.strftime("%Y-%m-%d %H:%M"), ""
+        elif at < now():
+            text, tone = f"overdue by {timesince(at, now())}", "overdue"
+        else:
+            text, tone = f"in {timeuntil(at, now())}", ""
+        return format_html('<span class="{}" title="{} UTC">{}</span>', tone,
+                           at.strftime("%Y-%m-%d %H:%M"), text)
 
     @admin.display(description="approvals")
     def progress(self, approval: ApprovalRequest) -> str:
         given = (approval.decisions.filter(verdict="approve", proposal_hash=approval.proposal_hash)
                  .values("user").distinct().count())
         return f"{given} of {approval.approvals_required}"
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {"title": "Approval inbox", **(extra_context or {})})
 
     # --- the decision page ------------------------------------------------------------------
 
