@@ -265,8 +265,7 @@ STEPWISE_DEFAULT_STEP_COST_USD = os.environ.get("STEPWISE_DEFAULT_STEP_COST_USD"
 
 # --- notifications (notifications/, docs/approvals.md#notifications) --------------------------
 # Where links in notifications point: the address people open Stepwise at.
-STEPWISE_BASE_URL = os.environ.get("STEPWISE_BASE_URL",
-                                   f"http://127.0.0.1:{os.environ.get('PORT', '8000')}")
+STEPWISE_BASE_URL = os.environ.get("STEPWISE_BASE_URL", "http://127.0.0.1:8000")
 # An outgoing webhook (Slack-compatible payload) told about the same events as the e-mail;
 # its calls follow the egress policy of the caller `notify.webhook` (docs/egress.md).
 STEPWISE_NOTIFY_WEBHOOK_URL = os.environ.get("STEPWISE_NOTIFY_WEBHOOK_URL", "")
