@@ -342,7 +342,8 @@ def effect_previews(approval: ApprovalRequest) -> list[EffectPreview]:
                 continue
             if holds is not True:
                 previews.append(EffectPreview(name, spec["type"], spec.get("tool", ""),
-                                              will_run=False, note=f"skipped: {spec['when']}"))
+                                              will_run=False,
+                                              note=f"its condition is false ({spec['when']})"))
                 continue
         if spec["type"] != "tool":
             previews.append(EffectPreview(name, spec["type"]))

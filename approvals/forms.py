@@ -14,9 +14,7 @@ from orchestrator.services.kinds.human_gate import MAX_NOTE
 class DecisionForm(forms.Form):
     proposal_hash = forms.CharField(widget=forms.HiddenInput, required=False, max_length=64)
     note = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 70}), required=False,
-                           max_length=MAX_NOTE,
-                           help_text="Required to reject. The workflow may pass it on: the "
-                           "support example adds it to the e-mail.")
+                           max_length=MAX_NOTE)
     confirm = forms.BooleanField(required=False)
     decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
 

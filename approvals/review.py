@@ -13,6 +13,7 @@ from datetime import datetime
 from orchestrator.clock import now
 from orchestrator.errors import Forbidden
 from orchestrator.models import StepRun
+from orchestrator.selectors import definition_of
 from orchestrator.states import StepState
 
 from .actions import EffectPreview, action_summary, effect_previews
@@ -61,6 +62,7 @@ class Review:
     needs_confirmation: bool
     editable: list[Row]
     may_revoke: bool
+    note_used_by: list[str]  # guarded steps whose parameters include the reviewer's note
 
 
 def shown(value: object) -> tuple[str, bool]:
@@ -111,8 +113,9 @@ def review_of(approval: ApprovalRequest, user) -> Review:
     run = approval.run
     deciding = may_decide(user, approval)
     pending = approval.state == ApprovalState.PENDING
-    editable = [Row(name, *shown((approval.action.get("params") or {}).get(name)))
-                for name in approval.editable] if approval.action_kind != "context" else []
+    params = (approval.action.get("params") or {}) if approval.action_kind != "context" else {}
+    # Only the editable parameters this action has (a proposal's other actions have others).
+    editable = [Row(name, *shown(params[name])) for name in approval.editable if name in params]
     upstream = [(name, shown((item or {}).get("output"))[0])
                 for name, item in (approval.context or {}).items()]
     started = StepRun.objects.filter(run=run, name__in=approval.guarded_steps).exclude(
@@ -136,5 +139,14 @@ def review_of(approval: ApprovalRequest, user) -> Review:
         needs_confirmation=approval.risk_tier in CONFIRM_TIERS,
         editable=editable if deciding and pending else [],
         may_revoke=deciding and approval.state == ApprovalState.APPROVED and not started,
+        note_used_by=_note_used_by(approval),
     )
+
+
+def _note_used_by(approval: ApprovalRequest) -> list[str]:
+    """Guarded steps whose parameters render the gate's note (so it reaches someone)."""
+    _, graph = definition_of(approval.run)
+    needle = f"steps.{approval.step.name}.output.note"
+    return [name for name in approval.guarded_steps
+            if needle in json.dumps(graph.steps[name].get("params") or {})]
 

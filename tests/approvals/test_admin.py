@@ -105,6 +105,7 @@ def test_the_decision_page_shows_the_action_for_a_person(team, requester, lead):
     assert "a gate that approves no typed proposal is medium risk" in html
     assert 'value="approve"' in html and 'value="reject"' in html
     assert "Edit the parameters" in html and "(decided in the admin)" not in html
+    assert "the workflow puts your note into what send sends" in html
 
 
 def test_the_decision_page_of_a_proposal_shows_its_evidence_and_rationale(team, requester, lead):
@@ -117,8 +118,10 @@ def test_the_decision_page_of_a_proposal_shows_its_evidence_and_rationale(team, 
     assert "<blockquote>My order never arrived</blockquote>" in html  # evidence
     assert "0.80" in html  # confidence
     assert "amount_usd 1200.0 &gt;= 500 (high threshold)" in html  # each risk reason
-    assert "It will not run: skipped" in html  # the decline reply is not what will happen
+    assert "It will not run: its condition is false" in html  # the decline reply will not happen
+    assert "explanation" not in html.split("Edit the parameters")[1]  # the decline's parameter
     assert "I have read this high-risk action" in html  # confirmation for high and critical
+    assert "this workflow does not pass it on" in html  # the note stays with the decision
 
 
 def test_approving_with_a_note_from_the_page(team, requester, lead):

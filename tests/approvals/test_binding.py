@@ -10,10 +10,16 @@ from audit.chain import seal_pending
 from audit.models import AuditEntry
 from orchestrator.definitions.proposals import proposal_hash
 from orchestrator.hashing import digest_of
-from orchestrator.models import Run, StepRun
+from orchestrator.models import DeadLetter, Role, Run, StepRun
+from orchestrator.retry import StepError
 from orchestrator.services.kinds.human_gate import approval_grant, approval_revoke
+from orchestrator.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
+from orchestrator.services.operators import dead_letter_redrive
+from orchestrator.services.runs import run_start
+from orchestrator.services.workflows import workflow_save
 from orchestrator.tasks import execute_step
 from tests.conftest import client_for
+from tests.factories import SETUP, member
 
 from .conftest import SUPPORT_INPUT, refund_gate, sent_emails, support_gate, work
 
@@ -179,3 +185,30 @@ def test_revoking_after_the_action_started_is_refused(team, requester, lead, sec
     assert response.status_code == 409
     assert "already started" in response.json()["errors"][0]["message"]
     assert ApprovalRequest.objects.get(pk=approval.pk).state == "approved"
+
+
+def test_a_gate_run_again_after_a_redrive_asks_again(team, requester, lead):
+    version, _ = workflow_save(team=team, actor=SETUP, definition={
+        "name": "gated", "input_schema": {"type": "object"}, "steps": [
+            {"name": "gate", "type": "human_gate", "approvers": "support_leads"},
+            {"name": "boom", "type": "tool", "tool": "core.echo"},
+            {"name": "after", "type": "tool", "tool": "core.echo", "after": ["gate", "boom"]}]})
+    run = run_start(version=version, input={}, actor=requester)
+    boom = run.steps.get(name="boom")
+    claim = step_claim(step_id=boom.id, worker="test")
+    step_fail(step_id=boom.id, attempt=claim.attempt, error=StepError("permanent", "down"),
+              usage=Usage(), worker="test")
+    first = ApprovalRequest.objects.get(run=run)
+    assert (Run.objects.get(pk=run.pk).state, first.state) == ("failed", "cancelled")
+
+    operator = member(team, "op", role=Role.OPERATOR)
+    dead_letter_redrive(dead_letter_id=DeadLetter.objects.get(step=boom).id, actor=operator)
+    claim = step_claim(step_id=boom.id, worker="test")
+    step_succeed(step_id=boom.id, attempt=claim.attempt, output={}, usage=Usage(), worker="test")
+
+    requests = list(ApprovalRequest.objects.filter(run=run).order_by("id"))
+    assert [r.state for r in requests] == ["cancelled", "pending"]
+    assert requests[1].step_id == first.step_id
+    body = client_for(lead).get(f"/api/v1/runs/{run.id}/").json()
+    [gate] = [s for s in body["steps"] if s["name"] == "gate"]
+    assert gate["approval"]["id"] == requests[1].id and gate["approval"]["state"] == "pending"

@@ -61,6 +61,14 @@ def test_a_reviewer_approves_the_support_email_with_a_note(workers, web_server, 
     assert "refund order_id=ORD-1002, amount_usd=1200.0" in page.inner_text("#result_list")
     screenshot(page, "approvals-inbox")
 
+    page.click("text=refund order_id=ORD-1002")  # a typed proposal: evidence, rationale, risk
+    page.wait_for_selector("#decision-form")
+    assert "The order was not delivered; a full refund is due." in page.inner_text("#content")
+    assert page.is_visible("#id_confirm")  # high risk: approving asks for a confirmation
+    screenshot(page, "approvals-proposal")
+    page.go_back()
+    page.wait_for_selector("#result_list")
+
     page.click("text=email.send to sam@example.com: Re: ticket T-1001")
     page.wait_for_selector("#decision-form")
     text = page.inner_text("#content")

@@ -52,6 +52,7 @@ class Command(BaseCommand):
         user.groups.add(leads, managers)
         token, _ = Token.objects.get_or_create(user=user)
         reviewer, reviewer_password = self.reviewer(team, leads)
+        reviewer_token, _ = Token.objects.get_or_create(user=reviewer)
         versions = {}
         for path in sorted(EXAMPLES.glob("*.yaml")):
             version, created = workflow_save(
@@ -74,6 +75,7 @@ Stepwise is starting on {base}
   admin:    {base}/admin/   user: {username}   password: {password}
   reviewer: {base}/admin/   user: {reviewer.username}   password: {reviewer_password}
             (not staff; in support_leads: the support example waits in their inbox)
+            API token: {reviewer_token.key}
   API docs: {base}/api/v1/docs/
   API token: {token.key}{secrets_line}
   e-mail:   notifications in {settings.VAR_DIR / "mail"}/, the example's e-mails in {settings.VAR_DIR / "outbox" / "emails.jsonl"}
@@ -86,8 +88,9 @@ Or start another and decide it through the API (the hash you reviewed is require
        -H 'Authorization: Token {token.key}' -H 'Content-Type: application/json' \\
        -d '{{"input": {{"ticket_id": "T-1", "body": "I need a refund", "customer_email": "c@example.com"}}}}'
   curl -s {base}/api/v1/approvals/?state=pending -H 'Authorization: Token {token.key}'
-  curl -s -X POST {base}/api/v1/approvals/<id>/approve/ -H 'Authorization: Token <a reviewer's token>' \\
+  curl -s -X POST {base}/api/v1/approvals/<id>/approve/ -H 'Authorization: Token {reviewer_token.key}' \\
        -H 'Content-Type: application/json' -d '{{"proposal_hash": "<its proposal_hash>", "note": "ok"}}'
+(the reviewer approves: whoever started a run may not approve it.)
 """))
 
     def reviewer(self, team: Team, leads: Group) -> tuple[User, str]:
