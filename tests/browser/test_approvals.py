@@ -28,7 +28,7 @@ def emails_of(run_id) -> list[dict]:
     return [row for row in rows if row["idempotency_key"].startswith(f"{run_id}:")]
 
 
-def test_a_reviewer_approves_the_support_email_with_a_note(workers, web_server, browser_page, screenshot, team):
+def test_a_reviewer_approves_the_support_email_with_a_note(browser_page, screenshot, workers, web_server, team):
     starter = member(team, "agent_smith", role=Role.EDITOR)
     reviewer = member(team, "reviewer", role=Role.MEMBER, groups=("support_leads",))
     reviewer.set_password("review-pass-1")
