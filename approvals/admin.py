@@ -109,9 +109,6 @@ class WorkflowFilter(admin.SimpleListFilter):
         return queryset.filter(run__version__workflow__name=self.value()) if self.value() else queryset
 
 
-TIER_TONES = {"low": "good", "medium": "attention", "high": "bad", "critical": "bad"}
-
-
 def tier_badge(tier: str) -> str:
     return format_html('<span class="tier-badge tier-{}">{}</span>', tier, tier)
 

@@ -21,6 +21,7 @@ from orchestrator.clock import now
 from orchestrator.definitions import TemplateError, render_template
 from orchestrator.events import event_record
 from orchestrator.models import Run, StepRun
+from orchestrator.states import StepState
 
 from .actions import EditedAction, action_summary, gate_action
 from .authority import deciders
@@ -159,7 +160,7 @@ def approval_request_close(*, run: Run, step: StepRun, actor: Actor) -> Approval
     approval = ApprovalRequest.objects.filter(step=step, state=ApprovalState.PENDING).first()
     if approval is None:
         return None
-    if step.state == "timed_out":
+    if step.state == StepState.TIMED_OUT:
         approval.expire()
     else:
         approval.cancel()

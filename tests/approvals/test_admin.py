@@ -193,3 +193,23 @@ def test_revoking_an_approval_from_the_page(team, requester, lead, second_lead):
 
     assert response.status_code == 302
     assert ApprovalRequest.objects.get(pk=approval.pk).state == "revoked"
+
+
+def test_a_decided_request_shows_its_history_and_no_decision(team, requester, lead, second_lead):
+    approval = support_gate(team, requester)
+    signed_in(lead).post(page(approval), {"form": "edit", "proposal_hash": approval.proposal_hash,
+                                          "param_subject": "Your refund",
+                                          "param_body": approval.action["params"]["body"]})
+    edited = ApprovalRequest.objects.get(pk=approval.pk)
+    signed_in(second_lead).post(page(approval), {
+        "form": "decision", "decision": "reject", "note": "Wrong customer.",
+        "proposal_hash": edited.proposal_hash})
+
+    response = signed_in(lead).get(page(approval))
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert '<span class="state-badge state-bad">rejected</span>' in html
+    assert "<strong>lead</strong> edited" in html and "<strong>lead2</strong> rejected" in html
+    assert "<blockquote>Wrong customer.</blockquote>" in html
+    assert 'id="decision-form"' not in html and 'id="edit-form"' not in html
