@@ -8,6 +8,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 export PORT
+# Where links in notifications point (honcho gives each process a PORT of its own).
+STEPWISE_BASE_URL ?= http://127.0.0.1:$(PORT)
+export STEPWISE_BASE_URL
 
 .PHONY: run test install lint bench clean
 

@@ -1,66 +1,277 @@
-"""Admin screens for approval requests: browse them, and decide them in bulk.
+"""The reviewer's screens: the inbox (the request list) and the decision page (a request).
 
-Requests are opened and decided only by the human gate's services; the screens are read-only
-and scoped to the viewer's teams, and the "Approve selected" / "Reject selected" actions call
-`approval_grant` / `approval_reject`, the same services the API uses, which check the decider's
-authority themselves — one request at a time, reporting each refusal.
+The inbox lists, by default, the pending requests waiting for one of the reviewer's groups,
+oldest deadline first. The decision page shows what the action is and what it will do
+(`approvals.review`), and its forms call the decision services — `approval_grant`,
+`approval_reject`, `approval_edit`, `approval_revoke`, the same ones the API calls, which check
+the reviewer's authority and the hash they saw, and audit a refusal. Nothing is decided here:
+a refusal comes back as a form error, with nothing changed.
+
+A person who is not a superuser sees the requests of their teams that wait (or waited) for one
+of their groups, or that they acted on (`approvals.authority.requests_visible_to`).
 """
-
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
+from django.http import Http404, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.timesince import timesince, timeuntil
 
-from orchestrator.admin_display import (
-    ReadOnlyAdminMixin,
-    TeamScopedAdminMixin,
-    badge_column,
-    pretty_json,
+from orchestrator.admin_display import ReadOnlyAdminMixin, badge_column, state_badge
+from orchestrator.clock import now
+from orchestrator.errors import Forbidden, InputInvalid, NotAllowed, ServiceError
+from orchestrator.services.kinds.human_gate import (
+    approval_edit,
+    approval_grant,
+    approval_reject,
+    approval_revoke,
 )
-from orchestrator.errors import Forbidden, NotAllowed
-from orchestrator.services.kinds.human_gate import approval_grant, approval_reject
 
-from .models import ApprovalRequest
+from .actions import action_summary
+from .authority import is_reviewer, requests_visible_to
+from .forms import DecisionForm, EditForm, RevokeForm
+from .models import ApprovalRequest, ApprovalState
+from .review import review_of
+
+STATUS_OF = {Forbidden: 403, NotAllowed: 409, InputInvalid: 400}
+
+
+class StateFilter(admin.SimpleListFilter):
+    """Pending unless another state (or all) is chosen."""
+
+    title = "state"
+    parameter_name = "state"
+    default = ApprovalState.PENDING
+
+    def lookups(self, request, model_admin):
+        return [*ApprovalState.choices, ("all", "All")]
+
+    def queryset(self, request, queryset):
+        value = self.value() or self.default
+        return queryset if value == "all" else queryset.filter(state=value)
+
+    def choices(self, changelist):
+        current = self.value() or self.default
+        for value, label in self.lookup_choices:
+            yield {"selected": current == value, "display": label,
+                   "query_string": changelist.get_query_string({self.parameter_name: value})}
+
+
+class AssignedFilter(admin.SimpleListFilter):
+    """Waiting for one of my groups (the default, for a person in a group), or everything I
+    may see."""
+
+    title = "waiting for"
+    parameter_name = "for"
+
+    def __init__(self, request, params, model, model_admin):
+        super().__init__(request, params, model, model_admin)
+        self.default = "mine" if request.user.groups.exists() else "all"
+
+    def lookups(self, request, model_admin):
+        return [("mine", "My groups"), ("all", "Anyone I can see")]
+
+    def queryset(self, request, queryset):
+        if (self.value() or self.default) == "all":
+            return queryset
+        return queryset.filter(approvers__in=request.user.groups.values_list("name", flat=True))
+
+    def choices(self, changelist):
+        current = self.value() or self.default
+        for value, label in self.lookup_choices:
+            yield {"selected": current == value, "display": label,
+                   "query_string": changelist.get_query_string({self.parameter_name: value})}
+
+
+class TierFilter(admin.SimpleListFilter):
+    title = "risk tier"
+    parameter_name = "risk"
+
+    def lookups(self, request, model_admin):
+        return [(tier, tier) for tier in ("low", "medium", "high", "critical")]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(risk_tier=self.value()) if self.value() else queryset
+
+
+class WorkflowFilter(admin.SimpleListFilter):
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request, model_admin):
+        names = (model_admin.get_queryset(request).order_by()
+                 .values_list("run__version__workflow__name", flat=True).distinct())
+        return [(name, name) for name in sorted(set(names))]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(run__version__workflow__name=self.value()) if self.value() else queryset
+
+
+def tier_badge(tier: str) -> str:
+    return format_html('<span class="tier-badge tier-{}">{}</span>', tier, tier)
 
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    team_field = "run__team"
-    list_display = ["id", "run", "step_name", badge_column("state"), "approvers", "requested_at",
-                    "deadline_at", "decided_by"]
-    list_filter = ["state", "approvers"]
-    list_select_related = ["run", "step", "decided_by"]
-    search_fields = ["run__id", "step__name", "approvers"]
-    fields = readonly_fields = [
-        "run", "step", "state", "approvers", "instructions", "context_pretty", "proposal_hash",
-        "requested_at", "deadline_at", "decided_at", "decided_by", "note",
-    ]
-    actions = ["approve_selected", "reject_selected"]
+class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["summary", "workflow", "risk", "amount", "requester", "age", "deadline",
+                    "progress", badge_column("state")]
+    list_display_links = ["summary"]
+    list_filter = [StateFilter, AssignedFilter, TierFilter, WorkflowFilter, "approvers"]
+    list_select_related = ["run__version__workflow", "run__created_by", "step"]
+    search_fields = ["run__id", "step__name", "approvers", "instructions"]
+    ordering = ["deadline_at", "id"]
+    actions = None
+    change_form_template = "admin/approvals/approvalrequest/decision.html"
 
-    def has_decide_permission(self, request) -> bool:
-        return request.user.groups.exists() or request.user.is_superuser
+    # --- who sees what ----------------------------------------------------------------------
 
-    @admin.display(description="step", ordering="step__name")
-    def step_name(self, approval: ApprovalRequest) -> str:
-        return approval.step.name
+    def get_queryset(self, request) -> QuerySet[ApprovalRequest]:
+        return requests_visible_to(request.user, super().get_queryset(request))
 
-    @admin.display(description="context")
-    def context_pretty(self, approval: ApprovalRequest) -> str:
-        return pretty_json(approval.context)
+    def has_view_permission(self, request, obj=None) -> bool:
+        user = request.user
+        return user.is_active and (user.is_superuser or is_reviewer(user))
 
-    @admin.action(description="Approve selected", permissions=["decide"])
-    def approve_selected(self, request, queryset: QuerySet[ApprovalRequest]) -> None:
-        self._decide(request, queryset, approval_grant, "Approved")
+    def has_module_permission(self, request) -> bool:
+        return self.has_view_permission(request)
 
-    @admin.action(description="Reject selected", permissions=["decide"])
-    def reject_selected(self, request, queryset: QuerySet[ApprovalRequest]) -> None:
-        self._decide(request, queryset, approval_reject, "Rejected")
+    # --- the inbox's columns ----------------------------------------------------------------
 
-    def _decide(self, request, queryset, service, verb: str) -> None:
-        done = 0
-        for approval_id in queryset.values_list("id", flat=True):
-            try:
-                service(approval_id=approval_id, user=request.user, note="(decided in the admin)")
-                done += 1
-            except (NotAllowed, Forbidden) as exc:
-                self.message_user(request, f"Approval {approval_id}: {exc}", messages.ERROR)
-        if done:
-            self.message_user(request, f"{verb} {done} request(s).", messages.SUCCESS)
+    @admin.display(description="request")
+    def summary(self, approval: ApprovalRequest) -> str:
+        return format_html("<strong>{}</strong><br><span class='quiet'>step {} · for {}</span>",
+                           action_summary(approval, limit=80), approval.step.name,
+                           approval.approvers)
+
+    @admin.display(description="workflow", ordering="run__version__workflow__name")
+    def workflow(self, approval: ApprovalRequest) -> str:
+        return approval.run.version.workflow.name
+
+    @admin.display(description="risk", ordering="risk_tier")
+    def risk(self, approval: ApprovalRequest) -> str:
+        return tier_badge(approval.risk_tier)
+
+    @admin.display(description="requester", ordering="run__created_by__username")
+    def requester(self, approval: ApprovalRequest) -> str:
+        user = approval.run.created_by
+        return user.get_username() if user else approval.run.trigger
+
+    @admin.display(description="age", ordering="requested_at")
+    def age(self, approval: ApprovalRequest) -> str:
+        return timesince(approval.requested_at, now())
+
+    @admin.display(description="deadline", ordering="deadline_at")
+    def deadline(self, approval: ApprovalRequest) -> str:
+        at = approval.deadline_at
+        if approval.state != ApprovalState.PENDING:
+            text, tone = at.strftime("%Y-%m-%d %H:%M"), ""
+        elif at < now():
+            text, tone = f"overdue by {timesince(at, now())}", "overdue"
+        else:
+            text, tone = f"in {timeuntil(at, now())}", ""
+        return format_html('<span class="{}" title="{} UTC">{}</span>', tone,
+                           at.strftime("%Y-%m-%d %H:%M"), text)
+
+    @admin.display(description="approvals")
+    def progress(self, approval: ApprovalRequest) -> str:
+        given = (approval.decisions.filter(verdict="approve", proposal_hash=approval.proposal_hash)
+                 .values("user").distinct().count())
+        return f"{given} of {approval.approvals_required}"
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {"title": "Approval inbox", **(extra_context or {})})
+
+    # --- the decision page ------------------------------------------------------------------
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        approval = self.get_object(request, object_id)
+        if approval is None:
+            raise Http404("No such approval request, or not one of yours.")
+        if not self.has_view_permission(request, approval):
+            raise PermissionDenied
+        review = review_of(approval, request.user)
+        decision = DecisionForm(initial={"proposal_hash": approval.proposal_hash},
+                                needs_confirmation=review.needs_confirmation)
+        edit = EditForm(initial={"proposal_hash": approval.proposal_hash},
+                        current=approval.action.get("params") or {}, editable=[r.name for r in review.editable])
+        revoke = RevokeForm()
+        status = 200
+        if request.method == "POST":
+            handled = self._post(request, approval, review)
+            if isinstance(handled, HttpResponseRedirect):
+                return handled
+            status, form = handled
+            decision = form if isinstance(form, DecisionForm) else decision
+            edit = form if isinstance(form, EditForm) else edit
+            revoke = form if isinstance(form, RevokeForm) else revoke
+        context = {
+            **self.admin_site.each_context(request),
+            "title": review.summary, "subtitle": f"approval {approval.id}",
+            "opts": self.model._meta, "original": approval, "review": review,
+            "decision_form": decision, "edit_form": edit, "revoke_form": revoke,
+            "state_badge": state_badge(approval.state), "tier_badge": tier_badge(approval.risk_tier),
+            "inbox_url": reverse("admin:approvals_approvalrequest_changelist"),
+            "has_view_permission": True,
+        }
+        return TemplateResponse(request, self.change_form_template, context, status=status)
+
+    def _post(self, request, approval: ApprovalRequest, review):
+        """Call the service the submitted form asks for: a redirect when it succeeded, else
+        (HTTP status, the bound form carrying the refusal as its error)."""
+        kind = request.POST.get("form", "decision")
+        if kind == "edit":
+            form = EditForm(request.POST, current=approval.action.get("params") or {},
+                            editable=[row.name for row in review.editable])
+        elif kind == "revoke":
+            form = RevokeForm(request.POST)
+        else:
+            form = DecisionForm(request.POST, needs_confirmation=review.needs_confirmation)
+        if not form.is_valid():
+            return 400, form
+        data = form.cleaned_data
+        try:
+            if isinstance(form, EditForm):
+                changes = form.changes()
+                if form.errors:
+                    return 400, form
+                if not changes:
+                    form.add_error(None, "Nothing changed: edit a value first.")
+                    return 400, form
+                approval_edit(approval_id=approval.id, user=request.user,
+                              proposal_hash=data["proposal_hash"], params=changes, note=data["note"])
+                message = ("Saved your changes: the request now binds the new parameters, "
+                           "and another approver must approve them.")
+                target = request.path
+            elif isinstance(form, RevokeForm):
+                approval_revoke(approval_id=approval.id, user=request.user, note=data["note"])
+                message, target = "Approval revoked: its action will not run.", request.path
+            else:
+                service = approval_grant if data["decision"] == "approve" else approval_reject
+                decided = service(approval_id=approval.id, user=request.user,
+                                  proposal_hash=data["proposal_hash"], note=data["note"])
+                message = self._decided_message(decided, data["decision"])
+                target = reverse("admin:approvals_approvalrequest_changelist")
+        except ServiceError as exc:
+            for problem in exc.problems:
+                path = problem.get("path") or ""
+                field = ("param_" + path.split(".")[1] if path.startswith("params.")
+                         else path or None)
+                visible_field = field in form.fields and not form.fields[field].widget.is_hidden
+                form.add_error(field if visible_field else None, problem["message"])
+            return next((code for cls, code in STATUS_OF.items() if isinstance(exc, cls)), 400), form
+        self.message_user(request, message, messages.SUCCESS)
+        return HttpResponseRedirect(target)
+
+    @staticmethod
+    def _decided_message(approval: ApprovalRequest, decision: str) -> str:
+        what = action_summary(approval, limit=100)
+        if decision == "reject":
+            return f"Rejected: {what}. The run goes on under its on-error policy."
+        if approval.state == ApprovalState.APPROVED:
+            return f"Approved: {what}. The run goes on."
+        given = (approval.decisions.filter(verdict="approve", proposal_hash=approval.proposal_hash)
+                 .values("user").distinct().count())
+        return (f"Your approval is recorded ({given} of {approval.approvals_required}); "
+                "it waits for another approver.")

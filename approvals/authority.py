@@ -1,25 +1,147 @@
-"""Who may decide an approval request: members of its approvers group in the run's team.
+"""Who may decide an approval request, which requests a person sees, and whether an approval
+still holds — the one place these rules are written (docs/permissions.md#approvals).
 
-Being staff is not enough; a superuser may decide (and is audited like anyone). Reads only;
-the decision services (`orchestrator.services.kinds.human_gate`) call `require_decider`.
+* Deciding (approve, reject, edit the parameters, revoke) is for members of the request's
+  current approvers group who belong to the run's team, in any role; a superuser may decide too.
+  Being staff, an operator or an owner is not enough.
+* Separation of duties: whoever started the run, or last edited the parameters, may not approve
+  it — unless the gate relaxes that up to the request's tier (`self_approval_up_to`). It binds
+  superusers like anyone.
+* An approval holds while enough of its approvers still could approve (active, in the team, in
+  the group they approved for); the guarded steps check it right before they run.
+
+Reads only; raises `Forbidden`. The decision services (`orchestrator.services.kinds.human_gate`)
+and the admin's and API's scoping call it.
 """
-from orchestrator.authz import Actor, System, role_in
-from orchestrator.errors import Forbidden
+from django.contrib.auth import get_user_model
+from django.db.models import Q, QuerySet
 
-from .models import ApprovalRequest
+from orchestrator.authz import Actor, System, role_in, teams_visible_to, visible
+from orchestrator.errors import Forbidden
+from orchestrator.risk import RANK
+from orchestrator.selectors import spec_of
+
+from .models import ApprovalDecision, ApprovalRequest, ApprovalState, Verdict
+
+
+def _is_person(user: Actor) -> bool:
+    return not isinstance(user, System) and user.is_authenticated and user.is_active
+
+
+def in_group(user, group: str) -> bool:
+    return user.groups.filter(name=group).exists()
 
 
 def may_decide(user: Actor, approval: ApprovalRequest) -> bool:
-    if isinstance(user, System) or not user.is_authenticated or not user.is_active:
+    """A member of the current approvers group in the run's team, or a superuser."""
+    if not _is_person(user):
         return False
     if user.is_superuser:
         return True
-    if role_in(user, approval.run.team) is None:
-        return False
-    return user.groups.filter(name=approval.approvers).exists()
+    return role_in(user, approval.run.team) is not None and in_group(user, approval.approvers)
 
 
 def require_decider(user: Actor, approval: ApprovalRequest) -> None:
     """Raise Forbidden unless `user` may decide `approval`."""
     if not may_decide(user, approval):
-        raise Forbidden(f"you are not one of this request's approvers ({approval.approvers})")
+        raise Forbidden(f"you are not one of this request's approvers (group {approval.approvers} "
+                        f"in team {approval.run.team.slug})")
+
+
+def self_approval_allowed(approval: ApprovalRequest) -> bool:
+    """Whether the gate relaxes separation of duties at the request's tier."""
+    relaxed = approval.self_approval_up_to
+    return bool(relaxed) and RANK[approval.risk_tier] <= RANK[relaxed]
+
+
+def require_separation(user: Actor, approval: ApprovalRequest) -> None:
+    """Raise Forbidden if `user` started the run or last edited the parameters (and the gate
+    does not relax that at this tier)."""
+    if self_approval_allowed(approval):
+        return
+    if approval.run.created_by_id == user.pk:
+        raise Forbidden("you started this run, so someone else must approve it "
+                        "(separation of duties)")
+    if approval.edited_by_id == user.pk:
+        raise Forbidden("you edited these parameters, so someone else must approve them "
+                        "(separation of duties)")
+
+
+def approvers_of(approval: ApprovalRequest) -> QuerySet[ApprovalDecision]:
+    """The approve decisions that count: on the current hash."""
+    return approval.decisions.filter(verdict=Verdict.APPROVE, proposal_hash=approval.proposal_hash)
+
+
+def group_at(approval: ApprovalRequest, level: int) -> str:
+    """The approvers group of escalation tier `level` (0: the gate's own)."""
+    tiers = approval_tiers(approval)
+    return tiers[min(level, len(tiers) - 1)]["approvers"]
+
+
+def approval_tiers(approval: ApprovalRequest) -> list[dict]:
+    """[{approvers, timeout_s}, ...]: the gate's own group, then its escalation tiers."""
+    spec = spec_of(approval.run, approval.step.name)
+    return [{"approvers": spec["approvers"], "timeout_s": spec["timeout_s"]},
+            *spec.get("escalation", [])]
+
+
+def approval_lapse(approval: ApprovalRequest) -> str | None:
+    """Why an approved request no longer authorizes its action, or None while it holds."""
+    if approval.state != ApprovalState.APPROVED:
+        return f"approval {approval.id} is {approval.state}"
+    holding = 0
+    for decision in approvers_of(approval).select_related("user"):
+        user = decision.user
+        if user is None or not user.is_active:
+            continue
+        if user.is_superuser or (role_in(user, approval.run.team) is not None
+                                 and in_group(user, group_at(approval, decision.escalation_level))):
+            holding += 1
+    if holding < approval.approvals_required:
+        return (f"approval {approval.id}: {holding} of its {approval.approvals_required} "
+                "approver(s) may still approve")
+    return None
+
+
+def deciders(approval: ApprovalRequest) -> QuerySet:
+    """Who is told a request waits for them: the current group's members in the run's team."""
+    return (get_user_model().objects.filter(
+        is_active=True, groups__name=approval.approvers,
+        team_memberships__team_id=approval.run.team_id).exclude(email="").distinct()
+        .order_by("username"))
+
+
+# --- what a person sees -------------------------------------------------------------------------
+
+
+def requests_visible_to(user: Actor, queryset: QuerySet[ApprovalRequest] | None = None
+                        ) -> QuerySet[ApprovalRequest]:
+    """The requests a person sees in the admin: a superuser all; anyone else the requests of
+    their teams that wait for (or waited for) one of their groups, or that they acted on."""
+    queryset = ApprovalRequest.objects.all() if queryset is None else queryset
+    if isinstance(user, System) or (user.is_authenticated and user.is_superuser):
+        return queryset
+    scoped = visible(queryset, user, team_field="run__team")
+    if not _is_person(user):
+        return scoped
+    groups = list(user.groups.values_list("name", flat=True))
+    acted = ApprovalDecision.objects.filter(user=user).values("request_id")
+    return scoped.filter(Q(approvers__in=groups) | Q(id__in=acted)).distinct()
+
+
+def inbox(user: Actor) -> QuerySet[ApprovalRequest]:
+    """Pending requests waiting for one of `user`'s groups, in their teams (superusers: in any
+    team): what the header and the admin home count."""
+    if not _is_person(user):
+        return ApprovalRequest.objects.none()
+    groups = list(user.groups.values_list("name", flat=True))
+    pending = ApprovalRequest.objects.filter(state=ApprovalState.PENDING, approvers__in=groups)
+    if user.is_superuser:
+        return pending
+    return pending.filter(run__team__in=teams_visible_to(user))
+
+
+def is_reviewer(user: Actor) -> bool:
+    """A person who may open the admin to decide: in a team and in a group (staff or not)."""
+    return (_is_person(user) and user.groups.exists()
+            and teams_visible_to(user).exists())

@@ -1,9 +1,19 @@
-"""Approval requests: a human gate's question, bound to the exact data it approves."""
+"""Approval requests: a human gate's question, bound to the exact action that will run.
+
+A request holds the canonical action its approval authorizes (`action`) and that action's
+SHA-256 (`proposal_hash`): one hash per request, shown to the reviewer, required to decide, and
+checked again right before the action runs. Each person's verdict is an `ApprovalDecision`
+(several approvers may be required); the request's state machine records the outcome.
+
+Rows and transitions only: a transition body touches its own row; the services wrap it with
+`save()`, the decision rows and the event in one transaction.
+"""
 from django.conf import settings
 from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
 from orchestrator.clock import now
+from orchestrator.definitions.format import RISK_TIERS
 
 
 class ApprovalState(models.TextChoices):
@@ -12,18 +22,56 @@ class ApprovalState(models.TextChoices):
     REJECTED = "rejected"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
+    REVOKED = "revoked"
+
+
+class ActionKind(models.TextChoices):
+    """What the approval binds (orchestrator/definitions/gates.py)."""
+
+    PROPOSAL = "proposal", "a typed proposal of an agent step"
+    STEP = "step", "the call a tool step will make"
+    CONTEXT = "context", "the upstream steps' outputs"
+
+
+RISK_TIER_CHOICES = [(tier, tier) for tier in RISK_TIERS]
 
 
 class ApprovalRequest(ConcurrentTransitionMixin, models.Model):
-    step = models.OneToOneField("orchestrator.StepRun", on_delete=models.CASCADE, related_name="approval")
+    # A gate step reopened by an operator's redrive asks again: one request per time it waits,
+    # at most one of them pending (the constraint below).
+    step = models.ForeignKey("orchestrator.StepRun", on_delete=models.CASCADE, related_name="approvals")
     run = models.ForeignKey("orchestrator.Run", on_delete=models.CASCADE, related_name="approvals")
     state = FSMField(default=ApprovalState.PENDING, choices=ApprovalState.choices, protected=True)
-    approvers = models.CharField(max_length=150, help_text="Group whose members may decide.")
+    approvers = models.CharField(max_length=150, help_text="The group that decides now.")
+    escalation_level = models.PositiveSmallIntegerField(
+        default=0, help_text="0: the gate's own approvers; n: its n-th escalation tier.")
     instructions = models.TextField(blank=True)
-    context = models.JSONField(default=dict, help_text="The upstream outputs shown to the reviewer.")
-    proposal_hash = models.CharField(max_length=64, help_text="SHA-256 of the canonical context.")
+    context = models.JSONField(default=dict, help_text="The upstream outputs the gate has seen.")
+    action_kind = models.CharField(max_length=16, choices=ActionKind.choices,
+                                   default=ActionKind.CONTEXT)
+    action = models.JSONField(default=dict, help_text="The canonical action that will run.")
+    action_source = models.CharField(max_length=64, blank=True,
+                                     help_text="The step that proposed or will perform it.")
+    guarded_steps = models.JSONField(default=list,
+                                     help_text="Steps that run only while this approval holds.")
+    edits = models.JSONField(default=dict, blank=True,
+                             help_text="Parameters reviewers changed: name -> value.")
+    explanation = models.JSONField(default=dict, blank=True,
+                                   help_text="The model's evidence, rationale and confidence.")
+    risk_tier = models.CharField(max_length=16, choices=RISK_TIER_CHOICES, default="medium")
+    risk_reasons = models.JSONField(default=list, blank=True)
+    amount = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    self_approval_up_to = models.CharField(max_length=16, blank=True,
+                                           help_text="Separation of duties is relaxed up to here.")
+    editable = models.JSONField(default=list, blank=True)
+    proposal_hash = models.CharField(max_length=64, help_text="SHA-256 of the canonical action.")
+    edited_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                  on_delete=models.SET_NULL, related_name="+")
     requested_at = models.DateTimeField(default=now)
     deadline_at = models.DateTimeField()
+    remind_at = models.DateTimeField(null=True, blank=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                    on_delete=models.SET_NULL)
@@ -31,10 +79,17 @@ class ApprovalRequest(ConcurrentTransitionMixin, models.Model):
 
     class Meta:
         ordering = ["-requested_at"]
-        indexes = [models.Index(fields=["state", "deadline_at"], name="approval_state_deadline")]
+        indexes = [
+            models.Index(fields=["state", "deadline_at"], name="approval_state_deadline"),
+            models.Index(fields=["state", "remind_at"], name="approval_state_remind"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["step"], condition=models.Q(state="pending"),
+                                    name="one_pending_approval_per_step"),
+        ]
 
     def __str__(self) -> str:
-        return f"approval for {self.step} ({self.state})"
+        return f"approval {self.pk} for {self.step.name} ({self.state})"
 
     @transition(field=state, source=ApprovalState.PENDING, target=ApprovalState.APPROVED)
     def approve(self, *, user, note: str) -> None:
@@ -42,6 +97,7 @@ class ApprovalRequest(ConcurrentTransitionMixin, models.Model):
 
     @transition(field=state, source=ApprovalState.PENDING, target=ApprovalState.REJECTED)
     def reject(self, *, user, note: str) -> None:
+        """`user` None: rejected by policy (the deadline passed), with no note."""
         self.decided_by, self.note, self.decided_at = user, note, now()
 
     @transition(field=state, source=ApprovalState.PENDING, target=ApprovalState.EXPIRED)
@@ -51,3 +107,57 @@ class ApprovalRequest(ConcurrentTransitionMixin, models.Model):
     @transition(field=state, source=ApprovalState.PENDING, target=ApprovalState.CANCELLED)
     def cancel(self) -> None:
         self.decided_at = now()
+
+    @transition(field=state, source=ApprovalState.PENDING, target=ApprovalState.PENDING)
+    def escalate(self, *, approvers: str, deadline_at, remind_at) -> None:
+        """The deadline passed undecided: the next tier's group decides, by a new deadline."""
+        self.approvers = approvers
+        self.escalation_level += 1
+        self.deadline_at, self.remind_at, self.reminded_at = deadline_at, remind_at, None
+
+    @transition(field=state, source=ApprovalState.PENDING, target=ApprovalState.PENDING)
+    def amend(self, *, user, action: dict, proposal_hash: str, edits: dict, risk_tier: str,
+              risk_reasons: list, amount, approvals_required: int) -> None:
+        """A reviewer changed parameters: the request now binds the changed action."""
+        self.action, self.proposal_hash, self.edits = action, proposal_hash, edits
+        self.risk_tier, self.risk_reasons, self.amount = risk_tier, risk_reasons, amount
+        self.approvals_required = approvals_required
+        self.edited_by = user
+
+    @transition(field=state, source=ApprovalState.APPROVED, target=ApprovalState.REVOKED)
+    def revoke(self) -> None:
+        """Withdrawn before the action ran: the guarded steps refuse to run."""
+
+
+class Verdict(models.TextChoices):
+    APPROVE = "approve"
+    REJECT = "reject"
+    EDIT = "edit"
+    REVOKE = "revoke"
+
+
+class ApprovalDecision(models.Model):
+    """One person's act on a request, with the hash they saw: the history a reviewer reads and
+    what N-of-M counts (distinct approvers of the current hash)."""
+
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="decisions")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
+                             related_name="approval_decisions")
+    verdict = models.CharField(max_length=16, choices=Verdict.choices)
+    note = models.TextField(blank=True)
+    proposal_hash = models.CharField(max_length=64, help_text="The hash the person decided on.")
+    escalation_level = models.PositiveSmallIntegerField(default=0)
+    changes = models.JSONField(default=dict, blank=True,
+                               help_text="For an edit: name -> {from, to}, and the new hash.")
+    created_at = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["request", "user", "proposal_hash"],
+                                    condition=models.Q(verdict="approve"),
+                                    name="one_approval_per_person_and_hash"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.verdict} by {self.user} on approval {self.request_id}"

@@ -147,7 +147,23 @@ def explain(entry: AuditEntry, data: dict) -> str:
                 f"{_short(entry.proposal_hash)}.")
     if a in ("approval.approved", "approval.rejected"):
         note = f': "{data["note"]}"' if data.get("note") else ""
-        return f"{entry.outcome.capitalize()} by {who} (proposal {_short(entry.proposal_hash)}){note}."
+        why = f" ({data['reason']})" if data.get("reason") else ""
+        return (f"{entry.outcome.capitalize()} by {who} (proposal {_short(entry.proposal_hash)})"
+                f"{why}{note}.")
+    if a == "approval.given":
+        note = f': "{data["note"]}"' if data.get("note") else ""
+        return (f"Approved by {who}, {data.get('given')} of {data.get('required')} approvals "
+                f"(proposal {_short(entry.proposal_hash)}){note}.")
+    if a == "approval.edited":
+        changed = ", ".join(data.get("changed") or [])
+        return (f"Parameters {changed} edited by {who}: proposal {_short(data.get('previous_hash'))}"
+                f" is now {_short(entry.proposal_hash)}.")
+    if a == "approval.escalated":
+        return f"Escalated from {data.get('from')} to {data.get('to')}, deadline {data.get('deadline_at')}."
+    if a == "approval.refused":
+        return f"Refused to {data.get('attempted')} for {who}: {data.get('reason')}."
+    if a == "approval.revoked":
+        return f"Approval revoked by {who}: \"{data.get('note')}\"."
     if a.startswith("effect."):
         return f"Side effect {entry.outcome} (key {data.get('key', entry.idempotency_key)})."
     if a == "run.paused":

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.contrib.admin import apps as admin_apps
 
 
 class OrchestratorConfig(AppConfig):
@@ -13,3 +14,11 @@ class OrchestratorConfig(AppConfig):
         from .tools import registry
 
         registry.load_tool_modules()
+
+
+class StepwiseAdminConfig(admin_apps.AdminConfig):
+    """Django's admin, served by Stepwise's site (reviewers may sign in without staff)."""
+
+    default = False
+
+    default_site = "orchestrator.admin_site.StepwiseAdminSite"

@@ -76,7 +76,9 @@ if PRODUCTION:
         SECURE_PROXY_SSL_HEADER = (os.environ["DJANGO_SECURE_PROXY_SSL_HEADER"], "https")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin with Stepwise's site: reviewers who are not staff may sign in to decide
+    # (orchestrator/admin_site.py).
+    "orchestrator.apps.StepwiseAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -94,6 +96,7 @@ INSTALLED_APPS = [
     "audit",
     "budgets",
     "triggers",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -291,6 +294,26 @@ STEPWISE_CONSUMER_RELOAD_S = float(os.environ.get("STEPWISE_CONSUMER_RELOAD_S", 
 STEPWISE_CONSUMER_ACK_DELAY_S = float(os.environ.get("STEPWISE_CONSUMER_ACK_DELAY_S", "0"))
 # A Redis-stream event left unacknowledged this long by a consumer that died is claimed.
 STEPWISE_CONSUMER_CLAIM_IDLE_S = float(os.environ.get("STEPWISE_CONSUMER_CLAIM_IDLE_S", "60"))
+# --- notifications (notifications/, docs/approvals.md#notifications) --------------------------
+# Where links in notifications point: the address people open Stepwise at.
+STEPWISE_BASE_URL = os.environ.get("STEPWISE_BASE_URL", "http://127.0.0.1:8000")
+# An outgoing webhook (Slack-compatible payload) told about the same events as the e-mail;
+# its calls follow the egress policy of the caller `notify.webhook` (docs/egress.md).
+STEPWISE_NOTIFY_WEBHOOK_URL = os.environ.get("STEPWISE_NOTIFY_WEBHOOK_URL", "")
+# E-mail: SMTP when DJANGO_EMAIL_HOST is set; otherwise each message is written to a file under
+# var/mail/ (embedded default), so nothing leaves the machine until someone configures it.
+DEFAULT_FROM_EMAIL = os.environ.get("DJANGO_DEFAULT_FROM_EMAIL", "stepwise@localhost")
+if os.environ.get("DJANGO_EMAIL_HOST"):
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_HOST = os.environ["DJANGO_EMAIL_HOST"]
+    EMAIL_PORT = int(os.environ.get("DJANGO_EMAIL_PORT", "587"))
+    EMAIL_HOST_USER = os.environ.get("DJANGO_EMAIL_HOST_USER", "")
+    EMAIL_HOST_PASSWORD = os.environ.get("DJANGO_EMAIL_HOST_PASSWORD", "")
+    EMAIL_USE_TLS = deployment.env_bool("DJANGO_EMAIL_USE_TLS", True)
+else:
+    EMAIL_BACKEND = os.environ.get("DJANGO_EMAIL_BACKEND",
+                                   "django.core.mail.backends.filebased.EmailBackend")
+    EMAIL_FILE_PATH = VAR_DIR / "mail"
 
 # --- API ------------------------------------------------------------------------------------
 REST_FRAMEWORK = {

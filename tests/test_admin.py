@@ -2,7 +2,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from approvals.models import ApprovalRequest
-from orchestrator.models import Run, StepState, WorkflowVersion
+from orchestrator.models import Run, WorkflowVersion
 from tests.api.driving import drive_to_gate, support_run
 
 
@@ -77,33 +77,6 @@ def test_approval_change_page_opens(staff, gate):
 
     assert response.status_code == 200
     assert gate.proposal_hash in response.content.decode()
-
-
-@pytest.mark.django_db
-def test_approve_selected_action_grants_through_the_service(staff, gate):
-    response = staff.post("/admin/approvals/approvalrequest/", {
-        "action": "approve_selected", "_selected_action": [gate.id],
-    }, follow=True)
-
-    assert response.status_code == 200
-    gate.refresh_from_db()
-    assert gate.state == "approved"
-    assert gate.decided_by.username == "root"
-    assert Run.objects.get(pk=gate.run_id).steps.get(name="send").state == StepState.QUEUED
-
-
-@pytest.mark.django_db
-def test_reject_selected_action_reports_requests_already_decided(staff, gate):
-    staff.post("/admin/approvals/approvalrequest/",
-               {"action": "approve_selected", "_selected_action": [gate.id]})
-
-    response = staff.post("/admin/approvals/approvalrequest/", {
-        "action": "reject_selected", "_selected_action": [gate.id],
-    }, follow=True)
-
-    gate.refresh_from_db()
-    assert gate.state == "approved"
-    assert "already approved" in response.content.decode()
 
 
 @pytest.mark.django_db

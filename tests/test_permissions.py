@@ -16,6 +16,7 @@ from approvals.models import ApprovalRequest
 from orchestrator.authz import GRANTS, Action
 from orchestrator.models import DeadLetter, Role, Run, StepRun, StepState
 from orchestrator.retry import StepError
+from orchestrator.services.kinds.human_gate import approval_grant
 from orchestrator.services.kinds.worker import Usage, step_claim, step_fail
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
@@ -237,30 +238,95 @@ def test_managing_a_trigger(team, who, surface):
     assert Trigger.objects.get(pk=trigger.pk).enabled is allowed("trigger.manage", who)
 
 
-@pytest.mark.parametrize("surface", ["api", "admin"])
-@pytest.mark.parametrize("who, may", [
-    ("approver", True), ("superuser", True), ("operator", False), ("owner", False),
-    ("staff", False), ("outside_approver", False),
-])
-def test_deciding_an_approval(team, starter, who, may, surface):
-    gate = ApprovalRequest.objects.get(run=drive_to_gate(support_run(team, starter)))
-    leads = Group.objects.get_or_create(name="support_leads")[0]
+# --- approvals: the group, the team, separation of duties --------------------------------------
+
+APPROVAL_PERSONAS = ("approver", "starter", "member", "operator", "outside_approver", "staff",
+                     "superuser")
+APPROVAL_ACTIONS = ("approve", "reject", "edit", "revoke")
+
+
+def approval_matrix() -> dict[str, set[str]]:
+    """{row label: personas marked yes}, from the approval table of docs/permissions.md."""
+    text = MATRIX.read_text()
+    table = text.split("<!-- approval-matrix:start -->")[1].split("<!-- approval-matrix:end -->")[0]
+    matrix = {}
+    for row in table.strip().splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        matrix[cells[0]] = {p for p, cell in zip(APPROVAL_PERSONAS, cells[1:], strict=True)
+                            if cell == "yes"}
+    return matrix
+
+
+def approval_persona(team, who: str, starter: User) -> User:
+    if who == "starter":
+        return starter
     if who == "approver":
-        user = member(team, "lead", role=Role.MEMBER, staff=True, groups=("support_leads",))
-    elif who == "outside_approver":  # in the approvers group, but not in the run's team
-        user = member(TeamFactory(slug="other"), "lead", role=Role.OWNER, staff=True)
-        user.groups.add(leads)
-    else:
-        user = persona(team, who)
+        return member(team, "lead", role=Role.MEMBER, staff=True, groups=("support_leads",))
+    if who == "operator":  # an owner, the strongest role: still not an approver
+        return member(team, "owner", role=Role.OWNER, staff=True)
+    if who == "outside_approver":  # in the approvers group, but not in the run's team
+        return member(TeamFactory(slug="other"), "lead", role=Role.OWNER, staff=True,
+                      groups=("support_leads",))
+    return persona(team, who)
+
+
+def gate_for(team, starter, action: str) -> ApprovalRequest:
+    """The support gate, waiting; for `revoke`, approved by another lead (send not run yet)."""
+    starter.groups.add(Group.objects.get_or_create(name="support_leads")[0])
+    gate = ApprovalRequest.objects.get(run=drive_to_gate(support_run(team, starter)))
+    if action == "revoke":
+        other = member(team, "lead_x", role=Role.MEMBER, groups=("support_leads",))
+        approval_grant(approval_id=gate.id, user=other, proposal_hash=gate.proposal_hash)
+    return gate
+
+
+BODIES = {"approve": {"note": "ok"}, "reject": {"note": "no"}, "revoke": {"note": "withdrawn"},
+          "edit": {"params": {"subject": "Your refund"}}}
+DONE = {"approve": lambda g: g.state == "approved", "reject": lambda g: g.state == "rejected",
+        "revoke": lambda g: g.state == "revoked",
+        "edit": lambda g: g.edits == {"subject": "Your refund"}}
+
+
+def test_the_documented_approval_matrix_has_every_action_and_persona():
+    documented = approval_matrix()
+    assert set(documented) == {"see the request (API)", "see the request (admin)",
+                               *(f"approval.{a}" for a in APPROVAL_ACTIONS)}
+    assert "starter" not in documented["approval.approve"]  # separation of duties
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", APPROVAL_PERSONAS)
+@pytest.mark.parametrize("action", APPROVAL_ACTIONS)
+def test_deciding_an_approval(team, starter, who, action, surface):
+    gate = gate_for(team, starter, action)
+    user = approval_persona(team, who, starter)
+    may = who in approval_matrix()[f"approval.{action}"]
+    body = {**BODIES[action], "proposal_hash": gate.proposal_hash}
     if surface == "api":
-        response = client_for(user).post(f"/api/v1/approvals/{gate.id}/approve/", {"note": "ok"},
+        response = client_for(user).post(f"/api/v1/approvals/{gate.id}/{action}/", body,
                                          format="json")
-        sees = who != "outside_approver" and who != "staff"
-        assert response.status_code == (200 if may else 403 if sees else 404)
+        sees = who in approval_matrix()["see the request (API)"]
+        assert response.status_code == (200 if may else 403 if sees else 404), response.json()
     else:
-        admin_client(user).post("/admin/approvals/approvalrequest/", {
-            "action": "approve_selected", "_selected_action": [str(gate.id)]})
-    assert (ApprovalRequest.objects.get(pk=gate.pk).state == "approved") is may
+        form = {"form": "decision", "decision": action} if action in ("approve", "reject") else {
+            "form": action}
+        if action == "edit":
+            form.update(param_subject="Your refund", param_body=gate.action["params"]["body"])
+        response = admin_client(user).post(f"/admin/approvals/approvalrequest/{gate.id}/change/",
+                                           {**form, **body, "params": ""})
+        sees = who in approval_matrix()["see the request (admin)"]
+        assert response.status_code == (302 if may else 403 if sees else 404)
+    assert DONE[action](ApprovalRequest.objects.get(pk=gate.pk)) is may
+
+
+@pytest.mark.parametrize("who", APPROVAL_PERSONAS)
+def test_seeing_an_approval_request(team, starter, who):
+    gate = gate_for(team, starter, "approve")
+    user = approval_persona(team, who, starter)
+    api = client_for(user).get(f"/api/v1/approvals/{gate.id}/").status_code
+    admin = admin_client(user).get(f"/admin/approvals/approvalrequest/{gate.id}/change/").status_code
+    assert (api == 200) is (who in approval_matrix()["see the request (API)"])
+    assert (admin == 200) is (who in approval_matrix()["see the request (admin)"])
 
 
 def test_a_refusal_names_the_permission_and_changes_nothing(team, starter):

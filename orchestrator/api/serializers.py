@@ -9,7 +9,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalDecision, ApprovalRequest
 
 from ..executors import ATTEMPT_META_FIELDS
 from ..models import DeadLetter, Run, StepAttempt, StepRun, Workflow, WorkflowVersion
@@ -72,7 +72,25 @@ class RunStartRequestSerializer(serializers.Serializer):
 
 
 class ApprovalDecisionSerializer(serializers.Serializer):
+    proposal_hash = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=64,
+        help_text="The hash of the action you reviewed (the request's `proposal_hash`). A "
+        "missing or stale hash is refused with 409 and nothing changes.")
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=10000,
+                                 help_text="Your reason. Required to reject.")
+
+
+class ApprovalEditSerializer(serializers.Serializer):
+    proposal_hash = serializers.CharField(required=False, allow_blank=True, default="",
+                                          max_length=64, help_text="The hash you reviewed.")
+    params = serializers.DictField(help_text="The parameters to change: name -> new value. Only "
+                                   "the gate's `editable` parameters may change.")
     note = serializers.CharField(required=False, allow_blank=True, default="", max_length=10000)
+
+
+class ApprovalRevokeSerializer(serializers.Serializer):
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=10000,
+                                 help_text="Why the approval is withdrawn (required).")
 
 
 # --- workflows ---------------------------------------------------------------------------
@@ -187,11 +205,13 @@ class StepRunSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(StepApprovalSerializer(allow_null=True))
     def get_approval(self, step: StepRun) -> dict | None:
-        try:
-            approval = step.approval  # select_related by the view: no query
-        except ObjectDoesNotExist:
+        """The gate's latest approval request (a redriven gate asks again): annotated on the
+        step by the view (`with_steps`), so no query."""
+        approval_id = getattr(step, "approval_id", None)
+        if approval_id is None:
             return None
-        return StepApprovalSerializer(approval, context=self.context).data
+        return {"id": approval_id, "state": step.approval_state,
+                "url": _absolute(self, reverse("api:approval-detail", args=[approval_id]))}
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -255,6 +275,15 @@ class RunDetailSerializer(RunSerializer):
 # --- approvals ---------------------------------------------------------------------------
 
 
+class ApprovalDecisionRecordSerializer(serializers.ModelSerializer):
+    user = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ApprovalDecision
+        fields = ["user", "verdict", "note", "proposal_hash", "escalation_level", "changes",
+                  "created_at"]
+
+
 class ApprovalSerializer(serializers.ModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="api:approval-detail")
     run_url = serializers.HyperlinkedRelatedField(
@@ -264,11 +293,22 @@ class ApprovalSerializer(serializers.ModelSerializer):
     step = serializers.CharField(source="step.name", read_only=True)
     decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
+    decisions = ApprovalDecisionRecordSerializer(many=True, read_only=True)
+    approvals_given = serializers.SerializerMethodField()
+
     class Meta:
         model = ApprovalRequest
         fields = ["id", "url", "state", "run", "run_url", "workflow", "step", "approvers",
-                  "instructions", "context", "proposal_hash", "requested_at", "deadline_at",
-                  "decided_at", "decided_by", "note"]
+                  "escalation_level", "instructions", "action_kind", "action", "action_source",
+                  "proposal_hash", "guarded_steps", "editable", "edits", "explanation",
+                  "risk_tier", "risk_reasons", "amount", "approvals_required", "approvals_given",
+                  "context", "requested_at", "deadline_at", "decided_at", "decided_by", "note",
+                  "decisions"]
+
+    def get_approvals_given(self, approval: ApprovalRequest) -> int:
+        """Distinct people who approved the current hash."""
+        return len({d.user_id for d in approval.decisions.all()
+                    if d.verdict == "approve" and d.proposal_hash == approval.proposal_hash})
 
 
 # --- dead letters --------------------------------------------------------------------------

@@ -5,7 +5,7 @@ team is a 404. Whether the caller may act is the service's to decide (`authz`); 
 exceptions propagate to `ServiceErrorsMixin`, which maps them to 400/403/409 with an `errors`
 list; views do not catch them one by one.
 """
-from django.db.models import Max, Prefetch, QuerySet
+from django.db.models import Max, OuterRef, Prefetch, QuerySet, Subquery
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -18,13 +18,18 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.response import Response
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalDecision, ApprovalRequest
 
 from ..authz import visible
 from ..definitions import DefinitionInvalid, parse_definition_text
 from ..models import DeadLetter, Run, StepRun, Workflow, WorkflowVersion
 from ..selectors import latest_version, runs_with_version
-from ..services.kinds.human_gate import approval_grant, approval_reject
+from ..services.kinds.human_gate import (
+    approval_edit,
+    approval_grant,
+    approval_reject,
+    approval_revoke,
+)
 from ..services.operators import dead_letter_redrive, run_resume, step_retry, step_skip
 from ..services.runs import run_cancel, run_start
 from ..services.workflows import definition_problems, workflow_save
@@ -299,8 +304,10 @@ class DeadLetterViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retrie
 
 def with_steps(runs: QuerySet[Run]) -> QuerySet[Run]:
     """Runs with every step, its attempts and its approval: three queries, however many steps."""
-    steps = (StepRun.objects.select_related("approval").prefetch_related("attempt_records")
-             .order_by("position"))
+    latest = ApprovalRequest.objects.filter(step=OuterRef("pk")).order_by("-id")
+    steps = (StepRun.objects.annotate(approval_id=Subquery(latest.values("id")[:1]),
+                                      approval_state=Subquery(latest.values("state")[:1]))
+             .prefetch_related("attempt_records").order_by("position"))
     return runs.select_related("parent_step", "trigger_firing__trigger").prefetch_related(
         Prefetch("steps", queryset=steps))
 
@@ -319,27 +326,62 @@ class ApprovalViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retrieve
     def get_queryset(self) -> QuerySet[ApprovalRequest]:
         approvals = ApprovalRequest.objects.select_related(
             "run__team", "run__version__workflow", "step", "decided_by"
-        ).defer("run__version__definition", "run__version__normalized")
+        ).defer("run__version__definition", "run__version__normalized").prefetch_related(
+            Prefetch("decisions", queryset=ApprovalDecision.objects.select_related("user")))
         return visible(approvals, self.request.user, team_field="run__team").order_by("-requested_at")
 
+    def _answer(self, approval_id: int) -> Response:
+        return Response(self.get_serializer(self.get_queryset().get(pk=approval_id)).data)
+
     @extend_schema(request=s.ApprovalDecisionSerializer,
-                   responses={200: s.ApprovalSerializer, 403: _ERRORS, 409: _ERRORS},
-                   description="Approve: the gate completes with {approved, note, decided_by} "
-                   "and the run moves on. 403 unless you are one of the approvers.")
+                   responses={200: s.ApprovalSerializer, 400: _ERRORS, 403: _ERRORS, 409: _ERRORS},
+                   description="Approve the action whose hash you send as `proposal_hash`. Once "
+                   "`approvals_required` different people approved, the gate completes with "
+                   "{approved, note, decided_by, approved_by, proposal_hash} and the run moves "
+                   "on. 403 unless you are one of the approvers (and did not start the run or "
+                   "edit its parameters); 409 for a missing or stale hash or a decided request.")
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         approval = self.get_object()
         body = valid_data(s.ApprovalDecisionSerializer(data=request.data))
-        approval_grant(approval_id=approval.id, user=request.user, note=body["note"])
-        return Response(self.get_serializer(self.get_queryset().get(pk=approval.pk)).data)
+        approval_grant(approval_id=approval.id, user=request.user,
+                       proposal_hash=body["proposal_hash"], note=body["note"])
+        return self._answer(approval.pk)
 
     @extend_schema(request=s.ApprovalDecisionSerializer,
-                   responses={200: s.ApprovalSerializer, 403: _ERRORS, 409: _ERRORS},
-                   description="Reject: the gate fails (class `rejected`) and the workflow's "
-                   "on_error policy applies. 403 unless you are one of the approvers.")
+                   responses={200: s.ApprovalSerializer, 400: _ERRORS, 403: _ERRORS, 409: _ERRORS},
+                   description="Reject (a `note` is required): the gate fails (class `rejected`) "
+                   "and the workflow's on_error policy applies. 403 unless you are one of the "
+                   "approvers; 409 for a missing or stale hash or a decided request.")
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
         approval = self.get_object()
         body = valid_data(s.ApprovalDecisionSerializer(data=request.data))
-        approval_reject(approval_id=approval.id, user=request.user, note=body["note"])
-        return Response(self.get_serializer(self.get_queryset().get(pk=approval.pk)).data)
+        approval_reject(approval_id=approval.id, user=request.user,
+                        proposal_hash=body["proposal_hash"], note=body["note"])
+        return self._answer(approval.pk)
+
+    @extend_schema(request=s.ApprovalEditSerializer,
+                   responses={200: s.ApprovalSerializer, 400: _ERRORS, 403: _ERRORS, 409: _ERRORS},
+                   description="Change parameters the gate marks `editable`: checked against the "
+                   "action's schema (400 naming each problem), re-hashed and recorded as your "
+                   "change. The request stays pending under the new `proposal_hash`; someone "
+                   "else must approve it.")
+    @action(detail=True, methods=["post"])
+    def edit(self, request, pk=None):
+        approval = self.get_object()
+        body = valid_data(s.ApprovalEditSerializer(data=request.data))
+        approval_edit(approval_id=approval.id, user=request.user,
+                      proposal_hash=body["proposal_hash"], params=body["params"], note=body["note"])
+        return self._answer(approval.pk)
+
+    @extend_schema(request=s.ApprovalRevokeSerializer,
+                   responses={200: s.ApprovalSerializer, 400: _ERRORS, 403: _ERRORS, 409: _ERRORS},
+                   description="Withdraw an approval whose action has not started (a `note` is "
+                   "required): the guarded steps then refuse to run. 409 once they started.")
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, pk=None):
+        approval = self.get_object()
+        body = valid_data(s.ApprovalRevokeSerializer(data=request.data))
+        approval_revoke(approval_id=approval.id, user=request.user, note=body["note"])
+        return self._answer(approval.pk)

@@ -50,6 +50,13 @@ DEFAULT_APPROVAL_AT = "medium"
 DEFAULT_MIN_CONFIDENCE = 0.5
 DEFAULT_ACTION_TIER = "low"
 DEFAULT_OUTSIDE_TIER = "high"
+# Human gates (docs/approvals.md). Not filled in by `normalize`: saved versions keep their
+# digests; the approvals code reads each field with its default.
+DEFAULT_GATE_TIER = "medium"
+GATE_DEADLINE_CHOICES = ("expire", "reject")
+DEFAULT_GATE_DEADLINE = "expire"
+MAX_REQUIRED_APPROVALS = 10
+MAX_ESCALATION_TIERS = 5
 RETRY_DEFAULTS: dict[str, Any] = {
     "max_attempts": 1,
     "backoff": "exponential",
@@ -173,6 +180,86 @@ def _audit_schema() -> dict:
                     "reference: it keeps only where they live and their keyed hash."
                 ),
             },
+        },
+    }
+
+
+def _gate_properties() -> dict:
+    """A human gate's approval policy (docs/approvals.md): what it binds, who decides, how
+    many, by when. Every field is optional; the defaults are the ones documented there."""
+    approvals_count = {"type": "integer", "minimum": 1, "maximum": MAX_REQUIRED_APPROVALS,
+                       "description": "Distinct approvers required."}
+    return {
+        "approves": {
+            **_STEP_REF,
+            "description": (
+                "The step whose action the approval binds: an upstream agent step with a "
+                "`proposal`, or a tool step that runs after this gate. Default: the nearest "
+                "upstream proposal, else the one tool step after the gate."
+            ),
+        },
+        "risk_tier": {
+            **_TIER,
+            "description": (
+                f"The tier of a gate that approves no proposal (default {DEFAULT_GATE_TIER}); a "
+                "proposal's tier comes from its risk rules."
+            ),
+        },
+        "required_approvals": {
+            "description": (
+                "How many distinct approvers must approve: a number, or one per tier "
+                "({high: 2, critical: 3}; tiers not named need 1)."
+            ),
+            "oneOf": [
+                approvals_count,
+                {"type": "object", "additionalProperties": False,
+                 "description": "Approvers required per risk tier.",
+                 "properties": {tier: approvals_count for tier in RISK_TIERS}},
+            ],
+        },
+        "self_approval_up_to": {
+            **_TIER,
+            "description": (
+                "Up to this tier, whoever started the run or last edited the parameters may "
+                "approve too. Default: never (separation of duties)."
+            ),
+        },
+        "editable": {
+            "type": "array",
+            "uniqueItems": True,
+            "items": {"type": "string", "minLength": 1},
+            "description": "Parameters of the approved action a reviewer may change (default none).",
+        },
+        "escalation": {
+            "type": "array",
+            "maxItems": MAX_ESCALATION_TIERS,
+            "description": (
+                "Tiers the request moves to, in order, when the current one's deadline passes "
+                "undecided."
+            ),
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["approvers", "timeout_s"],
+                "properties": {
+                    "approvers": {"type": "string", "minLength": 1,
+                                  "description": "The group that decides from then on."},
+                    "timeout_s": {"type": "integer", "exclusiveMinimum": 0,
+                                  "description": "Seconds this tier has to decide."},
+                },
+            },
+        },
+        "on_deadline": {
+            "enum": list(GATE_DEADLINE_CHOICES),
+            "description": (
+                "When the last tier's deadline passes: expire (the gate times out; default) or "
+                "reject (the request is rejected, the gate fails as rejected)."
+            ),
+        },
+        "remind_before_s": {
+            "type": "integer",
+            "exclusiveMinimum": 0,
+            "description": "Remind the deciding group this many seconds before each deadline.",
         },
     }
 
@@ -780,6 +867,7 @@ def shared_format_schema() -> dict:
                     **_TEMPLATE,
                     "description": "Shown to approvers. " + _TEMPLATE["description"],
                 },
+                **_gate_properties(),
             },
             ["name", "type", "approvers"],
         ),

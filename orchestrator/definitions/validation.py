@@ -24,7 +24,8 @@ from .expressions import (
     expression_roots,
     referenced_steps,
 )
-from .format import CONTEXT_ROOTS, MAP_ITEM_ROOTS, RISK_RULE_ROOTS
+from .format import CONTEXT_ROOTS, HUMAN_GATE_TIMEOUT_S, MAP_ITEM_ROOTS, RISK_RULE_ROOTS
+from .gates import CONTEXT, PROPOSAL, STEP, approves_problem, gate_binding
 from .graph import Graph, Node
 from .limits import (
     MAX_DEFINITION_BYTES,
@@ -244,8 +245,60 @@ class _Check:
             self.check_template(
                 (*at, "instructions"), step.get("instructions"), name, upstream, CONTEXT_ROOTS
             )
+            self.check_gate(at, step, name)
         elif step_type == "sub_workflow":
             self.check_sub_workflow(at, step, name, upstream)
+
+    def check_gate(self, at: Parts, step: dict, name) -> None:
+        """What a gate approves, and the fields that only make sense for that (gates.py)."""
+        if not isinstance(name, str):
+            return
+        by_name = self.steps_by_name()
+        named = step.get("approves")
+        if isinstance(named, str):
+            problem = approves_problem(name, named, by_name, self.ancestors)
+            if problem:
+                self.add((*at, "approves"), problem)
+                return
+        binding = gate_binding(name, by_name, self.ancestors)
+        if binding.kind == PROPOSAL and "risk_tier" in step:
+            self.add((*at, "risk_tier"), f"this gate approves the proposal of {binding.source!r}, "
+                     "whose tier its risk rules decide")
+        editable = self.list_of_str(step.get("editable"))
+        allowed = self.editable_params(binding, by_name)
+        for position, param in enumerate(editable):
+            if param is None or param in allowed:
+                continue
+            if binding.kind == CONTEXT:
+                message = "this gate approves no action whose parameters could be edited"
+            else:
+                known = ", ".join(sorted(allowed)) or "none"
+                message = f"{param!r} is not a parameter of the action {binding.source!r} performs (known: {known})"
+            self.add((*at, "editable", position), message)
+        remind, timeout = step.get("remind_before_s"), step.get("timeout_s", HUMAN_GATE_TIMEOUT_S)
+        if _is_number(remind) and _is_number(timeout) and remind >= timeout:
+            self.add((*at, "remind_before_s"),
+                     f"remind_before_s ({remind}) must be less than timeout_s ({timeout})")
+
+    def steps_by_name(self) -> dict[str, dict]:
+        return {step["name"]: step for index, step in self.steps
+                if isinstance(step.get("name"), str) and self.index_of[step["name"]] == index}
+
+    def editable_params(self, binding, by_name: dict[str, dict]) -> set[str]:
+        source = by_name.get(binding.source) if binding.source else None
+        if binding.kind == STEP and source is not None:
+            schema = self.tools.get(source.get("tool")) if isinstance(source.get("tool"), str) else None
+            declared = set(source.get("params") or {}) if isinstance(source.get("params"), dict) else set()
+            properties = (schema or {}).get("properties") if isinstance(schema, dict) else None
+            return declared | set(properties or {})
+        if binding.kind == PROPOSAL and source is not None:
+            names: set[str] = set()
+            for action in (source.get("proposal") or {}).get("actions") or []:
+                schema = action.get("params_schema") if isinstance(action, dict) else None
+                if isinstance(schema, dict) and isinstance(schema.get("properties"), dict):
+                    names |= set(schema["properties"])
+            return names
+        return set()
 
     def check_body(self, at: Parts, body: dict, name, upstream, roots) -> None:
         """The fields an agent or tool step shares with an agent or tool map item."""

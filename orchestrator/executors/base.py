@@ -22,6 +22,9 @@ class ExecContext:
     # `effects(tool=..., call=...) -> output`. The step services provide it; executors never
     # write the ledger themselves.
     effects: Callable[..., object] | None = None
+    # Parameters a reviewer changed at the step's approval gate (approvals.binding): they
+    # replace the rendered ones before the call is checked against the tool's schema.
+    params_override: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
         params = render_value(spec.get("params") or {}, step_input)
     except TemplateError as exc:
         raise StepError("validation", f"params could not be rendered: {exc}") from exc
+    if ctx.params_override and isinstance(params, dict):
+        params = {**params, **ctx.params_override}
     errors = sorted(Draft202012Validator(tool.params_schema).iter_errors(params), key=str)
     if errors:
         raise StepError("validation", "; ".join(e.message for e in errors[:10]))

@@ -1,8 +1,9 @@
 """The reaper: a periodic sweep (Celery beat) over persisted state.
 
 It enforces what no stuck worker can: step and map item timeouts, expired leases, due retries,
-lost messages, lost chord callbacks, finished children, approval deadlines, and flags runs that
-stopped moving. Every action goes through the same service a worker would call, so a sweep
+lost messages, lost chord callbacks, finished children, approval deadlines (a gate's timeout:
+escalate, reject or expire) and reminders, notifications whose delivery is due again, and flags
+runs that stopped moving. Every action goes through the same service a worker would call, so a sweep
 racing a worker is harmless: one of them finds the state already moved and does nothing.
 """
 from datetime import timedelta
@@ -10,6 +11,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
+
+from approvals.services import approval_reminders_send
+from notifications.services import notifications_resend
 
 from ..authz import REAPER, label
 from ..clock import now
@@ -29,7 +33,7 @@ def reap() -> dict[str, int]:
     at = now()
     report = {"timed_out": 0, "leases": 0, "retries": 0, "redispatched": 0, "joined": 0,
               "items_resent": 0, "children": 0, "stuck": 0, "runs_timed_out": 0,
-              "compensations": 0}
+              "compensations": 0, "approval_reminders": 0, "notifications": 0}
     late = StepRun.objects.filter(state__in=[StepState.RUNNING, StepState.WAITING], deadline_at__lt=at)
     for step_id, kind in late.values_list("id", "kind")[:BATCH]:
         report["timed_out"] += handler_for(kind).time_out(step_id=step_id, reason="step timeout elapsed")
@@ -46,6 +50,8 @@ def reap() -> dict[str, int]:
     _sweep_maps(stale, report)
     _sweep_children(report)
     _flag_stuck(at, report)
+    report["approval_reminders"] = approval_reminders_send()
+    report["notifications"] = notifications_resend()
     return report
 
 

@@ -31,7 +31,8 @@ def test_pending_approvals_are_listed_for_the_team(approver_api, gate):
 @pytest.mark.django_db
 def test_approving_completes_the_gate_with_the_note_and_queues_send(approver_api, gate):
     response = approver_api.post(f"/api/v1/approvals/{gate.id}/approve/",
-                                 {"note": "ship it"}, format="json")
+                                 {"note": "ship it", "proposal_hash": gate.proposal_hash},
+                                 format="json")
 
     assert response.status_code == 200, response.json()
     assert (response.json()["state"], response.json()["decided_by"],
@@ -44,9 +45,11 @@ def test_approving_completes_the_gate_with_the_note_and_queues_send(approver_api
 
 @pytest.mark.django_db
 def test_deciding_twice_is_a_409(approver_api, gate):
-    approver_api.post(f"/api/v1/approvals/{gate.id}/approve/", {}, format="json")
+    bound = {"proposal_hash": gate.proposal_hash}
+    approver_api.post(f"/api/v1/approvals/{gate.id}/approve/", bound, format="json")
 
-    response = approver_api.post(f"/api/v1/approvals/{gate.id}/reject/", {}, format="json")
+    response = approver_api.post(f"/api/v1/approvals/{gate.id}/reject/",
+                                 {**bound, "note": "changed my mind"}, format="json")
 
     assert response.status_code == 409
     assert "already approved" in response.json()["errors"][0]["message"]
@@ -55,7 +58,8 @@ def test_deciding_twice_is_a_409(approver_api, gate):
 @pytest.mark.django_db
 def test_rejecting_fails_the_gate_and_the_run(approver_api, gate):
     response = approver_api.post(f"/api/v1/approvals/{gate.id}/reject/",
-                                 {"note": "wrong tone"}, format="json")
+                                 {"note": "wrong tone", "proposal_hash": gate.proposal_hash},
+                                 format="json")
 
     assert response.status_code == 200
     assert response.json()["state"] == "rejected"
@@ -69,7 +73,8 @@ def test_rejecting_fails_the_gate_and_the_run(approver_api, gate):
 def test_team_member_outside_the_approvers_group_gets_403(api, gate):
     assert api.get(f"/api/v1/approvals/{gate.id}/").status_code == 200
 
-    response = api.post(f"/api/v1/approvals/{gate.id}/approve/", {"note": "me"}, format="json")
+    response = api.post(f"/api/v1/approvals/{gate.id}/approve/",
+                        {"note": "me", "proposal_hash": gate.proposal_hash}, format="json")
 
     assert response.status_code == 403
     gate.refresh_from_db()

@@ -52,7 +52,8 @@ def finished_support_run(team, requester, approver, *, definition=None, note="Of
     version, _ = workflow_save(team=team, definition=definition or support_definition(), actor=requester)
     run = work(run_start(version=version, input=SUPPORT_INPUT, actor=requester))
     approval = ApprovalRequest.objects.get(run=run)
-    approval_grant(approval_id=approval.id, user=approver, note=note)
+    approval_grant(approval_id=approval.id, user=approver, proposal_hash=approval.proposal_hash,
+                   note=note)
     return work(run)
 
 

@@ -99,7 +99,8 @@ def test_the_gate_decision_is_recorded_with_its_approver_and_proposal_hash(suppo
 def test_a_rejection_is_one_entry_and_the_run_fails(team, requester, approver):
     version, _ = workflow_save(team=team, definition=support_definition(), actor=requester)
     run = work(run_start(version=version, input=SUPPORT_INPUT, actor=requester))
-    approval_reject(approval_id=ApprovalRequest.objects.get(run=run).id, user=approver, note="no")
+    gate = ApprovalRequest.objects.get(run=run)
+    approval_reject(approval_id=gate.id, user=approver, proposal_hash=gate.proposal_hash, note="no")
 
     rejected = ledger(run_id=run.id, action="approval.rejected")
     assert len(rejected) == 1 and rejected[0].actor == "user:approver"

@@ -45,7 +45,8 @@ def test_support_workflow_runs_to_the_gate_and_through_it_after_approval(workers
 
     approval = ApprovalRequest.objects.get(run_id=run_id)
     decided = client_for(approver).post(f"/api/v1/approvals/{approval.id}/approve/",
-                                        {"note": "Offer a 10% voucher"}, format="json")
+                                        {"note": "Offer a 10% voucher",
+                                         "proposal_hash": approval.proposal_hash}, format="json")
     assert decided.status_code == 200
 
     run = wait_for_run(run_id, states=("completed", "failed"))

@@ -137,9 +137,13 @@ def test_a_high_risk_refund_waits_for_a_person_and_the_tool_acts_after_approval(
     assert steps["approve"].state == "waiting" and steps["refund"].state == "blocked"
     assert refunds_of(run.id) == []
     approval = ApprovalRequest.objects.get(run_id=run.id)
-    assert "900.0" in approval.instructions and "high" in approval.instructions
+    # What the reviewer approves: the proposed refund itself, hashed, with its tier.
+    assert approval.action == {"action_type": "refund",
+                               "params": {"order_id": "ORD-1002", "amount_usd": 900.0}}
+    assert (approval.risk_tier, approval.proposal_hash) == ("high", steps["propose"].output["proposal_hash"])
 
-    approval_grant(approval_id=approval.id, user=approver, note="ok")
+    approval_grant(approval_id=approval.id, user=approver, proposal_hash=approval.proposal_hash,
+                   note="ok")
     run = wait_for_run(run.id, states=("completed", "failed"))
 
     assert run.state == "completed", run.error

@@ -21,6 +21,8 @@ from django.conf import settings
 from django.db import transaction
 from django_fsm import ConcurrentTransition
 
+from approvals.binding import guarded_step_clearance
+
 from ... import limits
 from ...authz import REAPER, Actor, label, worker_actor
 from ...clock import now
@@ -73,6 +75,8 @@ class Claim:
     spec: dict
     step_input: dict
     idempotency_key: str
+    # Parameters reviewers changed at the step's approval gate (approvals.binding).
+    params_override: dict = field(default_factory=dict)
 
 
 class WorkerStep(StepKindHandler):
@@ -120,7 +124,8 @@ def step_execute(*, step_id: int, worker: str) -> float:
         return 0
     ctx = ExecContext(str(claim.run_id), claim.workflow, claim.spec["name"], claim.attempt,
                       claim.idempotency_key, step_id=step_id,
-                      effects=partial(effect_perform, step_id=step_id, key=claim.idempotency_key))
+                      effects=partial(effect_perform, step_id=step_id, key=claim.idempotency_key),
+                      params_override=claim.params_override)
     dependency = limits.dependency_of(claim.spec)
     try:
         if closed_for := limits.breaker_open_for(dependency):
@@ -150,7 +155,8 @@ def _lease_kept(*, step_id: int, attempt: int):
 
 
 def step_claim(*, step_id: int, worker: str) -> Claim | None:
-    """Move a queued step to running under a lease; None if this delivery is stale."""
+    """Move a queued step to running under a lease; None if this delivery is stale, or if the
+    step's approval no longer holds (then the step has been failed, its action not run)."""
     try:
         with transaction.atomic():
             step = StepRun.objects.select_related("run", "run__version__workflow").defer(
@@ -161,6 +167,11 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
             if run.state not in RUN_ADVANCING:
                 return None  # cancelling/paused/ended: the step is cancelled or will be swept
             spec = spec_of(run, step.name)
+            # Right before a gated action runs: its approval, hash and approvers, again.
+            clearance = guarded_step_clearance(run=run, step=step)
+            if clearance.refusal:
+                refusal = clearance.refusal
+                raise _Refused
             step.claim(worker=worker, timeout_s=spec["timeout_s"], lease_s=settings.STEPWISE_LEASE_S)
             step.save()
             key = idempotency_key_for(run.id, step.name)
@@ -170,8 +181,26 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
                          payload={"attempt": step.attempts})
     except (StepRun.DoesNotExist, ConcurrentTransition):
         return None
+    except _Refused:
+        step_refuse(step_id=step_id, error=StepError("policy", refusal), worker=worker)
+        return None
     return Claim(step.id, step.attempts, run.id, run.version.workflow.name, spec,
-                 step.input or {}, key)
+                 step.input or {}, key, clearance.params_override)
+
+
+class _Refused(Exception):
+    """Leaves the claim's transaction, unchanged, when the step may not run."""
+
+
+def step_refuse(*, step_id: int, error: StepError, worker: str) -> bool:
+    """Fail a queued step that may not run (its approval no longer holds): dead-lettered, and
+    the run goes on under its on_error policy. False if the step is no longer queued."""
+    with transaction.atomic():
+        run, step = lock_run_of_step(step_id)
+        if step.state != StepState.QUEUED:
+            return False
+        _fail_or_retry(run, step, error, actor=worker_actor(worker))
+    return True
 
 
 def step_spec(*, step_id: int) -> dict:

@@ -1,0 +1,42 @@
+"""Stepwise's admin site: who may sign in, and what every page shows about pending approvals.
+
+Django's own site admits staff only. Here a reviewer — a person in a team and in a group, such
+as a member of the approvers group who is not staff — may sign in too, to decide; what anyone
+sees inside is still scoped by each screen (`TeamScopedAdminMixin`, `approvals.authority`), so
+signing in grants nothing by itself. Every page gets `approvals_waiting`: how many pending
+requests wait for the person's groups (the header and the admin home show it).
+"""
+from django.contrib import admin
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.core.exceptions import ValidationError
+
+from approvals.authority import inbox, is_reviewer
+
+
+def may_enter(user) -> bool:
+    return user.is_active and (user.is_staff or is_reviewer(user))
+
+
+class ReviewerAuthenticationForm(AdminAuthenticationForm):
+    """Django's admin login form, letting reviewers in as well as staff."""
+
+    def confirm_login_allowed(self, user) -> None:
+        if not may_enter(user):
+            raise ValidationError(self.error_messages["invalid_login"], code="invalid_login",
+                                  params={"username": self.username_field.verbose_name})
+
+
+class StepwiseAdminSite(admin.AdminSite):
+    site_header = "Stepwise operations"
+    site_title = "Stepwise"
+    index_title = "Operations"
+    login_form = ReviewerAuthenticationForm
+
+    def has_permission(self, request) -> bool:
+        return may_enter(request.user)
+
+    def each_context(self, request) -> dict:
+        context = super().each_context(request)
+        user = request.user
+        context["approvals_waiting"] = inbox(user).count() if user.is_authenticated else 0
+        return context

@@ -1,0 +1,126 @@
+"""Browser tests: headless Chromium driven by Playwright, against a real server process.
+
+Fixtures any browser test may use (the approvals inbox, the live run pages, ...):
+
+* `browser` (session) — Chromium launched headless through Playwright's sync API. Playwright
+  comes from PyPI; the browser is the system's (Debian's `chromium`, at /usr/bin/chromium, or the
+  path in STEPWISE_CHROMIUM), because the build Playwright downloads is not available here.
+  When Playwright or the browser is missing, the test is **skipped** with the reason; with
+  `STEPWISE_REQUIRE_BROWSER=1` (CI sets it) it **fails** instead, so CI never passes by skipping.
+  Django refuses ORM calls from a thread with a running event loop, which Playwright's sync API
+  keeps while the browser is open; the fixture sets DJANGO_ALLOW_ASYNC_UNSAFE for as long (the
+  tests' ORM calls and the browser's are sequential, never concurrent).
+* `browser_page` — a fresh page in a context of its own (its own cookies), 1440x900, closed
+  after the test.
+* `web_server` (session) — a real ASGI server (uvicorn, as `make run`'s web process) on a free
+  port, serving the test database; the value is its base URL. Static files are collected first.
+  Steps are run by the real Celery workers of the `workers` fixture
+  (tests/integration/conftest.py, re-exported here with `wait_for_run`).
+* `screenshot(page, name)` — saves a full-page PNG under STEPWISE_SCREENSHOT_DIR when it is set
+  (the docs' screenshots are taken this way), and does nothing otherwise.
+
+Browser tests use the transactional database (`django_db(transaction=True)`), so the server and
+the workers see what the test writes, and are marked `browser` and `integration`.
+"""
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tests.integration.conftest import ROOT, wait_for, wait_for_run, worker_env, workers  # noqa: F401
+
+CHROMIUM = os.environ.get("STEPWISE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update"]
+
+
+def _unavailable(reason: str):
+    if os.environ.get("STEPWISE_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"{reason}; STEPWISE_REQUIRE_BROWSER=1 requires the browser tests to run")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("Playwright is not installed (pip install -e '.[dev]')")
+    if not Path(CHROMIUM).exists():
+        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set STEPWISE_CHROMIUM)")
+    before = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                                  args=CHROMIUM_ARGS)
+            yield launched
+            launched.close()
+    finally:
+        if before is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = before
+
+
+@pytest.fixture
+def browser_page(browser):
+    context = browser.new_context(viewport={"width": 1440, "height": 900}, locale="en-US",
+                                  color_scheme="light")
+    page = context.new_page()
+    page.set_default_timeout(15000)
+    yield page
+    context.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def web_server(django_db_setup, django_db_blocker):
+    env = {**worker_env(), "STEPWISE_REAP_INTERVAL_S": "3600"}
+    subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT,
+                   env=env, check=True)
+    port = _free_port()
+    log = Path(settings.VAR_DIR) / f"itest-web-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "orchestrator.asgi:application", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning"],
+        cwd=ROOT, env={**env, "PORT": str(port)}, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the web server exited: {log.read_text()[-3000:]}")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    else:
+        raise RuntimeError(f"the web server did not listen: {log.read_text()[-3000:]}")
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture
+def screenshot():
+    folder = os.environ.get("STEPWISE_SCREENSHOT_DIR")
+
+    def take(page, name: str) -> None:
+        if folder:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+    return take
