@@ -5,7 +5,8 @@
     stepwise = Stepwise("http://127.0.0.1:8000", token="...")
     run = stepwise.start("support-reply", {"ticket_id": "T-1", ...}, idempotency_key="T-1")
     run = stepwise.wait(run.id, until={"waiting"})
-    stepwise.approve(stepwise.pending_approvals(run.id)[0].id, note="ok")
+    reviewer = Stepwise("http://127.0.0.1:8000", token="...")   # not the run's starter
+    reviewer.approve(reviewer.pending_approvals(run.id)[0], note="ok")
     run = stepwise.wait(run.id)
 
 It talks HTTP only (httpx) and imports nothing of the server, so it can be copied into any

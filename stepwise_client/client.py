@@ -66,12 +66,16 @@ class Approval:
     run: str
     step: str
     instructions: str = ""
+    # The hash of the exact action this request approves: deciding sends it back, so a
+    # decision is bound to what was reviewed (docs/approvals.md).
+    proposal_hash: str = ""
     data: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> Approval:
         return cls(id=data["id"], state=data["state"], run=str(data["run"]), step=data["step"],
-                   instructions=data.get("instructions") or "", data=data)
+                   instructions=data.get("instructions") or "",
+                   proposal_hash=data.get("proposal_hash") or "", data=data)
 
 
 @dataclass(frozen=True)
@@ -152,13 +156,18 @@ class Stepwise:
         data = self._call("GET", "/api/v1/approvals/", params=params)
         return [Approval.of(item) for item in data.get("results", [])]
 
-    def approve(self, approval_id: int, *, note: str = "") -> Approval:
-        return Approval.of(self._call("POST", f"/api/v1/approvals/{approval_id}/approve/",
-                                      json={"note": note}))
+    def approve(self, approval: Approval, *, note: str = "") -> Approval:
+        """Approve the action `approval` showed (its `proposal_hash` is sent back: if the
+        action changed since it was read, the server refuses with a 409)."""
+        return self._decide(approval, "approve", note)
 
-    def reject(self, approval_id: int, *, note: str = "") -> Approval:
-        return Approval.of(self._call("POST", f"/api/v1/approvals/{approval_id}/reject/",
-                                      json={"note": note}))
+    def reject(self, approval: Approval, *, note: str) -> Approval:
+        """Reject, with the reason (required)."""
+        return self._decide(approval, "reject", note)
+
+    def _decide(self, approval: Approval, verb: str, note: str) -> Approval:
+        return Approval.of(self._call("POST", f"/api/v1/approvals/{approval.id}/{verb}/",
+                                      json={"note": note, "proposal_hash": approval.proposal_hash}))
 
     # --- triggers ------------------------------------------------------------------------
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 
 import pytest
@@ -30,7 +29,7 @@ TOO_COSTLY = "too large|limit|more than|not supported|too deeply|longer than|at 
 
 
 class Measured:
-    """Wall time of a block, and with `memory=True` its peak traced memory (slower)."""
+    """The peak traced memory of a block (with `memory=True`)."""
 
     def __init__(self, *, memory: bool = False) -> None:
         self.memory = memory
@@ -38,11 +37,9 @@ class Measured:
     def __enter__(self):
         if self.memory:
             tracemalloc.start()
-        self.started = time.monotonic()
         return self
 
     def __exit__(self, *exc_info):
-        self.seconds = time.monotonic() - self.started
         if self.memory:
             self.peak_mb = tracemalloc.get_traced_memory()[1] / 1e6
             tracemalloc.stop()
@@ -66,13 +63,13 @@ class Measured:
         "{{ [1] | batch(1000000000, 0) | list }}",
     ],
 )
-def test_a_costly_template_is_refused_quickly_without_growing_memory(text):
-    with Measured() as timed, pytest.raises(TemplateError, match=TOO_COSTLY):
-        render_template(text, CONTEXT)
+def test_a_costly_template_is_refused_before_it_is_computed(text):
+    # Refused by a limit (the message says which), not computed: on code without the limits
+    # these render after seconds to hours, or exhaust memory. How long a refusal takes is a
+    # figure for bench/, not an assertion here.
     with Measured(memory=True) as measured, pytest.raises(TemplateError, match=TOO_COSTLY):
         render_template(text, CONTEXT)
 
-    assert timed.seconds < 3
     assert measured.peak_mb < 64
 
 
@@ -112,10 +109,8 @@ def test_ordinary_templates_still_render():
 # --- expressions ---------------------------------------------------------------------------------------
 
 def test_nested_macros_are_stopped_by_the_cost_limit():
-    with Measured() as measured, pytest.raises(ExpressionError, match="evaluation steps|longer than"):
+    with pytest.raises(ExpressionError, match="evaluation steps|longer than"):
         evaluate_expression(NESTED_ALL, CONTEXT)
-
-    assert measured.seconds < 1.5
 
 
 @pytest.mark.parametrize(
@@ -150,10 +145,8 @@ def yaml_bomb(levels: int = 6) -> str:
 
 
 def test_a_yaml_alias_bomb_is_refused_before_it_expands():
-    with Measured() as measured, pytest.raises(DefinitionInvalid, match="aliases"):
+    with pytest.raises(DefinitionInvalid, match="aliases"):
         parse_definition_text(yaml_bomb())
-
-    assert measured.seconds < 0.5
 
 
 @pytest.mark.parametrize(
@@ -183,12 +176,10 @@ def chain(count: int) -> dict:
     return {"name": "chain", "input_schema": {"type": "object"}, "steps": steps}
 
 
-def test_a_long_chain_is_refused_by_count_quickly(validate):
-    with Measured() as measured:
-        problems = validate(chain(3000))
+def test_a_long_chain_is_refused_by_count_before_anything_else_is_checked(validate):
+    problems = validate(chain(3000))
 
     assert [(p.path, p.message) for p in problems] == [("steps", "must have at most 500 items, not 3,000")]
-    assert measured.seconds < 1
 
 
 def test_the_largest_allowed_chain_validates(validate):
@@ -300,8 +291,10 @@ def test_many_costly_expressions_share_one_bounded_allowance(validate, support_w
         {**template, "name": f"extra{i}", "when": costly} for i in range(200)
     ]
 
-    with Measured() as measured:
-        problems = validate(support_workflow)
+    problems = validate(support_workflow)
 
+    # The shared allowance, not the clock, bounds the work: once it is spent, the remaining
+    # expressions are refused without being evaluated.
     assert len(problems) == 200
-    assert measured.seconds < 10
+    refused_unevaluated = [p for p in problems if "together cost more than" in p.message]
+    assert len(refused_unevaluated) >= 190

@@ -22,9 +22,17 @@ def stepwise(live_server, team):
         yield client
 
 
-def test_the_example_program_takes_a_support_run_through_its_gate(workers, stepwise):
-    assert handle_ticket(stepwise, "T-9", "Refund please", "c@example.com") == "completed"
-    assert handle_ticket(stepwise, "T-9", "Refund please", "c@example.com") == "completed"
+@pytest.fixture
+def supervisor(live_server, team):
+    """A support lead who did not start the runs, so may approve them."""
+    user = member(team, "supervisor", role="member", groups=("support_leads",))
+    with Stepwise(live_server.url, token=Token.objects.create(user=user).key) as client:
+        yield client
+
+
+def test_the_example_program_takes_a_support_run_through_its_gate(workers, stepwise, supervisor):
+    assert handle_ticket(stepwise, supervisor, "T-9", "Refund please", "c@example.com") == "completed"
+    assert handle_ticket(stepwise, supervisor, "T-9", "Refund please", "c@example.com") == "completed"
     assert Run.objects.count() == 1  # the same ticket twice: one run (its idempotency key)
 
 

@@ -4,7 +4,6 @@ No worker runs here: a started run is a committed row whose first steps are queu
 """
 import json
 import logging
-import statistics
 import time
 
 import pytest
@@ -212,17 +211,13 @@ def test_the_secret_is_shown_once_and_never_stored_in_the_clear_logged_or_audite
     assert created.json()["secret_fingerprint"] in shown_again
 
 
-def test_a_valid_call_answers_within_the_api_start_target(client, hook):
+def test_twenty_deliveries_each_start_their_own_run(client, hook):
+    """(How fast a webhook answers is a benchmark figure, bench/, not a timed test.)"""
     trigger, secret = hook
-    timings = []
-    for i in range(20):
-        started = time.perf_counter()
-        assert deliver(client, trigger, secret, delivery=f"t-{i}").status_code == 202
-        timings.append(time.perf_counter() - started)
-    p95 = statistics.quantiles(timings, n=20)[-1]
-    print(f"webhook 202 latency: p50 {statistics.median(timings) * 1000:.1f} ms, "
-          f"p95 {p95 * 1000:.1f} ms")
-    assert p95 < 0.5  # the design's start target
+    answers = [deliver(client, trigger, secret, delivery=f"t-{i}") for i in range(20)]
+    assert [a.status_code for a in answers] == [202] * 20
+    assert len({a.json()["run"]["id"] if isinstance(a.json().get("run"), dict) else a.json()["run"]
+                for a in answers}) == 20
 
 
 def test_the_person_managing_triggers_needs_trigger_manage(client, team, support, approver_api):
