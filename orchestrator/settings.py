@@ -271,6 +271,8 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
+    # Every error in one shape, {"errors": [{"path", "message"}]} (orchestrator/api/errors.py).
+    "EXCEPTION_HANDLER": "orchestrator.api.errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Stepwise API",
