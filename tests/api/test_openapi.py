@@ -107,7 +107,7 @@ def test_no_credentials_is_a_documented_401(api, path):
     assert_documented(api, response, "GET", path)
 
 
-@pytest.mark.parametrize("query", ["state=null", "created_before=yesterday"])
+@pytest.mark.parametrize("query", ["state=null", "created_before=yesterday", "limit=null"])
 def test_a_query_parameter_that_is_not_valid_is_a_documented_400(api, query):
     response = api.get(f"/api/v1/runs/?{query}")
 
