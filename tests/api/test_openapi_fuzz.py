@@ -50,7 +50,9 @@ pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
 
 EXAMPLES_PER_OPERATION = int(os.environ.get("STEPWISE_FUZZ_EXAMPLES", "25"))
 SEED = os.environ.get("STEPWISE_FUZZ_SEED", "20260101")
-WALL_CLOCK_S = 600  # per caller: a stall fails the test instead of hanging CI
+# Per caller, so a stall fails the test instead of hanging CI: 10 minutes at the CI budget
+# (which takes about 1.5), more for a larger one.
+WALL_CLOCK_S = 24 * max(EXAMPLES_PER_OPERATION, 25)
 
 FRAGILE = {"name": "fragile", "input_schema": {"type": "object"}, "steps": [
     {"name": "call", "type": "tool", "tool": "core.echo"},
@@ -190,9 +192,16 @@ def test_every_response_matches_the_published_schema(server, caller, tmp_path):
     user = seed()[caller]
     token = Token.objects.create(user=user).key
 
-    result = schemathesis_run(server, token, tmp_path)
-
     report = Path(server.log.parent, f"fuzz-{caller}.txt")
+    try:
+        result = schemathesis_run(server, token, tmp_path)
+    except subprocess.TimeoutExpired as stalled:
+        partial = stalled.stdout or b""  # bytes on POSIX, even with text=True
+        report.write_text(partial.decode(errors="replace") if isinstance(partial, bytes) else partial)
+        pytest.fail(f"schemathesis did not finish within {WALL_CLOCK_S}s as the {caller}: a "
+                    f"request stalled, or the budget is too large (report so far: {report})",
+                    pytrace=False)
+
     report.write_text(result.stdout + result.stderr)
     server_log = server.errors_logged()
     if result.returncode != 0:
