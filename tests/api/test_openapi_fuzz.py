@@ -48,10 +48,10 @@ from tests.support.live_server import ROOT, LiveServer
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
 
-EXAMPLES_PER_OPERATION = int(os.environ.get("STEPWISE_FUZZ_EXAMPLES", "25"))
+EXAMPLES_PER_OPERATION = int(os.environ.get("STEPWISE_FUZZ_EXAMPLES", "15"))
 SEED = os.environ.get("STEPWISE_FUZZ_SEED", "20260101")
 # Per caller, so a stall fails the test instead of hanging CI: 10 minutes at the CI budget
-# (which takes about 1.5), more for a larger one.
+# (which takes under 2), more for a larger one.
 WALL_CLOCK_S = 24 * max(EXAMPLES_PER_OPERATION, 25)
 
 FRAGILE = {"name": "fragile", "input_schema": {"type": "object"}, "steps": [
