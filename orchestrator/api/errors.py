@@ -15,7 +15,6 @@ It must not decide anything; the services do.
 from django.http import JsonResponse
 from django.views import defaults
 from rest_framework import status
-from rest_framework import views as drf_views
 from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.response import Response
 
@@ -110,7 +109,11 @@ def exception_handler(exc, context):
     headers (WWW-Authenticate on a 401, Allow on a 405, Retry-After) and rolls back an atomic
     request. An exception it does not know stays unhandled: a 500, answered by `server_error`.
     """
-    response = drf_views.exception_handler(exc, context)
+    # Imported here: DRF's views module reads the parser settings as it loads, and a parser of
+    # ours imports this module.
+    from rest_framework.views import exception_handler as drf_exception_handler
+
+    response = drf_exception_handler(exc, context)
     if response is not None:
         response.data = {"errors": _errors_in(response.data)}
     return response

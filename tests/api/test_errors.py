@@ -69,7 +69,7 @@ def test_a_body_that_is_not_json_is_a_400_in_the_error_shape(api, team, requeste
                         content_type="application/json")
 
     [error] = assert_errors(response, 400)
-    assert error["message"].startswith("JSON parse error")
+    assert "JSON" in error["message"]
 
 
 def test_a_media_type_the_endpoint_does_not_read_is_a_415(api):
