@@ -31,8 +31,9 @@ run: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/pytest -n 2 --dist loadfile -q -m "not ledger_prefix and not restarts_services"
+	$(BIN)/pytest -n 2 --dist loadfile -q -m "not ledger_prefix and not restarts_services and not fuzz"
 	$(BIN)/pytest -p no:xdist -q -m ledger_prefix
+	$(BIN)/pytest -p no:xdist -q -m fuzz
 	$(BIN)/pytest -p no:xdist -q -m restarts_services
 
 lint: install

@@ -322,10 +322,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "orchestrator.api.schema.StepwiseAutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "orchestrator.api.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
+    # Every error in one shape, {"errors": [{"path", "message"}]} (orchestrator/api/errors.py).
+    "EXCEPTION_HANDLER": "orchestrator.api.errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Stepwise API",

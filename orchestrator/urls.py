@@ -1,4 +1,7 @@
-"""Root URLconf: the admin at /admin/, the API at /api/v1/; / goes to the admin for now."""
+"""Root URLconf: the admin at /admin/, the API at /api/v1/; / goes to the admin for now.
+
+The error handlers answer in the API's error shape under /api/ (orchestrator/api/errors.py).
+"""
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
@@ -8,3 +11,8 @@ urlpatterns = [
     path("api/v1/", include("orchestrator.api.urls")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]
+
+handler400 = "orchestrator.api.errors.bad_request"
+handler403 = "orchestrator.api.errors.permission_denied"
+handler404 = "orchestrator.api.errors.not_found"
+handler500 = "orchestrator.api.errors.server_error"

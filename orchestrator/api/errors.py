@@ -1,11 +1,19 @@
-"""How service exceptions become HTTP responses.
+"""How exceptions become HTTP error responses, all in one shape.
 
-Every error body has one shape, `{"errors": [{"path", "message"}, ...]}`, listing every
-problem at once. Views let service exceptions propagate; `ServiceErrorsMixin` maps them:
-DefinitionInvalid and InputInvalid -> 400, Forbidden -> 403, IdempotencyConflict and
-NotAllowed -> 409.
+Every error body under /api/ is `{"errors": [{"path", "message"}, ...]}`, listing every
+problem at once, whatever raised it:
+
+* the services' exceptions, mapped by `ServiceErrorsMixin`: DefinitionInvalid and InputInvalid
+  -> 400, Forbidden -> 403, IdempotencyConflict and NotAllowed -> 409;
+* DRF's own (401 not authenticated, 403, 404, 405, 406, 415, a body or a query parameter that
+  does not parse), through `exception_handler` (settings `REST_FRAMEWORK["EXCEPTION_HANDLER"]`);
+* Django's, for a URL no view matches and for an unhandled error (`not_found`, `server_error`:
+  the root URLconf's handlers), so even a 404 outside every route and a 500 are JSON there.
+
 It must not decide anything; the services do.
 """
+from django.http import JsonResponse
+from django.views import defaults
 from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.response import Response
@@ -85,7 +93,60 @@ def valid_data(serializer) -> dict:
 
 def errors_of(exc: APIException) -> list[dict]:
     """The `errors` list of a 4xx raised while reading a request, whatever its detail shape."""
-    detail = exc.detail
-    if isinstance(detail, dict) and "errors" in detail:
+    return _errors_in(exc.detail)
+
+
+def _errors_in(detail) -> list[dict]:
+    if isinstance(detail, dict) and isinstance(detail.get("errors"), list):
         return [{k: str(v) for k, v in e.items()} for e in detail["errors"]]
     return flatten_serializer_errors(detail)
+
+
+def exception_handler(exc, context):
+    """DRF's exception handler with the body in the one error shape.
+
+    DRF's handler does the rest as before: it maps Http404 and PermissionDenied, sets the
+    headers (WWW-Authenticate on a 401, Allow on a 405, Retry-After) and rolls back an atomic
+    request. An exception it does not know stays unhandled: a 500, answered by `server_error`.
+    """
+    # Imported here: DRF's views module reads the parser settings as it loads, and a parser of
+    # ours imports this module.
+    from rest_framework.views import exception_handler as drf_exception_handler
+
+    response = drf_exception_handler(exc, context)
+    if response is not None:
+        response.data = {"errors": _errors_in(response.data)}
+    return response
+
+
+def _is_api(request) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found(request, exception=None):
+    """404 for a URL no route matches: JSON under /api/, Django's page elsewhere."""
+    if _is_api(request):
+        return JsonResponse(error_body("not found"), status=status.HTTP_404_NOT_FOUND)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request):
+    """500: JSON under /api/ (the details are in the server's log, never in the answer)."""
+    if _is_api(request):
+        return JsonResponse(error_body("internal server error"),
+                            status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+    return defaults.server_error(request)
+
+
+def bad_request(request, exception=None):
+    """400 Django raised before any view (e.g. a body over DATA_UPLOAD_MAX_MEMORY_SIZE)."""
+    if _is_api(request):
+        return JsonResponse(error_body("bad request"), status=status.HTTP_400_BAD_REQUEST)
+    return defaults.bad_request(request, exception)
+
+
+def permission_denied(request, exception=None):
+    """403 Django raised outside DRF's own checks."""
+    if _is_api(request):
+        return JsonResponse(error_body("permission denied"), status=status.HTTP_403_FORBIDDEN)
+    return defaults.permission_denied(request, exception)

@@ -96,9 +96,15 @@ class ApprovalRevokeSerializer(serializers.Serializer):
 # --- workflows ---------------------------------------------------------------------------
 
 
+def _username(help_text: str) -> serializers.SlugRelatedField:
+    """A user by username; null where no person did it (the engine, or a deleted user)."""
+    return serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True,
+                                        help_text=help_text)
+
+
 class WorkflowVersionSummarySerializer(serializers.ModelSerializer):
     url = serializers.SerializerMethodField()
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = _username("Who saved it; null if the engine did or the user was deleted.")
 
     class Meta:
         model = WorkflowVersion
@@ -221,7 +227,7 @@ class RunSerializer(serializers.ModelSerializer):
     workflow = serializers.CharField(source="version.workflow.name", read_only=True)
     version = serializers.IntegerField(source="version.number", read_only=True)
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = _username("Who started it; null if the engine did or the user was deleted.")
     duration_s = serializers.SerializerMethodField()
 
     class Meta:
@@ -291,7 +297,8 @@ class ApprovalSerializer(serializers.ModelSerializer):
     )
     workflow = serializers.CharField(source="run.version.workflow.name", read_only=True)
     step = serializers.CharField(source="step.name", read_only=True)
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = _username("Who approved or rejected it; null while pending, and when it "
+                           "expired or was cancelled.")
 
     decisions = ApprovalDecisionRecordSerializer(many=True, read_only=True)
     approvals_given = serializers.SerializerMethodField()
@@ -319,7 +326,7 @@ class DeadLetterSerializer(serializers.ModelSerializer):
     run_url = serializers.HyperlinkedRelatedField(source="run", view_name="api:run-detail",
                                                   read_only=True)
     step = serializers.CharField(source="step.name", read_only=True)
-    redriven_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    redriven_by = _username("Who redrove it; null while open.")
 
     class Meta:
         model = DeadLetter

@@ -1,0 +1,100 @@
+"""Query parameters the API cannot use are a 400 naming them, never silently ignored.
+
+Found by the API fuzzer (tests/api/test_openapi_fuzz.py): `?offset=null`, `?offset=false` and
+`?limit=abc` returned the first page as if no value were given, a limit of 10**25 reached the
+database and gave a 500, `?run=` (empty) listed every run's approvals, and a parameter given
+twice quietly used the last value.
+"""
+import pytest
+
+from orchestrator.api.pagination import MAX_LIMIT, MAX_OFFSET
+from orchestrator.services.workflows import workflow_save
+from tests.factories import example_definition
+
+from .published import assert_documented, published_schema
+
+pytestmark = pytest.mark.django_db
+
+LISTS = ["/api/v1/workflows/", "/api/v1/runs/", "/api/v1/approvals/", "/api/v1/dead-letters/"]
+
+
+@pytest.fixture
+def workflows(team, requester):
+    for name in ("alpha", "beta", "gamma"):
+        workflow_save(team=team, definition={**example_definition("support"), "name": name},
+                      actor=requester)
+
+
+def assert_refused(api, url: str, parameter: str) -> str:
+    response = api.get(url)
+    assert response.status_code == 400, response.content
+    [error] = response.json()["errors"]
+    assert error["path"] == parameter, error
+    return error["message"]
+
+
+@pytest.mark.parametrize("path", LISTS)
+@pytest.mark.parametrize("query", ["offset=null", "offset=false", "offset=-1", "offset=1.5",
+                                   "offset=%2B1", "offset=", "offset=%D9%A3",
+                                   f"offset={MAX_OFFSET + 1}", "offset=1&offset=2"])
+def test_an_offset_that_is_not_one_whole_number_in_range_is_a_400(api, path, query):
+    message = assert_refused(api, f"{path}?{query}", "offset")
+
+    assert message.startswith(f"offset must be one whole number from 0 to {MAX_OFFSET}")
+
+
+@pytest.mark.parametrize("query", ["limit=false", "limit=abc", "limit=0", "limit=-5",
+                                   f"limit={MAX_LIMIT + 1}", "limit=44726338066274713050848165888",
+                                   "limit=" + "9" * 5000, "limit=5&limit=6"])
+def test_a_limit_that_is_not_one_whole_number_in_range_is_a_400(api, query):
+    message = assert_refused(api, f"/api/v1/workflows/?{query}", "limit")
+
+    assert message.startswith(f"limit must be one whole number from 1 to {MAX_LIMIT}")
+
+
+def test_limit_and_offset_in_range_page_as_before(api, workflows):
+    page = api.get("/api/v1/workflows/?limit=2&offset=0").json()
+    rest = api.get("/api/v1/workflows/?limit=2&offset=2").json()
+    beyond = api.get(f"/api/v1/workflows/?offset={MAX_OFFSET}&limit={MAX_LIMIT}").json()
+
+    assert [w["name"] for w in page["results"]] == ["alpha", "beta"]
+    assert page["next"].endswith("?limit=2&offset=2")
+    assert [w["name"] for w in rest["results"]] == ["gamma"]
+    assert (beyond["count"], beyond["results"]) == (3, [])
+    assert len(api.get("/api/v1/workflows/").json()["results"]) == 3
+
+
+def test_the_schema_publishes_the_ranges_and_the_400(api):
+    parameters = {p["name"]: p["schema"] for p in
+                  published_schema(api)["paths"]["/api/v1/runs/"]["get"]["parameters"]}
+
+    assert parameters["limit"] == {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                                   "default": 50}
+    assert parameters["offset"] == {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET,
+                                    "default": 0}
+    assert_documented(api, api.get("/api/v1/runs/?offset=null"), "GET", "/api/v1/runs/")
+
+
+@pytest.mark.parametrize("url, parameter", [
+    ("/api/v1/approvals/?run=", "run"),
+    ("/api/v1/dead-letters/?run=", "run"),
+    ("/api/v1/dead-letters/?status=", "status"),
+    ("/api/v1/runs/?created_before=", "created_before"),
+    ("/api/v1/runs/?created_after=", "created_after"),
+])
+def test_a_typed_filter_given_empty_is_a_400_not_no_filter(api, url, parameter):
+    assert "must not be empty" in assert_refused(api, url, parameter)
+
+
+@pytest.mark.parametrize("url, parameter", [
+    ("/api/v1/runs/?team=support&team=other", "team"),
+    ("/api/v1/runs/?workflow=a&workflow=b", "workflow"),
+    ("/api/v1/dead-letters/?error_class=a&error_class=b", "error_class"),
+])
+def test_a_single_valued_filter_given_twice_is_a_400(api, url, parameter):
+    assert assert_refused(api, url, parameter) == f"give {parameter} once, not 2 times"
+
+
+def test_text_filters_may_be_empty_and_states_may_repeat(api):
+    assert api.get("/api/v1/runs/?team=&workflow=").status_code == 200
+    assert api.get("/api/v1/runs/?state=running&state=failed").status_code == 200
