@@ -35,7 +35,7 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
     if errors:
         raise StepError("validation", "; ".join(e.message for e in errors[:10]))
     tool_ctx = ToolContext(ctx.run_id, ctx.step_name, ctx.attempt, ctx.idempotency_key,
-                           side_effect=bool(spec.get("side_effect")),
+                           side_effect=bool(spec.get("side_effect")) or tool.side_effect,
                            timeout_s=spec.get("timeout_s"), team_lookup=partial(_team_of, ctx.run_id))
 
     def call():
@@ -51,7 +51,7 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
 
 def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
     tool, call = prepared_call(spec, step_input, ctx)
-    if spec.get("side_effect"):
+    if spec.get("side_effect") or tool.side_effect:
         if ctx.effects is None:  # a side effect outside the ledger could happen twice
             raise StepError("permanent", "a side-effecting call needs the effect ledger")
         output = ctx.effects(tool=tool, call=call)
