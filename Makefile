@@ -8,6 +8,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 export PORT
+# The orders-digest example publishes to the local RabbitMQ as its default guest account; the
+# connection takes the password from the environment (docs/tools.md).
+STEPWISE_EXAMPLE_RABBITMQ_PASSWORD ?= guest
+export STEPWISE_EXAMPLE_RABBITMQ_PASSWORD
 
 .PHONY: run test install lint bench clean
 

@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView
+from .tools import ToolViewSet
 from .views import ApprovalViewSet, DeadLetterViewSet, RunViewSet, WorkflowViewSet
 
 app_name = "api"
@@ -13,6 +14,7 @@ router.register("workflows", WorkflowViewSet, basename="workflow")
 router.register("runs", RunViewSet, basename="run")
 router.register("approvals", ApprovalViewSet, basename="approval")
 router.register("dead-letters", DeadLetterViewSet, basename="deadletter")
+router.register("tools", ToolViewSet, basename="tool")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),

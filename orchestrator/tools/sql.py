@@ -148,11 +148,19 @@ def _limit_time(conn: SAConnection, seconds: float) -> None:
         raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 10000)
 
 
-def _read_only(conn: SAConnection) -> None:
-    """Make the transaction that is about to start read-only."""
-    if conn.dialect.name == "sqlite":
-        conn.exec_driver_sql("PRAGMA query_only = ON")
-    else:
+def _read_only(conn: SAConnection, on: bool = True) -> None:
+    """Make what this connection runs next read-only (or writable again).
+
+    PostgreSQL: the transaction about to start. MariaDB/MySQL: the session, because DDL there
+    commits implicitly and would escape a read-only transaction; a session that is read-only
+    refuses it (1792). SQLite: `query_only`. Pooled connections are set back after the query,
+    and a writing call sets its session writable first."""
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
+        conn.exec_driver_sql(f"PRAGMA query_only = {'ON' if on else 'OFF'}")
+    elif dialect == "mysql":
+        conn.exec_driver_sql(f"SET SESSION TRANSACTION {'READ ONLY' if on else 'READ WRITE'}")
+    elif on:
         conn.exec_driver_sql("SET TRANSACTION READ ONLY")
 
 
@@ -220,8 +228,14 @@ def classify(exc: BaseException) -> str:
     """The retry class of a database failure: timeout, transient, rate_limit, auth, policy
     (a write refused by a read-only transaction) or permanent (the statement or the data)."""
     orig = getattr(exc, "orig", exc)
+    module = type(orig).__module__
+    if module.startswith("pymysql") and orig.args and isinstance(orig.args[0], int):
+        code = orig.args[0]
+        if code in _MYSQL_CODES:
+            return _MYSQL_CODES[code]
+        return "transient" if code >= 2000 else "permanent"  # 2xxx: client/connection errors
     sqlstate = getattr(orig, "sqlstate", None)
-    if sqlstate:
+    if sqlstate and module.startswith("psycopg"):
         if sqlstate in _PG_CLASSES:
             return _PG_CLASSES[sqlstate]
         if sqlstate.startswith("08"):
@@ -231,12 +245,6 @@ def classify(exc: BaseException) -> str:
         if sqlstate.startswith("53"):
             return "transient"  # insufficient resources
         return "permanent"
-    module = type(orig).__module__
-    if module.startswith("pymysql") and orig.args and isinstance(orig.args[0], int):
-        code = orig.args[0]
-        if code in _MYSQL_CODES:
-            return _MYSQL_CODES[code]
-        return "transient" if code >= 2000 else "permanent"  # 2xxx: client/connection errors
     if isinstance(orig, sqlite3.Error):
         text = str(orig).lower()
         if "interrupted" in text:
@@ -305,8 +313,8 @@ def sql_query(params: dict, ctx: ToolContext) -> dict:
                 columns, rows, truncated = _rows(conn.execute(clause, params.get("args") or {}), limit)
             finally:
                 conn.rollback()
-                if conn.dialect.name == "sqlite":
-                    conn.exec_driver_sql("PRAGMA query_only = OFF")
+                _read_only(conn, on=False)
+                conn.rollback()
     except StepError:
         raise
     except (sa.exc.SQLAlchemyError, sqlite3.Error, OSError) as exc:
@@ -356,6 +364,7 @@ def sql_execute(params: dict, ctx: ToolContext) -> dict:
     try:
         _ensure_table(engine, table)
         with engine.connect() as conn:
+            _read_only(conn, on=False)  # a pooled session a failed reset left read-only
             _limit_time(conn, seconds)
             try:
                 # The key first: a concurrent attempt with the same key waits here until this

@@ -1,5 +1,6 @@
 """First-run set-up for `make run`: an admin user and API token, a demo team, the approvers
-group, the example workflows (saved through the same service as the API), and the local keys.
+group, the example workflows (saved through the same service as the API), the example
+database's sample rows, and the local keys.
 
 The development secrets (Django's SECRET_KEY and the ledger's redaction key) are generated into
 var/secrets/ by the settings on first start; this also creates the ledger's signing key there
@@ -7,6 +8,7 @@ var/secrets/ by the settings on first start; this also creates the ledger's sign
 same instructions.
 """
 import secrets
+import sqlite3
 from pathlib import Path
 
 from django.conf import settings
@@ -20,6 +22,21 @@ from orchestrator.models import Role, Team, TeamMembership
 from orchestrator.services.workflows import workflow_save
 
 EXAMPLES = Path(settings.BASE_DIR) / "examples"
+
+
+def seed_example_warehouse(path: Path | None = None) -> Path:
+    """Create the orders-digest example's SQLite database from examples/warehouse.sql, once
+    (the `examples-warehouse` connection reads it). Returns its path."""
+    path = path or Path(settings.VAR_DIR) / "examples" / "warehouse.sqlite3"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".tmp")
+        partial.unlink(missing_ok=True)
+        with sqlite3.connect(partial) as db:
+            db.executescript((EXAMPLES / "warehouse.sql").read_text())
+        db.close()
+        partial.replace(path)
+    return path
 
 
 class Command(BaseCommand):
@@ -41,6 +58,8 @@ class Command(BaseCommand):
         TeamMembership.objects.get_or_create(team=team, user=user, defaults={"role": Role.OWNER})
         user.groups.add(Group.objects.get_or_create(name="support_leads")[0])
         token, _ = Token.objects.get_or_create(user=user)
+        if not settings.PRODUCTION:
+            seed_example_warehouse()
         for path in sorted(EXAMPLES.glob("*.yaml")):
             version, created = workflow_save(
                 team=team, definition=parse_definition_text(path.read_text()), actor=user)
@@ -64,4 +83,9 @@ Try the support example (it stops at its approval gate):
   curl -s {base}/api/v1/approvals/?state=pending -H 'Authorization: Token {token.key}'
   curl -s -X POST {base}/api/v1/approvals/<id>/approve/ -H 'Authorization: Token {token.key}' \\
        -H 'Content-Type: application/json' -d '{{"note": "ok"}}'
+
+Try the integrations example (database -> agent -> file -> RabbitMQ; docs/tools.md):
+  curl -s -X POST {base}/api/v1/workflows/orders-digest/runs/ \\
+       -H 'Authorization: Token {token.key}' -H 'Content-Type: application/json' \\
+       -d '{{"input": {{"region": "EU"}}}}'
 """))
