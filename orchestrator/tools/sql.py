@@ -217,7 +217,9 @@ def _max_rows(connection: Connection, params: dict) -> int:
 _PG_CLASSES = {"57014": "timeout", "40001": "transient", "40P01": "transient",
                "55P03": "transient", "25006": "policy", "53300": "rate_limit",
                "42501": "auth", "57P01": "transient", "57P02": "transient", "57P03": "transient"}
-_MYSQL_CODES = {1045: "auth", 1044: "auth", 1142: "auth", 1143: "auth", 1227: "auth",
+_PG_LOGIN_REFUSED = ("password authentication failed", "does not exist", "no pg_hba.conf entry",
+                     "permission denied for database", "not permitted to log in")
+_MYSQL_CODES = {1045: "auth", 1044: "auth", 1698: "auth", 1142: "auth", 1143: "auth", 1227: "auth",
                 1040: "rate_limit", 1203: "rate_limit", 1226: "rate_limit",
                 1205: "transient", 1213: "transient", 1969: "timeout", 3024: "timeout",
                 1792: "policy", 1290: "policy", 2003: "transient", 2006: "transient",
@@ -261,7 +263,13 @@ def classify(exc: BaseException) -> str:
     if isinstance(orig, OSError | ConnectionError):
         return "transient"
     if module.startswith("psycopg") and type(orig).__name__ == "OperationalError":
-        return "transient"  # could not connect: no SQLSTATE
+        # Refused at connect: psycopg gives no SQLSTATE, only the server's FATAL message.
+        text = str(orig)
+        if any(mark in text for mark in _PG_LOGIN_REFUSED):
+            return "auth"
+        if "too many connections" in text:
+            return "rate_limit"
+        return "transient"
     return "permanent"
 
 
