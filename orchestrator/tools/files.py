@@ -196,9 +196,8 @@ def _local_write(connection: Connection, parts: list[str], path: str, data: byte
         if if_exists == "fail":
             try:
                 current = _local_read(connection, parts, path)
-            except StepError as exc:
-                if "does not exist" not in exc.message:
-                    raise
+            except FileNotFoundError:
+                pass
             else:
                 if current != data:  # the same content is this effect's own earlier write
                     raise StepError("permanent", f"{path!r} exists with other content "
