@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core import checks
 
+from .retry import StepError
+
 # Each kind, the fields it accepts (besides kind, teams and description), and which of them are
 # secrets (a {"env"} or {"file"} reference, never a literal).
 KINDS: dict[str, dict[str, set[str]]] = {
@@ -56,9 +58,13 @@ HTTP_AUTH_TYPES = {"bearer": {"token"}, "basic": {"username", "password"},
 _HTTP_AUTH_SECRETS = {"token", "password", "value"}
 
 
-class ConnectionRefused(Exception):
+class ConnectionRefused(StepError):
     """A named connection that is missing, of the wrong kind, not granted to the team, or
-    whose credential cannot be read. Never worth retrying: the configuration must change."""
+    whose credential cannot be read. A step failing with it fails as `policy`: never worth
+    retrying, the configuration must change."""
+
+    def __init__(self, message: str):
+        super().__init__("policy", message)
 
 
 def _is_ref(value: object) -> bool:

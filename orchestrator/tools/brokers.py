@@ -153,7 +153,11 @@ def rabbitmq_publish(params: dict, ctx: ToolContext) -> dict:
     url = _with_password(connection.secret("url"), connection.secret("password"))
     try:
         with kombu.Connection(url, connect_timeout=seconds,
-                              transport_options={"confirm_publish": True}) as conn:
+                              transport_options={"confirm_publish": True,
+                                                 # Every read and write of the call is bounded,
+                                                 # the handshake's included.
+                                                 "read_timeout": seconds,
+                                                 "write_timeout": seconds}) as conn:
             conn.ensure_connection(max_retries=1, timeout=seconds)
             producer = conn.Producer(serializer=None, auto_declare=False)
             producer.publish(

@@ -37,7 +37,7 @@ def definition_checker(*, team: str = ""):
             try:
                 connection = connection_get(name, kind=registered.connection, team=team)
             except ConnectionRefused as refused:
-                yield ("connection",), str(refused)
+                yield ("connection",), refused.message
                 return
         if registered.check is not None:
             yield from registered.check(params, connection)

@@ -17,7 +17,6 @@ import httpx
 from django.core.exceptions import ImproperlyConfigured
 
 from .. import egress
-from ..connections import ConnectionRefused
 from ..retry import StepError
 from .builtin import classify_status
 from .named import CONNECTION_PARAM, connection_for, deadline_s, failure
@@ -80,11 +79,8 @@ def http_json(params: dict, ctx: ToolContext) -> dict:
         raise StepError("policy", check_http_json(params, connection)[0][1])
     base_url = str(connection.get("base_url"))
     url = _url(base_url, params["path"])
-    try:
-        headers = {"Accept": "application/json", **(params.get("headers") or {}),
-                   **_auth_headers(connection)}
-    except ConnectionRefused as exc:
-        raise failure(connection, "policy", str(exc)) from None
+    headers = {"Accept": "application/json", **(params.get("headers") or {}),
+               **_auth_headers(connection)}
     if ctx.side_effect:
         headers.setdefault("Idempotency-Key", ctx.idempotency_key)
     try:

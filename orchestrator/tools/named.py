@@ -27,7 +27,7 @@ def connection_for(params: dict, ctx: ToolContext, kind: str) -> Connection:
     try:
         return connection_get(params.get("connection"), kind=kind, team=ctx.team)
     except ConnectionRefused as exc:
-        raise StepError("policy", str(exc)[:MESSAGE_LIMIT]) from None
+        raise StepError("policy", exc.message[:MESSAGE_LIMIT]) from None
 
 
 def message_id(idempotency_key: str) -> str:
