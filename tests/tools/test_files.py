@@ -10,10 +10,9 @@ import boto3
 import httpx
 import pytest
 
-from tests.support.integrations import REQUIRED, closed_port
-
 from orchestrator.retry import StepError
 from orchestrator.tools.registry import ToolContext, get_tool
+from tests.support.integrations import REQUIRED, closed_port
 
 from .conftest import call, fails
 
