@@ -49,7 +49,7 @@ class SmtpSink:
         def authenticate(server, session, envelope, mechanism, auth_data):
             ok = (isinstance(auth_data, LoginPassword) and sink.credentials is not None
                   and (auth_data.login.decode(), auth_data.password.decode()) == sink.credentials)
-            return AuthResult(success=ok)
+            return AuthResult(success=ok, handled=False)
 
         self.port = free_port()
         self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port,

@@ -9,7 +9,7 @@ from orchestrator.tools.registry import ToolContext, get_tool
 
 
 def call(name: str, params: dict, *, team: str = "support", key: str | None = None,
-         timeout_s: float | None = None):
+         timeout_s: float | None = None, side_effect: bool | None = None):
     """Validate `params` against the tool's schema and call it, as the tool executor does
     (tests/engine covers the executor itself). Raises StepError."""
     tool = get_tool(name)
@@ -18,7 +18,8 @@ def call(name: str, params: dict, *, team: str = "support", key: str | None = No
         raise StepError("validation", "; ".join(e.message for e in errors))
     ctx = ToolContext(run_id="r", step_name="step", attempt=1,
                       idempotency_key=key or f"run-{secrets.token_hex(6)}:step:default",
-                      side_effect=tool.side_effect, timeout_s=timeout_s,
+                      side_effect=tool.side_effect if side_effect is None else side_effect,
+                      timeout_s=timeout_s,
                       team_lookup=lambda: team)
     return tool.fn(params, ctx)
 
