@@ -7,8 +7,8 @@ for a tool on a named connection - the names of the connections its caller's tea
 Reads the registry and the settings; changes nothing.
 """
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
-from rest_framework import serializers, viewsets
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework import serializers, status, viewsets
+from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 
@@ -77,5 +77,6 @@ class ToolViewSet(viewsets.ViewSet):
     def retrieve(self, request, name=None):
         tool = all_tools().get(name)
         if tool is None:
-            raise NotFound(f"tool '{name}' is not registered")
+            return Response(error_body(f"tool '{name}' is not registered", "name"),
+                            status=status.HTTP_404_NOT_FOUND)
         return Response(tool_body(tool, self._teams(request)))

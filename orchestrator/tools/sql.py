@@ -330,17 +330,25 @@ def sql_query(params: dict, ctx: ToolContext) -> dict:
     return {"columns": columns, "rows": rows, "row_count": len(rows), "truncated": truncated}
 
 
+_tables_made: set[tuple[str, str]] = set()
+
+
 def _ensure_table(engine: Engine, table: str) -> None:
+    """Create the idempotency table once per process if it is missing, in autocommit mode: the
+    DDL needs no transaction of its own (the operator may also create it beforehand)."""
+    if (str(engine.url), table) in _tables_made:
+        return
     ddl = (f"CREATE TABLE IF NOT EXISTS {table} (effect_key VARCHAR(255) PRIMARY KEY, "
            f"result TEXT NOT NULL, created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP)")
     for attempt in range(2):
         try:
-            with engine.begin() as conn:
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 conn.exec_driver_sql(ddl)
-            return
+            break
         except sa.exc.IntegrityError:
             if attempt:  # PostgreSQL: two first calls raced to create it; it exists now
                 raise
+    _tables_made.add((str(engine.url), table))
 
 
 def _stored(conn: SAConnection, table: str, key: str) -> dict | None:
