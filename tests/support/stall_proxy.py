@@ -6,7 +6,8 @@ delivers that chunk to the server and then forwards nothing more in either direc
 (`deliver=True`: the server acted, the client never hears back), or forwards nothing from that
 chunk on (`deliver=False`: the server never saw it). The client waits for an answer that never
 comes, so a test can kill the worker exactly there. Other connections, before and after, pass
-through untouched. `stalled` is set when it happened.
+through untouched. `stalled` is set when it happened. While `refusing` is set, every new
+connection is closed at once, as a server that went away.
 """
 import socket
 import threading
@@ -20,6 +21,7 @@ class StallProxy:
         self.marker: bytes | None = None
         self.deliver = False
         self.stalled = threading.Event()
+        self.refusing = False
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -34,6 +36,9 @@ class StallProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            if self.refusing:
+                client.close()
+                continue
             try:
                 server = socket.create_connection(self.target)
             except OSError:
