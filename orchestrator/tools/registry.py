@@ -1,6 +1,7 @@
 """The tool registry: `@tool` registers a typed function; definitions refer to it by name.
 
-Stepwise's built-in tools live in `orchestrator.tools.builtin`; users add their own from their
+Stepwise's built-in tools live in the modules of `BUILTIN_MODULES` (HTTP, SQL, files, message
+brokers, e-mail, JSON APIs; docs/tools.md); users add their own from their
 own modules, listed in the STEPWISE_TOOL_MODULES setting (environment variable), with no
 change to Stepwise's code. A tool receives validated params and a `ToolContext`, returns a
 JSON-able value, and raises `StepError` with an error class for a failure it understands.
