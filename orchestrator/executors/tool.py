@@ -27,6 +27,8 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
         tool = get_tool(spec["tool"])
     except KeyError:
         raise StepError("permanent", f"tool '{spec['tool']}' is not registered") from None
+    if tool.side_effect:  # it changes the world whatever the step says, and the audit says so
+        spec = {**spec, "side_effect": True}
     try:
         params = render_value(spec.get("params") or {}, step_input)
     except TemplateError as exc:
@@ -35,7 +37,7 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
     if errors:
         raise StepError("validation", "; ".join(e.message for e in errors[:10]))
     tool_ctx = ToolContext(ctx.run_id, ctx.step_name, ctx.attempt, ctx.idempotency_key,
-                           side_effect=bool(spec.get("side_effect")) or tool.side_effect,
+                           side_effect=bool(spec.get("side_effect")),
                            timeout_s=spec.get("timeout_s"), team_lookup=partial(_team_of, ctx.run_id))
 
     def call():
