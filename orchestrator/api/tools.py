@@ -16,6 +16,7 @@ from ..authz import teams_visible_to
 from ..connections import connections_for
 from ..tools.registry import Tool, all_tools
 from .errors import error_body
+from .serializers import ErrorsSerializer
 
 _TOOL = inline_serializer("Tool", {
     "name": serializers.CharField(),
@@ -65,7 +66,7 @@ class ToolViewSet(viewsets.ViewSet):
             return None
         return set(visible.values_list("slug", flat=True))
 
-    @extend_schema(parameters=[_TEAM], responses={200: _TOOL})
+    @extend_schema(parameters=[_TEAM], responses={200: _TOOL, 400: ErrorsSerializer})
     def list(self, request):
         teams = self._teams(request)
         tools = [tool_body(t, teams) for _, t in sorted(all_tools().items())]
@@ -73,7 +74,8 @@ class ToolViewSet(viewsets.ViewSet):
         page = paginator.paginate_queryset(tools, request, view=self)
         return paginator.get_paginated_response(page)
 
-    @extend_schema(parameters=[_TEAM], responses={200: _TOOL})
+    @extend_schema(parameters=[_TEAM],
+                   responses={200: _TOOL, 400: ErrorsSerializer, 404: ErrorsSerializer})
     def retrieve(self, request, name=None):
         tool = all_tools().get(name)
         if tool is None:
