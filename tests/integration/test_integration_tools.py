@@ -217,6 +217,9 @@ def test_the_orders_digest_example_reads_summarizes_writes_and_publishes(rig, wo
     assert "ORD-2002 (Bo Lind) is on hold." in text and "| ORD-2004 | Dee Novak |" in text
     (message,) = drain(rig)
     assert message.delivery_info["routing_key"] == "stepwise.examples.orders-digest.eu"
+    sent = StepRun.objects.get(run=run, name="notify").output["message_id"]
+    mails = [p.read_text() for p in (Path(settings.VAR_DIR) / "outbox" / "mail").iterdir()]
+    assert [m for m in mails if sent in m and "Subject: 3 open orders in EU" in m]
     assert json.loads(message.body) == {"headline": "3 open orders in EU",
                                         "file": "digests/orders-eu.md",
                                         "sha256": StepRun.objects.get(run=run, name="save").output["sha256"]}
