@@ -191,11 +191,16 @@ def _rows(result, limit: int) -> tuple[list[str], list[dict], bool]:
     return columns, rows, len(fetched) > limit
 
 
+def placeholders(clause: sa.TextClause) -> set[str]:
+    """The `:name` placeholders of a statement (a `::type` cast is not one)."""
+    return set(clause.compile().params)
+
+
 def _statement(params: dict) -> sa.TextClause:
     """The statement with its placeholders; raises StepError("validation") when `args` does
     not give exactly the values its placeholders name."""
     clause = sa.text(params["statement"])
-    names = set(clause._bindparams)
+    names = placeholders(clause)
     batches = params.get("args") if isinstance(params.get("args"), list) else [params.get("args") or {}]
     for index, args in enumerate(batches):
         at = f"args[{index}]" if isinstance(params.get("args"), list) else "args"
@@ -288,7 +293,7 @@ def check_statement(params: dict, connection) -> list[tuple[tuple, str]]:
                      "args, never through a template") for at, _ in problems]
     statement, args = params.get("statement"), params.get("args")
     if isinstance(statement, str) and isinstance(args, dict):
-        names = set(sa.text(statement)._bindparams)
+        names = placeholders(sa.text(statement))
         problems += [(("args",), f"no value for :{name}") for name in sorted(names - set(args))]
         problems += [(("args", name), "the statement has no placeholder :" + name)
                      for name in sorted(set(args) - names)]
