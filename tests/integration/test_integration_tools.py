@@ -15,6 +15,7 @@ from pathlib import Path
 import amqp
 import psycopg
 import pytest
+import redis
 from django.conf import settings
 
 from orchestrator.definitions import parse_definition_text
@@ -26,7 +27,7 @@ from orchestrator.services.workflows import workflow_save
 from orchestrator.tools.named import message_id
 from tests.conftest import client_for
 from tests.factories import EXAMPLES, SETUP, member
-from tests.support.integrations import PG_DB, PG_URL, need, unique
+from tests.support.integrations import PG_DB, PG_URL, REDIS_URL, need, unique
 from tests.support.smtp_sink import SmtpSink
 from tests.support.stall_proxy import StallProxy
 
@@ -46,6 +47,8 @@ class Rig:
         self.pg = StallProxy("127.0.0.1", 5432)
         self.amqp = StallProxy("127.0.0.1", 5672)
         self.example_amqp = StallProxy("127.0.0.1", 5672)
+        self.redis = StallProxy("127.0.0.1", 6379)
+        self.stream = unique()  # the key: integrations:<stream>
         self.smtp = SmtpSink().__enter__()
         self.smtp_proxy = None
         password = {"env": "STEPWISE_EXAMPLE_RABBITMQ_PASSWORD"}
@@ -58,19 +61,21 @@ class Rig:
                           "url": f"postgresql://postgres@127.0.0.1:{self.pg.port}/{PG_DB}"},
             "bus": {"kind": "rabbitmq", "url": f"amqp://guest@127.0.0.1:{self.amqp.port}//",
                     "password": password, "exchanges": [self.exchange]},
+            "events": {"kind": "redis", "url": f"redis://127.0.0.1:{self.redis.port}/13",
+                       "key_prefix": "integrations:"},
             "relay": {"kind": "mail", "host": "127.0.0.1", "port": self.smtp.port,
                       "from_email": "stepwise@example.com", "allowed_domains": ["example.com"]},
         }
 
     def close(self):
         self.smtp.__exit__(None, None, None)
-        for proxy in (self.pg, self.amqp, self.example_amqp):
+        for proxy in (self.pg, self.amqp, self.example_amqp, self.redis):
             proxy.close()
 
 
 @pytest.fixture(scope="module")
 def rig(workers, django_db_blocker):
-    for service in ("PostgreSQL", "RabbitMQ"):
+    for service in ("PostgreSQL", "RabbitMQ", "Redis"):
         need(service)
     rig = Rig()
     with psycopg.connect(PG_URL, autocommit=True) as conn:
@@ -102,6 +107,8 @@ def rig(workers, django_db_blocker):
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {rig.table}")
         conn.execute(f"DROP TABLE IF EXISTS {rig.keys}")
+    client = redis.Redis.from_url(REDIS_URL)
+    client.delete(f"integrations:{rig.stream}", *client.scan_iter("integrations:stepwise-dedupe:*"))
     rig.close()
 
 
@@ -179,6 +186,21 @@ def test_a_worker_killed_before_the_confirm_republishes_with_the_same_message_id
     ids = [m.properties["message_id"] for m in drain(rig)]
     assert ids == [message_id(f"{run.id}:act:default")] * 2
     assert len(set(ids)) == 1
+
+
+def test_a_worker_killed_after_redis_appended_leaves_one_stream_entry(rig, workers, team):
+    rig.redis.stall_on(b"EVAL", deliver=True)  # Redis runs the script; the worker never hears
+    run = one_step(team, "append-once", "redis.stream_add", {
+        "connection": "events", "stream": rig.stream, "message": {"n": 1}})
+    assert rig.redis.stalled.wait(30)
+    time.sleep(0.5)
+    client = redis.Redis.from_url(REDIS_URL)
+    assert client.xlen(f"integrations:{rig.stream}") == 1  # appended before the kill
+    run = kill_and_recover(workers, run, "act")
+    assert run.state == "completed", run.error
+    (entry,) = client.xrange(f"integrations:{rig.stream}")
+    assert entry[1][b"message_id"].decode() == message_id(f"{run.id}:act:default")
+    assert StepRun.objects.get(run=run).output["duplicate"] is True
 
 
 def test_a_worker_killed_while_the_relay_holds_the_message_sends_one_email(rig, workers, team):
