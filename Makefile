@@ -11,6 +11,10 @@ export PORT
 # Where links in notifications point (honcho gives each process a PORT of its own).
 STEPWISE_BASE_URL ?= http://127.0.0.1:$(PORT)
 export STEPWISE_BASE_URL
+# The orders-digest example publishes to the local RabbitMQ as its default guest account; the
+# connection takes the password from the environment (docs/tools.md).
+STEPWISE_EXAMPLE_RABBITMQ_PASSWORD ?= guest
+export STEPWISE_EXAMPLE_RABBITMQ_PASSWORD
 
 .PHONY: run test install lint bench clean
 

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import yaml
 
 from . import deployment
 
@@ -274,6 +275,35 @@ STEPWISE_BREAKER_COOLDOWN_S = float(os.environ.get("STEPWISE_BREAKER_COOLDOWN_S"
 # policy, `tools` ({"http.request": {...}}) and `teams` ({"<slug>": {..., "tools": {...}}})
 # layers. Unset: http/https to public addresses on ports 80 and 443, 1 MiB responses.
 STEPWISE_EGRESS = json.loads(os.environ.get("STEPWISE_EGRESS", "{}"))
+# Named connections the integration tools use (orchestrator/connections.py, docs/tools.md):
+# a mapping of names to connections, as JSON in STEPWISE_CONNECTIONS or in the JSON/YAML file
+# STEPWISE_CONNECTIONS_FILE. Credentials only as {"env": NAME} or {"file": PATH}. Unset in
+# development: the example workflows' connections under var/ (and the local RabbitMQ, whose
+# password comes from STEPWISE_EXAMPLE_RABBITMQ_PASSWORD, which `make run` sets); unset in
+# production: none.
+if os.environ.get("STEPWISE_CONNECTIONS_FILE"):
+    STEPWISE_CONNECTIONS = yaml.safe_load(Path(os.environ["STEPWISE_CONNECTIONS_FILE"]).read_text())
+elif os.environ.get("STEPWISE_CONNECTIONS"):
+    STEPWISE_CONNECTIONS = json.loads(os.environ["STEPWISE_CONNECTIONS"])
+elif PRODUCTION:
+    STEPWISE_CONNECTIONS = {}
+else:
+    STEPWISE_CONNECTIONS = {
+        "examples-warehouse": {
+            "kind": "sql", "url": f"sqlite:///{VAR_DIR / 'examples' / 'warehouse.sqlite3'}",
+            "description": "The example workflows' sample rows (read-only)."},
+        "examples-files": {
+            "kind": "files", "root": str(VAR_DIR / "files"), "writes": True,
+            "description": "var/files/ of this checkout."},
+        "examples-rabbitmq": {
+            "kind": "rabbitmq", "url": "amqp://guest@127.0.0.1:5672//",
+            "password": {"env": "STEPWISE_EXAMPLE_RABBITMQ_PASSWORD"}, "exchanges": ["amq.topic"],
+            "timeout_s": 5, "description": "The local RabbitMQ's default guest account."},
+        "examples-mail": {
+            "kind": "mail", "backend": "file", "path": str(VAR_DIR / "outbox" / "mail"),
+            "from_email": "stepwise@example.com", "allowed_domains": ["example.com"],
+            "description": "E-mails as files in var/outbox/mail/."},
+    }
 # A workflow's budget default when a step has no price history: the design's $0.10.
 STEPWISE_DEFAULT_STEP_COST_USD = os.environ.get("STEPWISE_DEFAULT_STEP_COST_USD", "0.10")
 

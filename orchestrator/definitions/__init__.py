@@ -9,7 +9,8 @@ The public API the rest of Stepwise uses; import from here, not from the modules
 * `normalize_definition` (normalize.py) - a valid definition with defaults filled in.
 * `compile_expression`, `evaluate_expression`, `expression_roots`, `referenced_steps`
   (expressions.py) - CEL.
-* `compile_template`, `render_template`, `render_value` (templates.py) - sandboxed Jinja2.
+* `compile_template`, `render_template`, `render_value`, `contains_template` (templates.py) -
+  sandboxed Jinja2.
 * `schema_accepts` (compat.py) - whether one step's output satisfies another's input.
 """
 
@@ -25,7 +26,13 @@ from .format import calls_model, definition_format_schema
 from .loader import parse_definition_text
 from .normalize import normalize_definition
 from .problems import DefinitionInvalid, Problem
-from .templates import TemplateError, compile_template, render_template, render_value
+from .templates import (
+    TemplateError,
+    compile_template,
+    contains_template,
+    render_template,
+    render_value,
+)
 from .validation import validate_definition
 
 __all__ = [
@@ -36,6 +43,7 @@ __all__ = [
     "calls_model",
     "compile_expression",
     "compile_template",
+    "contains_template",
     "definition_format_schema",
     "evaluate_expression",
     "expression_roots",

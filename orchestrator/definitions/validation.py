@@ -64,6 +64,7 @@ def validate_definition(
     models: Collection[str],
     workflows: Callable[[str], dict | None] = lambda name: None,
     egress: Callable[[str, dict], Iterable[tuple[Parts, str]]] | None = None,
+    tool_params: Callable[[str, dict], Iterable[tuple[Parts, str]]] | None = None,
 ) -> list[Problem]:
     """Return every problem with `doc` in document order; [] means it is valid.
 
@@ -71,7 +72,9 @@ def validate_definition(
     registered models, and `workflows(name)` returns a saved workflow's latest input
     schema (None if there is no such workflow). `egress(tool, params)`, if given, yields
     (path within params, message) for each URL the egress policy refuses
-    (`orchestrator.egress.definition_checker`). Never raises for a bad `doc`.
+    (`orchestrator.egress.definition_checker`). `tool_params(tool, params)`, if given, yields
+    (path within params, message) for each param the tool's named connection refuses
+    (`orchestrator.tools.checks.definition_checker`). Never raises for a bad `doc`.
     """
     if not isinstance(doc, dict):
         return [Problem("", f"a definition must be a mapping, not {describe_type(doc)}")]
@@ -97,7 +100,8 @@ def validate_definition(
     for parts, message in structure_problems(doc):
         log.add(parts, message)
     with check_allowance():
-        _Check(doc, tools=tools, models=models, workflows=workflows, egress=egress, log=log).run()
+        _Check(doc, tools=tools, models=models, workflows=workflows, egress=egress,
+               tool_params=tool_params, log=log).run()
     return log.in_document_order(doc)
 
 
@@ -124,9 +128,11 @@ def _known(kind: str, names: Collection[str]) -> str:
 class _Check:
     """The cross-field checks over one document; results go to `log`."""
 
-    def __init__(self, doc: dict, *, tools, models, workflows, log: ProblemLog, egress=None):
+    def __init__(self, doc: dict, *, tools, models, workflows, log: ProblemLog, egress=None,
+                 tool_params=None):
         self.doc = doc
         self.egress = egress
+        self.tool_params = tool_params
         self.tools = tools
         self.models = models
         self.workflows = workflows
@@ -462,6 +468,9 @@ class _Check:
         )
         if self.egress is not None and isinstance(params, dict):
             for parts, message in self.egress(tool, params):
+                self.add((*at, field, *parts), message)
+        if self.tool_params is not None and isinstance(params, dict):
+            for parts, message in self.tool_params(tool, params):
                 self.add((*at, field, *parts), message)
 
     def check_sub_workflow(self, at: Parts, step: dict, name, upstream) -> None:

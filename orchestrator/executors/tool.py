@@ -27,6 +27,8 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
         tool = get_tool(spec["tool"])
     except KeyError:
         raise StepError("permanent", f"tool '{spec['tool']}' is not registered") from None
+    if tool.side_effect:  # it changes the world whatever the step says, and the audit says so
+        spec = {**spec, "side_effect": True}
     try:
         params = render_value(spec.get("params") or {}, step_input)
     except TemplateError as exc:
@@ -53,7 +55,7 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
 
 def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
     tool, call = prepared_call(spec, step_input, ctx)
-    if spec.get("side_effect"):
+    if spec.get("side_effect") or tool.side_effect:
         if ctx.effects is None:  # a side effect outside the ledger could happen twice
             raise StepError("permanent", "a side-effecting call needs the effect ledger")
         output = ctx.effects(tool=tool, call=call)

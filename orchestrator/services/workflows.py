@@ -10,11 +10,13 @@ from ..egress import definition_checker
 from ..hashing import digest_of
 from ..models import Team, Workflow, WorkflowVersion
 from ..selectors import latest_version
+from ..tools.checks import definition_checker as connections_checker
 from ..tools.registry import tool_param_schemas
 
 
 def definition_problems(definition: object, *, team: Team) -> list[Problem]:
-    """Every problem with `definition`, checked against this team's saved workflows."""
+    """Every problem with `definition`, checked against this team's saved workflows, its egress
+    policy and the named connections granted to it."""
 
     def workflows(name: str) -> dict | None:
         version = latest_version(team=team, name=name)
@@ -23,6 +25,7 @@ def definition_problems(definition: object, *, team: Team) -> list[Problem]:
     return validate_definition(
         definition, tools=tool_param_schemas(), models=settings.STEPWISE_MODELS.keys(),
         workflows=workflows, egress=definition_checker(team=team.slug),
+        tool_params=connections_checker(team=team.slug),
     )
 
 

@@ -1,11 +1,15 @@
 """The tool registry: `@tool` registers a typed function; definitions refer to it by name.
 
-Stepwise's built-in tools live in `orchestrator.tools.builtin`; users add their own from their
+Stepwise's built-in tools live in the modules of `BUILTIN_MODULES` (HTTP, SQL, files, message
+brokers, e-mail, JSON APIs; docs/tools.md); users add their own from their
 own modules, listed in the STEPWISE_TOOL_MODULES setting (environment variable), with no
 change to Stepwise's code. A tool receives validated params and a `ToolContext`, returns a
 JSON-able value, and raises `StepError` with an error class for a failure it understands.
 A tool that calls out makes its calls through `orchestrator.egress.request` under
 `egress.policy_for(tool=<its name>, team=ctx.team)`, and names its URL params in `url_params`.
+A tool that reaches a system an operator configured takes a `connection` param naming one
+(`orchestrator.connections`) and declares its kind in `connection`; a definition naming a
+missing connection is refused when it is saved (`tools/checks.py`).
 """
 import importlib
 from collections.abc import Callable
@@ -48,6 +52,14 @@ class Tool:
     # Params that are URLs the tool calls: checked against the egress policy when a
     # definition is saved (their literal part) as well as when the call is made.
     url_params: tuple[str, ...] = ()
+    # The kind of named connection its `connection` param names (orchestrator.connections).
+    connection: str | None = None
+    # The tool changes the world whatever the step says: every call goes through the effect
+    # ledger, as if the step declared `side_effect: true`.
+    side_effect: bool = False
+    # Save-time checks of a step's params against its connection: (params, connection or None)
+    # -> [(path inside params, message)]; literal values only (templates are run-time's).
+    check: Callable[[dict, object], list[tuple[tuple, str]]] | None = field(default=None)
 
 
 _TOOLS: dict[str, Tool] = {}
@@ -59,7 +71,9 @@ class ToolAlreadyRegistered(Exception):
 
 def tool(name: str, *, params_schema: dict, output_schema: dict | None = None,
          description: str = "", lookup: Callable[[str], object] | None = None,
-         dedupes_by_key: bool = False, url_params: tuple[str, ...] = ()):
+         dedupes_by_key: bool = False, url_params: tuple[str, ...] = (),
+         connection: str | None = None, side_effect: bool = False,
+         check: Callable[[dict, object], list[tuple[tuple, str]]] | None = None):
     """Register the decorated function as tool `name`. Raises ToolAlreadyRegistered on reuse."""
 
     def register(fn):
@@ -69,7 +83,8 @@ def tool(name: str, *, params_schema: dict, output_schema: dict | None = None,
         _TOOLS[name] = Tool(name, fn, params_schema, output_schema,
                             description or (fn.__doc__ or "").strip().split("\n")[0],
                             lookup=lookup, dedupes_by_key=dedupes_by_key,
-                            url_params=tuple(url_params))
+                            url_params=tuple(url_params), connection=connection,
+                            side_effect=side_effect, check=check)
         return fn
 
     return register
@@ -88,8 +103,14 @@ def tool_param_schemas() -> dict[str, dict]:
     return {name: t.params_schema for name, t in _TOOLS.items()}
 
 
+BUILTIN_MODULES = ("orchestrator.tools.builtin", "orchestrator.tools.sql",
+                   "orchestrator.tools.files", "orchestrator.tools.brokers",
+                   "orchestrator.tools.mail", "orchestrator.tools.http_api")
+
+
 def load_tool_modules() -> None:
     """Import the built-in tools and every module named in STEPWISE_TOOL_MODULES."""
-    importlib.import_module("orchestrator.tools.builtin")
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
     for module in settings.STEPWISE_TOOL_MODULES:
         importlib.import_module(module)

@@ -1,6 +1,7 @@
 """First-run set-up for `make run`: an admin user and API token, a demo team, the approvers
 groups, a reviewer who is not staff, the example workflows (saved through the same service as
-the API), one support run waiting at its approval gate, and the local keys.
+the API), one support run waiting at its approval gate, the example database's sample rows, and
+the local keys.
 
 The development secrets (Django's SECRET_KEY and the ledger's redaction key) are generated into
 var/secrets/ by the settings on first start; this also creates the ledger's signing key there
@@ -8,6 +9,7 @@ var/secrets/ by the settings on first start; this also creates the ledger's sign
 same instructions.
 """
 import secrets
+import sqlite3
 from pathlib import Path
 
 from django.conf import settings
@@ -50,6 +52,21 @@ DEMO_TICKET = {
 }
 
 
+def seed_example_warehouse(path: Path | None = None) -> Path:
+    """Create the orders-digest example's SQLite database from examples/warehouse.sql, once
+    (the `examples-warehouse` connection reads it). Returns its path."""
+    path = path or Path(settings.VAR_DIR) / "examples" / "warehouse.sqlite3"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".tmp")
+        partial.unlink(missing_ok=True)
+        with sqlite3.connect(partial) as db:
+            db.executescript((EXAMPLES / "warehouse.sql").read_text())
+        db.close()
+        partial.replace(path)
+    return path
+
+
 class Command(BaseCommand):
     help = "Create the admin user, a demo team and load the example workflows."
 
@@ -71,6 +88,8 @@ class Command(BaseCommand):
         managers = Group.objects.get_or_create(name="support_managers")[0]
         user.groups.add(leads, managers)
         token, _ = Token.objects.get_or_create(user=user)
+        if not settings.PRODUCTION:
+            seed_example_warehouse()
         reviewer, reviewer_password = self.reviewer(team, leads)
         reviewer_token, _ = Token.objects.get_or_create(user=reviewer)
         versions = {}
@@ -112,6 +131,11 @@ Or start another and decide it through the API (the hash you reviewed is require
   curl -s -X POST {base}/api/v1/approvals/<id>/approve/ -H 'Authorization: Token {reviewer_token.key}' \\
        -H 'Content-Type: application/json' -d '{{"proposal_hash": "<its proposal_hash>", "note": "ok"}}'
 (the reviewer approves: whoever started a run may not approve it.)
+
+Try the integrations example (database -> agent -> file -> RabbitMQ; docs/tools.md):
+  curl -s -X POST {base}/api/v1/workflows/orders-digest/runs/ \\
+       -H 'Authorization: Token {token.key}' -H 'Content-Type: application/json' \\
+       -d '{{"input": {{"region": "EU"}}}}'
 {triggers_text}"""))
 
     def reviewer(self, team: Team, leads: Group) -> tuple[User, str]:
