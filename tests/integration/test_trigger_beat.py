@@ -62,8 +62,11 @@ def test_a_schedule_on_real_beat_starts_one_run_per_slot_even_when_ticks_come_tw
     sender = threading.Thread(target=duplicate_ticks, daemon=True)
     sender.start()
     try:
-        wait_for(lambda: Firing.objects.filter(trigger=trigger).count() >= 6, timeout=60,
-                 interval=0.2)
+        # Until both beats have ticked (the duplicate this test is about really happened) and
+        # six slots have fired: observable state, not a fixed wait.
+        wait_for(lambda: Firing.objects.filter(trigger=trigger).count() >= 6 and all(
+            "triggers.tasks.schedule_fire" in beat.log.read_text() for beat in beats),
+            timeout=120, interval=0.2)
     finally:
         stop.set()
         sender.join()
