@@ -16,9 +16,14 @@ RUN_ALLOWED = {
     "complete": {("running", "completed"), ("waiting", "completed")},
     "fail": {(s, "failed") for s in ("running", "waiting", "paused", "pending")},
     "time_out": {(s, "timed_out") for s in ("running", "waiting", "paused")},
+    "compensate": {(s, "compensating") for s in ("running", "waiting", "paused", "cancelling")},
+    "compensated": {("compensating", "failed")},
+    "compensation_fail": {("compensating", "compensation_failed")},
+    "reopen": {("failed", "running"), ("timed_out", "running")},
 }
 RUN_KWARGS = {"pause": {"reason": {}}, "complete": {"output": {}}, "fail": {"error": {}},
-              "time_out": {"error": {}}}
+              "time_out": {"error": {}}, "compensate": {"error": {}},
+              "compensation_fail": {"error": {}}}
 
 STEP_ALLOWED = {
     "make_ready": {("blocked", "ready")},
@@ -31,11 +36,26 @@ STEP_ALLOWED = {
     "fail": {(s, "failed") for s in ("ready", "queued", "running", "waiting", "retrying")},
     "time_out": {(s, "timed_out") for s in ("queued", "running", "waiting", "retrying")},
     "cancel": {(s, "cancelled") for s in ("blocked", "ready", "queued", "retrying", "running", "waiting")},
+    "redrive": {("failed", "queued"), ("timed_out", "queued")},
+    "skip_failed": {("failed", "skipped"), ("timed_out", "skipped")},
+    "reopen": {("cancelled", "blocked")},
 }
 STEP_KWARGS = {"make_ready": {"step_input": {}}, "skip": {"reason": "r"}, "enqueue": {"queue": "q"},
                "claim": {"worker": "w", "timeout_s": 5, "lease_s": 10}, "await_event": {"timeout_s": 5},
                "complete": {"output": {}}, "schedule_retry": {"error": {}, "at": None},
-               "fail": {"error": {}}, "time_out": {"error": {}}, "cancel": {"reason": "r"}}
+               "fail": {"error": {}}, "time_out": {"error": {}}, "cancel": {"reason": "r"},
+               "redrive": {"queue": "q"}, "skip_failed": {"reason": "r"}}
+
+
+def _transitions(model) -> set[str]:
+    """Every method of `model` declared as a transition of its state field."""
+    return {t.name for t in model._meta.get_field("state").get_all_transitions(model)}
+
+
+def test_the_tables_name_every_declared_transition():
+    """A transition added to a model without a row here would go untested."""
+    assert set(RUN_ALLOWED) == _transitions(Run)
+    assert set(STEP_ALLOWED) == _transitions(StepRun)
 
 
 def _in_state(model, state):
