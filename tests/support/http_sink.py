@@ -1,7 +1,8 @@
 """A real local HTTP server standing in for the outside world in tests.
 
-It records every request (`requests`, in the order they were answered; `arrival_order`, in the
-order they arrived), how many were being handled at once per path (`peak`), and counts effects
+It records every request (`requests`, in the order they were answered, with the status given
+and the time it arrived; `arrival_order`, in the order they arrived), which keys are being
+handled right now (`open_keys`: a call a crash would lose the answer of), how many were being handled at once per path (`peak`), and counts effects
 by Idempotency-Key two ways: `effects` as a remote that de-duplicates by the key would (a
 repeated key is answered "duplicate" and not counted again), and `calls_by_key`, every
 successful request whatever its key, as a remote that does NOT de-duplicate would have acted
@@ -12,6 +13,7 @@ import json
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HOLD_LIMIT_S = 120  # a held request is answered after this long even if nobody releases it
@@ -25,6 +27,7 @@ class HttpSink:
         self.calls_by_key: Counter = Counter()  # successful requests per key, duplicates included
         self.arrival_order: list[tuple[str, str]] = []  # (path, key) as requests arrived
         self.in_flight: Counter = Counter()  # requests being handled now, by path
+        self.open_keys: Counter = Counter()  # requests being handled now, by Idempotency-Key
         self.peak: Counter = Counter()  # the most handled at once, by path
         self.failures: list[tuple[int, dict, str | None]] = []  # (status, headers, path)
         self.delay_s = 0.0  # how long the remote takes before it acts
@@ -43,11 +46,13 @@ class HttpSink:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 key = self.headers.get("Idempotency-Key", "")
+                arrived_at = datetime.now(UTC)
                 with sink._lock:
                     sink.arrived += 1
                     sink.arrivals[self.path] += 1
                     sink.arrival_order.append((self.path, key))
                     sink.in_flight[self.path] += 1
+                    sink.open_keys[key] += 1
                     sink.peak[self.path] = max(sink.peak[self.path], sink.in_flight[self.path])
                 if sink.delay_s:
                     time.sleep(sink.delay_s)
@@ -58,9 +63,11 @@ class HttpSink:
                     # Handled once answered: counted out before the answer leaves, so a caller
                     # that sends its next request after reading it is never seen overlapping.
                     sink.in_flight[self.path] -= 1
-                    sink.requests.append({"path": self.path, "key": key, "body": body.decode()})
-                    sink.by_key[key] += 1
+                    sink.open_keys[key] -= 1
                     status, headers = sink._next_outcome(self.path)
+                    sink.requests.append({"path": self.path, "key": key, "body": body.decode(),
+                                          "status": status, "arrived_at": arrived_at})
+                    sink.by_key[key] += 1
                     if status == 200:
                         sink.calls_by_key[key] += 1
                     if status == 200 and key and sink.effects[key]:
