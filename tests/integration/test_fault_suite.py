@@ -147,6 +147,7 @@ class Iteration:
         self.totals, self.sweeper, self.service = totals, sweeper, service
         self.moment = KILL_MOMENTS[number % len(KILL_MOMENTS)]
         self.runs: list[Run] = []
+        self.held: list[str] = []  # paths whose calls the sink holds until the kill
         self.lost_keys: set[str] = set()  # calls in flight when the workers were killed
 
     def start_runs(self, api=None) -> None:
@@ -177,18 +178,27 @@ class Iteration:
         wait_for(check, timeout=timeout, interval=0.01)
 
     def wait_for_moment(self) -> None:
+        """Wait for the moment of the kill. A payment or refund to be killed "during" is held
+        unanswered by the sink until the workers are dead, so the kill cannot miss it."""
         sink, runs = self.sink, self.runs
         if self.moment == "during":
-            self.reaping(lambda: sink.in_flight["/pay"] > 0)
-        elif self.moment == "after":
-            self.reaping(lambda: Effect.objects.filter(run__in=runs, status="succeeded").exists())
+            self.held = ["/pay"]
         elif self.moment == "refunding":
-            self.reaping(lambda: sink.in_flight["/refund"] + sink.in_flight["/refund-refused"] > 0)
+            self.held = ["/refund", "/refund-refused"]
+        for path in self.held:
+            sink.hold(path)
+        if self.moment == "after":
+            self.reaping(lambda: Effect.objects.filter(run__in=runs, status="succeeded").exists())
+        elif self.held:
+            self.reaping(lambda: any(sink.in_flight[path] for path in self.held))
 
     def crash(self, workers) -> None:
-        calls = {k for k, n in self.sink.open_keys.items() if n}  # answered after the kill
+        before = {k for k, n in self.sink.open_keys.items() if n}
         killed = workers.kill()
-        self.lost_keys = {k for k in calls if k.rsplit(":", 1)[-1] in ("default", "compensate")}
+        # Calls open before and after the kill were in flight at it: their answers are lost.
+        self.lost_keys = before & {k for k, n in self.sink.open_keys.items() if n}
+        for path in self.held:
+            self.sink.release(path)
         if self.moment == "during":
             assert any(k.endswith(":pay:default") for k in self.lost_keys), "no payment was in flight"
         elif self.moment == "refunding":
