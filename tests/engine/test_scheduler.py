@@ -142,3 +142,14 @@ def test_a_cycle_is_refused_with_its_steps_named_rather_than_looped_over():
     steps = [{"name": "a", "after": ["b"]}, {"name": "b", "after": ["a"]}, {"name": "c", "after": []}]
     with pytest.raises(ValueError, match=r"definition has a cycle among \['a', 'b'\]"):
         graph_of({"steps": steps})
+
+
+@pytest.mark.parametrize("on_error", ["fail", "continue"])
+def test_a_step_whose_fallback_failed_too_is_broken_not_pending(on_error):
+    d = definition(tool("a", fallback="fb"), tool("fb"), tool("c", ["a"]), on_error=on_error)
+    p = plan(d, {}, views(a="failed", fb="failed", c="blocked"))
+    if on_error == "fail":
+        assert (p.outcome, p.detail) == ("fail", {"class": "step_failed", "step": "a",
+                                                  "message": "step 'a' ended failed"})
+    else:
+        assert p.skip == [("c", "upstream step 'a' did not complete")] and p.outcome == "complete"
