@@ -213,3 +213,22 @@ def test_a_proposing_steps_output_is_the_proposal_its_hash_and_its_risk():
         assert not validator.is_valid(bad), bad
     for tier in ("low", "medium", "critical"):
         assert validator.is_valid({**good, "risk": {**risk, "tier": tier}})
+
+
+def test_a_step_output_that_is_not_an_object_is_refused():
+    validator = Draft202012Validator(step_output_schema(DECLARATION))
+    for bad in ([], "proposal", 3, None):
+        assert not validator.is_valid(bad), bad
+
+
+@pytest.mark.parametrize("params, problem", [
+    ({"box": "heavy"}, "params/box: 'heavy' is not of type 'object'"),
+    ({"parts": "12"}, "params/parts: '12' is not of type 'array'"),
+])
+def test_a_param_of_the_wrong_shape_is_left_for_the_check_to_refuse(params, problem):
+    declaration = {"actions": [{"type": "pack", "params_schema": {"type": "object", "properties": {
+        "box": {"type": "object", "properties": {"kg": {"type": "number"}}},
+        "parts": {"type": "array", "items": {"type": "integer"}}}}}]}
+    value = normalize_proposal(declaration, {**REFUND, "action_type": "pack", "params": params})
+    assert value["params"] == params
+    assert proposal_problems(declaration, value) == [problem]
