@@ -1,10 +1,13 @@
 """Every allowed and every forbidden transition of runs and steps (table-driven)."""
 import itertools
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django_fsm import TransitionNotAllowed
 
-from orchestrator.models import Run, RunState, StepRun, StepState
+from orchestrator.leases import lease_until
+from orchestrator.models import Run, RunState, StepAttempt, StepRun, StepState
+from orchestrator.states import RUN_LIVE, STEP_RECOVERABLE, in_order
 
 RUN_ALLOWED = {
     "start": {("pending", "running")},
@@ -98,3 +101,21 @@ def test_state_cannot_be_assigned_directly():
     run = Run()
     with pytest.raises(AttributeError):
         run.state = RunState.COMPLETED
+
+
+def test_transition_sources_are_listed_in_declaration_order():
+    """`in_order` runs when the models are declared; its result is what the tables above test."""
+    assert in_order(RUN_LIVE) == [RunState.RUNNING, RunState.WAITING, RunState.PAUSED]
+    assert in_order(STEP_RECOVERABLE) == [StepState.FAILED, StepState.TIMED_OUT]
+    assert in_order(frozenset({RunState.CANCELLED})) == [RunState.CANCELLED]
+
+
+def test_an_attempt_says_how_it_ended():
+    assert str(StepAttempt(number=2, step_id=5)) == "attempt 2 of step 5 (running)"
+    assert str(StepAttempt(number=2, step_id=5, outcome="lost")) == "attempt 2 of step 5 (lost)"
+
+
+def test_a_lease_runs_out_lease_s_after_it_was_taken(settings):
+    settings.STEPWISE_LEASE_S = 30
+    taken = datetime(2026, 1, 1, tzinfo=UTC)
+    assert lease_until(taken) == taken + timedelta(seconds=30)
