@@ -7,7 +7,7 @@ from django_fsm import TransitionNotAllowed
 
 from orchestrator.leases import lease_until
 from orchestrator.models import Run, RunState, StepAttempt, StepRun, StepState
-from orchestrator.states import RUN_LIVE, STEP_RECOVERABLE, in_order
+from orchestrator.states import RUN_LIVE, STEP_OPEN, STEP_RECOVERABLE, in_order
 
 RUN_ALLOWED = {
     "start": {("pending", "running")},
@@ -107,6 +107,9 @@ def test_transition_sources_are_listed_in_declaration_order():
     """`in_order` runs when the models are declared; its result is what the tables above test."""
     assert in_order(RUN_LIVE) == [RunState.RUNNING, RunState.WAITING, RunState.PAUSED]
     assert in_order(STEP_RECOVERABLE) == [StepState.FAILED, StepState.TIMED_OUT]
+    # Step states that runs have too ("running") must not make it read the run's states.
+    assert in_order(STEP_OPEN) == [StepState.BLOCKED, StepState.READY, StepState.QUEUED,
+                                   StepState.RUNNING, StepState.RETRYING, StepState.WAITING]
     assert in_order(frozenset({RunState.CANCELLED})) == [RunState.CANCELLED]
 
 
