@@ -16,7 +16,16 @@ export STEPWISE_BASE_URL
 STEPWISE_EXAMPLE_RABBITMQ_PASSWORD ?= guest
 export STEPWISE_EXAMPLE_RABBITMQ_PASSWORD
 
-.PHONY: run test install lint bench clean
+.PHONY: run test install lint bench clean mutate mutate-results
+
+# Mutation testing of the core (docs/testing.md): one module at a time, two mutants at once,
+# each module stopped after MUTATE_BUDGET_S seconds. Results are kept in mutants/, so the next
+# `make mutate` goes on where this one stopped. Not part of `make test`.
+MUTATE_MODULES ?= orchestrator.scheduler orchestrator.states orchestrator.models \
+	orchestrator.services.effects orchestrator.leases orchestrator.services.kinds.worker \
+	budgets.services audit.chain orchestrator.risk orchestrator.definitions.proposals
+MUTATE_BUDGET_S ?= 600
+MUTATE_CHILDREN ?= 2
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,5 +56,16 @@ lint: install
 bench: install
 	$(BIN)/python bench/run.py --backend embedded
 
+mutate: install
+	@for module in $(MUTATE_MODULES); do \
+		echo "== mutmut: $$module (at most $(MUTATE_BUDGET_S) s)"; \
+		timeout --signal=INT --kill-after=30 $(MUTATE_BUDGET_S) \
+			$(BIN)/mutmut run --max-children $(MUTATE_CHILDREN) "$$module.*" || true; \
+	done
+	$(BIN)/mutmut results
+
+mutate-results: install
+	$(BIN)/mutmut results
+
 clean:
-	rm -rf var
+	rm -rf var mutants

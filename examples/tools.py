@@ -2,7 +2,9 @@
 this module is listed in STEPWISE_TOOL_MODULES (the default when the variable is unset).
 
 They run offline. `email.send` is a side effect: it appends to a local outbox file and is
-idempotent by the step's idempotency key, so a replay does not send twice. `shop.order` and
+idempotent by the step's idempotency key, so a replay does not send twice; like a mail
+provider's API log, every request it gets is also logged (`email_requests_path`), the
+duplicates it refused included, so a test can see a repeated send the outbox hides. `shop.order` and
 `shop.refund` serve the refund-proposal example: a trusted lookup, and an idempotent refund
 that re-checks the order before acting.
 """
@@ -20,9 +22,13 @@ _lock = threading.Lock()
 
 
 def outbox_path() -> Path:
-    path = Path(settings.VAR_DIR) / "outbox" / "emails.jsonl"
+    path = Path(settings.STEPWISE_OUTBOX_DIR) / "emails.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def email_requests_path() -> Path:
+    return Path(settings.STEPWISE_OUTBOX_DIR) / "email-requests.jsonl"
 
 
 def _sent() -> dict[str, dict]:
@@ -47,6 +53,9 @@ def email_lookup(key: str) -> dict | None:
 def email_send(params: dict, ctx: ToolContext) -> dict:
     with _lock:
         previous = email_lookup(ctx.idempotency_key)
+        with email_requests_path().open("a") as log:
+            log.write(json.dumps({"idempotency_key": ctx.idempotency_key,
+                                  "duplicate": bool(previous)}) + "\n")
         if previous:
             return {"message_id": previous["message_id"], "duplicate": True}
         message_id = hashlib.sha256(ctx.idempotency_key.encode()).hexdigest()[:16]
@@ -76,7 +85,7 @@ ORDERS = {
 
 
 def refunds_path() -> Path:
-    path = Path(settings.VAR_DIR) / "outbox" / "refunds.jsonl"
+    path = Path(settings.STEPWISE_OUTBOX_DIR) / "refunds.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -11,12 +11,12 @@ at once instead of being hammered by every retry.
   cool-down; then one call may probe, and its outcome closes or re-opens it.
 """
 import math
-import time
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.cache import cache
 
+from .clock import now as clock_now
 from .definitions import calls_model
 
 TRANSIENT = frozenset({"transient", "timeout", "rate_limit"})
@@ -39,7 +39,7 @@ def rate_limit_wait(dep: str) -> float:
     limit = settings.STEPWISE_RATE_LIMITS.get(dep)
     if not dep or not limit:
         return 0.0
-    now = time.time()
+    now = _seconds()
     used = _count(f"rl:{dep}:{int(now)}", timeout=5)
     if used <= limit:
         return 0.0
@@ -52,7 +52,7 @@ def breaker_open_for(dep: str) -> float:
     opened_until = cache.get(f"cb:{dep}:until")
     if not opened_until:
         return 0.0
-    remaining = opened_until - time.time()
+    remaining = opened_until - _seconds()
     if remaining > 0:
         return remaining
     # Half-open: let exactly one caller probe; the others keep waiting a little.
@@ -71,8 +71,13 @@ def breaker_record(dep: str, *, error_class: str | None) -> None:
     failures = _count(f"cb:{dep}:failures", timeout=3600)
     if failures >= settings.STEPWISE_BREAKER_FAILURES:
         cooldown = settings.STEPWISE_BREAKER_COOLDOWN_S
-        cache.set(f"cb:{dep}:until", time.time() + cooldown, timeout=int(cooldown * 4) + 1)
+        cache.set(f"cb:{dep}:until", _seconds() + cooldown, timeout=int(cooldown * 4) + 1)
         cache.delete(f"cb:{dep}:probe")
+
+
+def _seconds() -> float:
+    """The time as a Unix timestamp, from the one clock (tests pin it inside a second)."""
+    return clock_now().timestamp()
 
 
 def _count(key: str, *, timeout: int) -> int:

@@ -67,7 +67,9 @@ def in_scope(value: object, allowed: list[str]) -> bool:
     if not isinstance(value, str) or not value.strip():
         return False
     text = value.strip().lower()
-    entries = {entry.strip().lower() for entry in allowed}
+    # A blank entry allows nothing: it must not match a URL without a host or an address
+    # without a domain.
+    entries = {entry.strip().lower() for entry in allowed if entry.strip()}
     if text in entries:
         return True
     if "://" in text:

@@ -26,6 +26,10 @@ VAR_DIR.mkdir(parents=True, exist_ok=True)
 # variable) gets its own broker folder / Redis database, so parallel tests never share queues.
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 XDIST_INDEX = int(XDIST_WORKER[2:]) if XDIST_WORKER.startswith("gw") else -1
+# The same for every file under var/ that processes share (the cache holding rate limits and
+# breakers, the example tools' outbox): one per test worker, so parallel tests never count
+# each other's e-mails or trip each other's breakers.
+XDIST_SUFFIX = f"-{XDIST_WORKER}" if XDIST_WORKER else ""
 
 
 def _isolated_redis(url: str) -> str:
@@ -181,10 +185,10 @@ if REDIS_URL:
                           "LOCATION": REDIS_URL, "KEY_PREFIX": "stepwise"}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-                          "LOCATION": str(VAR_DIR / "cache")}}
+                          "LOCATION": str(VAR_DIR / f"cache{XDIST_SUFFIX}")}}
 
 # --- Celery ---------------------------------------------------------------------------------
-BROKER_DIR = VAR_DIR / (f"broker-{XDIST_WORKER}" if XDIST_WORKER else "broker")
+BROKER_DIR = VAR_DIR / f"broker{XDIST_SUFFIX}"
 CELERY_BROKER_URL = _isolated_redis(os.environ.get("CELERY_BROKER_URL", "stepwisefs://"))
 if XDIST_INDEX >= 0 and os.environ.get("CELERY_BROKER_URL"):
     # Celery prefers the CELERY_BROKER_URL environment variable to this setting; under xdist
@@ -304,6 +308,8 @@ else:
             "from_email": "stepwise@example.com", "allowed_domains": ["example.com"],
             "description": "E-mails as files in var/outbox/mail/."},
     }
+# Where the example tools write what they "send" (examples/tools.py: e-mails, refunds).
+STEPWISE_OUTBOX_DIR = Path(os.environ.get("STEPWISE_OUTBOX_DIR", VAR_DIR / f"outbox{XDIST_SUFFIX}"))
 # A workflow's budget default when a step has no price history: the design's $0.10.
 STEPWISE_DEFAULT_STEP_COST_USD = os.environ.get("STEPWISE_DEFAULT_STEP_COST_USD", "0.10")
 

@@ -1,4 +1,6 @@
 """Shared fixtures: personas (requester, approver, operator, outsider) and API clients."""
+import os
+
 import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -20,7 +22,6 @@ def egress_allows_local_servers():
     yield
     settings.STEPWISE_EGRESS = before
 
-
 @pytest.fixture(autouse=True)
 def audit_checkpoint_dir(tmp_path, settings):
     """Each test's signed ledger checkpoints in a directory of its own.
@@ -31,29 +32,24 @@ def audit_checkpoint_dir(tmp_path, settings):
     settings.AUDIT_CHECKPOINT_DIR = tmp_path / "audit-checkpoints"
     return settings.AUDIT_CHECKPOINT_DIR
 
-
 @pytest.fixture
 def team(db):
     return TeamFactory(slug="support", name="Support")
-
 
 @pytest.fixture
 def requester(team):
     """An editor of the support team: starts runs and edits workflows."""
     return member(team, "requester", role=Role.EDITOR)
 
-
 @pytest.fixture
 def approver(team):
     """A support lead: a member of the support team who may approve its gate."""
     return member(team, "approver", role=Role.MEMBER, groups=("support_leads",))
 
-
 @pytest.fixture
 def operator(team):
     """An operator of the support team: cancels, resumes, retries, skips and redrives."""
     return member(team, "operator", role=Role.OPERATOR, staff=True)
-
 
 @pytest.fixture
 def outsider(db):
@@ -61,33 +57,27 @@ def outsider(db):
     other = TeamFactory(slug="other", name="Other")
     return member(other, "outsider")
 
-
 def client_for(user) -> APIClient:
     client = APIClient()
     token, _ = Token.objects.get_or_create(user=user)
     client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
     return client
 
-
 @pytest.fixture
 def api(requester):
     return client_for(requester)
-
 
 @pytest.fixture
 def approver_api(approver):
     return client_for(approver)
 
-
 @pytest.fixture
 def outsider_api(outsider):
     return client_for(outsider)
 
-
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
     """Remove a stale SQLite WAL/SHM pair before the test database is created.
-
     Django deletes an old test database file but not its -wal/-shm companions; a new database
     beside a stale pair fails with "disk I/O error" in the worker processes.
     """
@@ -96,6 +86,54 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
     from django.conf import settings
 
     db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3") and "MUTANT_UNDER_TEST" in os.environ:
+        yield from _mutation_database(db)
+        return
     if db["ENGINE"].endswith("sqlite3") and db.get("TEST", {}).get("NAME"):
         for suffix in ("-wal", "-shm", ""):
             Path(f"{db['TEST']['NAME']}{suffix}").unlink(missing_ok=True)
+    yield
+
+def _mutation_database(db: dict):
+    """Under mutmut: one migrated template database, and a private copy of it per mutant.
+    mutmut forks a process per mutant, two at a time; each starts a pytest session of its own,
+    which would migrate a new test database (seconds, for tests that take milliseconds) and,
+    sharing one file, delete the other's. The template is made by mutmut's first, clean run
+    (`--reuse-db` keeps it); a mutant's process takes a consistent copy through SQLite's backup
+    API and removes it when its session ends.
+    """
+    import sqlite3
+    from pathlib import Path
+
+    from django.conf import settings
+
+    template = Path(settings.VAR_DIR) / "test_mutmut.sqlite3"
+    mutant = os.environ["MUTANT_UNDER_TEST"]
+    if mutant in ("", "stats", "mutant_generation", "fail") or not template.exists():
+        db["TEST"]["NAME"] = str(template)
+        yield
+        return
+    private = Path(settings.VAR_DIR) / f"test_mutmut_{os.getpid()}.sqlite3"
+    with sqlite3.connect(template) as source, sqlite3.connect(private) as target:
+        source.backup(target)
+    db["TEST"]["NAME"] = str(private)
+    yield
+    for suffix in ("-wal", "-shm", ""):
+        Path(f"{private}{suffix}").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def move_clock(monkeypatch):
+    """The engine's clock (`orchestrator.clock`), frozen at the test's start; `move_clock(s)`
+    sets it `s` seconds after that start. A test waits on this clock, never on the wall."""
+    from datetime import timedelta
+
+    from orchestrator import clock
+
+    start = clock.now()
+    monkeypatch.setattr(clock, "_source", lambda: start)
+
+    def move(seconds: float) -> None:
+        monkeypatch.setattr(clock, "_source", lambda: start + timedelta(seconds=seconds))
+
+    return move

@@ -38,15 +38,23 @@ def test_each_entry_links_to_the_previous_one():
     entries = ledger()
 
     assert [e.sequence for e in entries] == list(range(entries[0].sequence, entries[0].sequence + len(entries)))
-    first = entries[0]
-    if first.sequence == 1:
-        assert first.prev_hash == GENESIS_HASH
     for before, entry in zip(entries, entries[1:], strict=False):
         assert entry.prev_hash == before.hash
     for entry in entries:
         assert entry.digest == content_digest(entry_row(entry))
         assert entry.hash == link_hash(entry.prev_hash, entry.sequence, entry.digest)
         assert entry.hash == sha256_hex(f"{entry.prev_hash}:{entry.sequence}:{entry.digest}")
+
+
+@pytest.mark.ledger_prefix
+def test_the_first_entry_of_an_empty_ledger_links_to_genesis():
+    """Run with the other `ledger_prefix` tests, in a session of their own (`make test`), so the
+    ledger is empty here; it fails rather than skips when it is not."""
+    assert not AuditEntry.objects.exists(), "the ledger is not empty: run `pytest -m ledger_prefix` alone"
+    first = ledger(id__in=[e.id for e in record(2)])[0]
+    assert (first.sequence, first.prev_hash) == (1, GENESIS_HASH)
+    assert first.hash == sha256_hex(f"{GENESIS_HASH}:1:{first.digest}")
+    assert verify_ledger().ok
 
 
 def test_audit_verify_passes_on_a_clean_ledger(support_run, capsys):

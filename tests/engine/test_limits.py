@@ -29,20 +29,42 @@ def test_dependency_of_a_step(spec, dependency):
     assert limits.dependency_of(spec) == dependency
 
 
-def test_rate_limit_admits_up_to_the_limit_per_second_then_asks_to_wait(settings):
+@pytest.fixture
+def at(monkeypatch):
+    """Pin the engine's clock at `seconds` past a whole second (no wall-clock second to fit in)."""
+    from datetime import UTC, datetime, timedelta
+
+    from orchestrator import clock
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def move(seconds: float) -> None:
+        monkeypatch.setattr(clock, "_source", lambda: start + timedelta(seconds=seconds))
+
+    return move
+
+
+def test_rate_limit_admits_up_to_the_limit_per_second_then_asks_to_wait(settings, at):
     settings.STEPWISE_RATE_LIMITS = {"tool:x": 3}
+    at(10.25)
     waits = [limits.rate_limit_wait("tool:x") for _ in range(5)]
-    assert waits[:3] == [0, 0, 0]
-    assert all(0 < w <= 1 for w in waits[3:])
+    assert waits == [0, 0, 0, 0.75, 0.75]  # until the next second's window
+    at(10.99)
+    assert limits.rate_limit_wait("tool:x") == pytest.approx(0.01)
+    at(11.5)  # a new second: a new window
+    assert [limits.rate_limit_wait("tool:x") for _ in range(4)] == [0, 0, 0, 0.5]
     assert limits.rate_limit_wait("tool:unlimited") == 0
 
 
-def test_breaker_opens_after_consecutive_transient_failures():
+def test_breaker_opens_after_consecutive_transient_failures(at):
+    at(0)
     for _ in range(2):
         limits.breaker_record("model:fast", error_class="transient")
     assert limits.breaker_open_for("model:fast") == 0
     limits.breaker_record("model:fast", error_class="timeout")
-    assert 59 < limits.breaker_open_for("model:fast") <= 60
+    assert limits.breaker_open_for("model:fast") == 60
+    at(59.5)
+    assert limits.breaker_open_for("model:fast") == 0.5
 
 
 def test_permanent_failures_do_not_open_the_breaker_and_a_success_resets_it():
@@ -56,12 +78,11 @@ def test_permanent_failures_do_not_open_the_breaker_and_a_success_resets_it():
     assert limits.breaker_open_for("tool:y") == 0
 
 
-def test_after_the_cooldown_exactly_one_call_probes(settings):
-    settings.STEPWISE_BREAKER_COOLDOWN_S = 0.01
+def test_after_the_cooldown_exactly_one_call_probes(settings, at):
+    settings.STEPWISE_BREAKER_COOLDOWN_S = 10
+    at(0)
     for _ in range(3):
         limits.breaker_record("tool:z", error_class="transient")
-    import time
-
-    time.sleep(0.02)
+    at(10.01)
     assert limits.breaker_open_for("tool:z") == 0  # the probe
     assert limits.breaker_open_for("tool:z") > 0  # everyone else waits

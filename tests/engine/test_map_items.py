@@ -4,7 +4,6 @@ timed out, and recovered by the reaper — without a storm of re-sent messages.
 These call the services a worker and the reaper call; a local HTTP sink stands in for the
 remote each item calls.
 """
-import time
 from datetime import timedelta
 
 import pytest
@@ -39,7 +38,7 @@ def item_of(step, index=0) -> MapItem:
     return MapItem.objects.get(step=step, index=index)
 
 
-def test_an_item_that_fails_transiently_is_retried_under_its_policy(team, sink):
+def test_an_item_that_fails_transiently_is_retried_under_its_policy(team, sink, move_clock):
     step = fan_out(team, sink)
     sink.fail_next(1, 503)
     outcome = map_step.map_item_run(step_id=step.id, index=0)
@@ -47,7 +46,7 @@ def test_an_item_that_fails_transiently_is_retried_under_its_policy(team, sink):
     item = item_of(step)
     assert (item.done, item.attempts, item.lease_expires_at, item.error["class"]) == (False, 1, None, "transient")
     assert Event.objects.filter(step=step, kind="step.item_retrying").count() == 1
-    time.sleep(0.15)
+    move_clock(0.15)
     assert map_step.map_item_run(step_id=step.id, index=0).verdict == map_step.DONE
     item = item_of(step)
     assert (item.done, item.attempts, item.error, item.output["status"]) == (True, 2, None, 200)
@@ -80,12 +79,12 @@ def claim(step, index=0, timeout_s=300) -> int:
 
 
 def test_the_reaper_retries_an_item_whose_worker_died_and_a_late_finisher_changes_nothing(
-        team, sink, settings, django_capture_on_commit_callbacks):
+        team, sink, settings, django_capture_on_commit_callbacks, move_clock):
     settings.STEPWISE_LEASE_S = 0.05
     step = fan_out(team, sink)
     attempt = claim(step)
     assert map_step.map_item_run(step_id=step.id, index=0).verdict == map_step.SKIPPED  # leased
-    time.sleep(0.1)
+    move_clock(0.1)
     assert map_step.map_item_run(step_id=step.id, index=0).verdict == map_step.SKIPPED  # only the reaper
     with django_capture_on_commit_callbacks() as sent:
         assert map_step.map_items_recover(step_id=step.id, stale_before=now() - timedelta(minutes=1)) == 1
@@ -96,13 +95,13 @@ def test_the_reaper_retries_an_item_whose_worker_died_and_a_late_finisher_change
     assert item_of(step).done is False
 
 
-def test_an_item_lost_three_times_is_finished_as_lost_and_fails_the_map(team, sink, settings):
+def test_an_item_lost_three_times_is_finished_as_lost_and_fails_the_map(team, sink, settings, move_clock):
     settings.STEPWISE_LEASE_S = 0.01
     step = fan_out(team, sink, retry={"max_attempts": 1})
-    for _ in range(3):
+    for attempt in range(3):
         MapItem.objects.filter(id=item_of(step).id).update(due_at=now())
         claim(step)
-        time.sleep(0.03)
+        move_clock(0.03 * (attempt + 1))
         map_step.map_items_recover(step_id=step.id, stale_before=now() - timedelta(minutes=1))
     item = item_of(step)
     assert (item.done, item.attempts, item.error["class"]) == (True, 3, "lost")
@@ -111,10 +110,10 @@ def test_an_item_lost_three_times_is_finished_as_lost_and_fails_the_map(team, si
     assert step.state == "failed" and step.error["class"] == "map_failed"
 
 
-def test_the_reaper_times_out_an_item_that_overruns_and_its_policy_retries_it(team, sink):
+def test_the_reaper_times_out_an_item_that_overruns_and_its_policy_retries_it(team, sink, move_clock):
     step = fan_out(team, sink, timeout_s=1, retry={"max_attempts": 2, "base_s": 0, "max_s": 0, "jitter": False})
     claim(step, timeout_s=1)  # the lease is fresh (30 s), but the attempt may only take 1 s
-    time.sleep(1.1)
+    move_clock(1.1)
     map_step.map_items_recover(step_id=step.id, stale_before=now() - timedelta(minutes=1))
     item = item_of(step)
     assert (item.done, item.lease_expires_at, item.error["class"]) == (False, None, "timeout")

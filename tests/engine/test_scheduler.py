@@ -2,7 +2,7 @@
 import pytest
 
 from orchestrator.definitions import normalize_definition
-from orchestrator.scheduler import StepView, plan
+from orchestrator.scheduler import StepView, graph_of, plan
 
 
 def definition(*steps, on_error="fail", max_parallel=10):
@@ -135,3 +135,21 @@ def test_same_state_always_gives_the_same_plan():
     d = definition(tool("a"), tool("b", ["a"]), tool("c", ["a"]))
     v = views(a=StepView("completed", {"k": 1}), b="blocked", c="blocked")
     assert plan(d, {}, v) == plan(d, {}, v)
+
+
+def test_a_cycle_is_refused_with_its_steps_named_rather_than_looped_over():
+    """Validation rejects cycles; the scheduler refuses one too instead of looping forever."""
+    steps = [{"name": "a", "after": ["b"]}, {"name": "b", "after": ["a"]}, {"name": "c", "after": []}]
+    with pytest.raises(ValueError, match=r"definition has a cycle among \['a', 'b'\]"):
+        graph_of({"steps": steps})
+
+
+@pytest.mark.parametrize("on_error", ["fail", "continue"])
+def test_a_step_whose_fallback_failed_too_is_broken_not_pending(on_error):
+    d = definition(tool("a", fallback="fb"), tool("fb"), tool("c", ["a"]), on_error=on_error)
+    p = plan(d, {}, views(a="failed", fb="failed", c="blocked"))
+    if on_error == "fail":
+        assert (p.outcome, p.detail) == ("fail", {"class": "step_failed", "step": "a",
+                                                  "message": "step 'a' ended failed"})
+    else:
+        assert p.skip == [("c", "upstream step 'a' did not complete")] and p.outcome == "complete"

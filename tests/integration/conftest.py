@@ -68,11 +68,15 @@ class WorkerGroup:
             time.sleep(0.2)
         raise RuntimeError(f"worker did not become ready: {self.log.read_text()[-3000:]}")
 
-    def kill(self) -> None:
-        """SIGKILL the whole worker (parent and children), as a crash would."""
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+    def kill(self) -> int:
+        """SIGKILL the whole worker (parent and children), as a crash would; return its pid.
+
+        Raises AssertionError if there was no live worker to kill: a fault that did not happen.
+        """
+        assert self.proc and self.proc.poll() is None, "no worker was running to be killed"
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        return self.proc.pid
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -149,17 +149,20 @@ def test_permanent_failure_is_not_retried_and_fails_the_run(workers, team):
 
 
 def test_cancelled_run_with_a_running_step_ends_cancelled_without_starting_anything(workers, team):
-    definition = {"name": "slow", "input_schema": {"type": "object"}, "steps": [
-        {"name": "think", "type": "agent", "model": "fast", "prompt": "think",
-         "output_schema": {"type": "object"}, "script": [{"output": {}, "delay_ms": 1500}]},
-        {"name": "next", "type": "tool", "tool": "core.echo", "after": ["think"]}]}
-    version, _ = workflow_save(team=team, definition=definition, actor=SETUP)
-    run = run_start(version=version, input={}, actor=SETUP)
-    wait_for(lambda: StepRun.objects.filter(run=run, name="think", state="running").exists())
-    assert run_cancel(run_id=run.id, actor=SETUP).state == "cancelling"
-    run = wait_for_run(run.id, states=("cancelled",))
-    states = {n: s.state for n, s in steps_of(run.id).items()}
-    assert states == {"think": "completed", "next": "cancelled"}
+    with HttpSink() as sink:
+        sink.hold("/think")  # the running step's call is answered only once the cancel is in
+        definition = {"name": "slow", "input_schema": {"type": "object"}, "steps": [
+            {"name": "think", "type": "tool", "tool": "http.request",
+             "params": {"method": "POST", "url": f"{sink.url}/think"}},
+            {"name": "next", "type": "tool", "tool": "core.echo", "after": ["think"]}]}
+        version, _ = workflow_save(team=team, definition=definition, actor=SETUP)
+        run = run_start(version=version, input={}, actor=SETUP)
+        wait_for(lambda: sink.arrivals["/think"] == 1)
+        assert run_cancel(run_id=run.id, actor=SETUP).state == "cancelling"
+        sink.release("/think")
+        run = wait_for_run(run.id, states=("cancelled",))
+        states = {n: s.state for n, s in steps_of(run.id).items()}
+        assert states == {"think": "completed", "next": "cancelled"}
 
 
 def test_a_run_whose_last_step_was_waiting_completes(workers, team):

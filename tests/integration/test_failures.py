@@ -1,9 +1,11 @@
 """Failure semantics through real workers: dead letters, redrive, pause, sagas, lost workers,
 duplicate deliveries."""
 import time
+from datetime import timedelta
 
 import pytest
 
+from orchestrator.dispatch import queue_for
 from orchestrator.models import DeadLetter, Effect, Role, Run, StepRun, WorkflowVersion
 from orchestrator.services import reaper
 from orchestrator.services.runs import run_start
@@ -155,25 +157,30 @@ def test_duplicate_compensation_messages_never_run_a_compensation_twice_at_once(
 
 
 def test_step_of_a_killed_worker_is_retried_when_its_lease_expires(workers, team):
-    version, _ = workflow_save(team=team, definition={
-        "name": "long-think", "input_schema": {"type": "object"}, "steps": [{
-            "name": "think", "type": "agent", "model": "fast", "prompt": "think",
-            "retry": {"max_attempts": 3, "base_s": 0.1, "jitter": False},
-            "output_schema": {"type": "object"}, "script": [{"output": {}, "delay_ms": 2500}]}]}, actor=SETUP)
-    run = run_start(version=version, input={}, actor=SETUP)
-    wait_for(lambda: StepRun.objects.filter(run=run, name="think", state="running").exists())
-    time.sleep(LEASE_S * 0.7)  # the heartbeat keeps the lease alive past its first term
-    assert StepRun.objects.get(run=run, name="think").state == "running"
-    workers.kill()
-    try:
-        reap_until(lambda: StepRun.objects.filter(run=run, name="think", attempts=1)
-                   .exclude(state="running").exists())
-    finally:
-        workers.start()
-    run = wait_for_run(run.id, states=("completed", "failed"))
-    assert run.state == "completed"
-    attempts = list(StepRun.objects.get(run=run, name="think").attempt_records.values_list("outcome", flat=True))
-    assert attempts == ["lost", "succeeded"]
+    with HttpSink() as sink:
+        sink.hold("/think")  # the call stays unanswered until the worker has been killed
+        version, _ = workflow_save(team=team, definition={
+            "name": "long-think", "input_schema": {"type": "object"}, "steps": [{
+                "name": "think", "type": "tool", "tool": "http.request",
+                "retry": {"max_attempts": 3, "base_s": 0.1, "jitter": False},
+                "params": {"method": "POST", "url": f"{sink.url}/think"}}]}, actor=SETUP)
+        run = run_start(version=version, input={}, actor=SETUP)
+        wait_for(lambda: sink.arrivals["/think"] == 1)
+        step = StepRun.objects.get(run=run, name="think")
+        first_term = step.started_at + timedelta(seconds=LEASE_S)
+        # The heartbeat renews the lease past its first term while the call is in progress.
+        wait_for(lambda: StepRun.objects.get(id=step.id).lease_expires_at > first_term, timeout=LEASE_S * 3)
+        workers.kill()
+        sink.release("/think")  # the next attempt is answered at once
+        try:
+            reap_until(lambda: StepRun.objects.filter(run=run, name="think", attempts=1)
+                       .exclude(state="running").exists())
+        finally:
+            workers.start()
+        run = wait_for_run(run.id, states=("completed", "failed"))
+        assert run.state == "completed"
+        attempts = list(StepRun.objects.get(run=run, name="think").attempt_records.values_list("outcome", flat=True))
+        assert attempts == ["lost", "succeeded"]
 
 
 def test_duplicate_deliveries_do_nothing_for_work_already_claimed_or_done(workers, team):
@@ -227,21 +234,43 @@ def test_map_items_that_fail_transiently_are_retried_and_the_chord_joins_them(wo
         assert run.events.filter(kind="step.item_retrying").count() == 3
 
 
-def test_a_large_fan_out_does_not_starve_another_run(workers, team):
-    big, _ = workflow_save(team=team, definition={
-        "name": "big-fanout", "input_schema": {"type": "object"}, "max_parallel": 2,
-        "steps": [{"name": "each", "type": "map", "over": "input.items", "item": {
-            "type": "agent", "model": "fast", "prompt": "{{ item }}", "output_schema": {"type": "object"},
-            "script": [{"output": {}, "delay_ms": 150}]}}]}, actor=SETUP)
-    small, _ = workflow_save(team=team, definition={
-        "name": "small", "input_schema": {"type": "object"},
-        "steps": [{"name": "one", "type": "tool", "tool": "core.echo"}]}, actor=SETUP)
-    fan_out = run_start(version=big, input={"items": list(range(30))}, actor=SETUP)
-    wait_for(lambda: StepRun.objects.filter(run=fan_out, name="each", state="waiting").exists())
-    time.sleep(0.3)  # the fan-out's 30 item messages are all queued ahead of the small run
-    other = wait_for_run(run_start(version=small, input={}, actor=SETUP).id, states=("completed",))
-    fan_out = wait_for_run(fan_out.id, states=("completed", "failed"), timeout=60)
-    assert fan_out.state == "completed"
-    assert other.finished_at < fan_out.finished_at
-    in_flight_peak = fan_out.steps.get().map_items.count()
-    assert in_flight_peak == 30
+def test_a_fan_out_keeps_to_max_parallel_and_leaves_the_shared_workers_to_another_run(workers, team):
+    """One run's fan-out and another run compete for the same workers on the same queue.
+
+    The worker group runs two tasks at once (`-c 2`); the fan-out may hold one (max_parallel),
+    so the other run's step gets the second worker while the fan-out still has most of its
+    items to go. Without the map-item cap both workers run items, the small run's message waits
+    behind every item, and the sink sees two item calls at once.
+    """
+    items = 16
+    with HttpSink() as sink:
+        sink.delay_s = 0.3  # every call takes a while: a worker running it is busy
+        big, _ = workflow_save(team=team, definition={
+            "name": "big-fanout", "input_schema": {"type": "object"}, "max_parallel": 1,
+            "steps": [{"name": "each", "type": "map", "over": "input.items", "item": {
+                "type": "tool", "tool": "http.request",
+                "params": {"method": "POST", "url": f"{sink.url}/item", "json": {"n": "{{ item }}"}}}}]},
+            actor=SETUP)
+        small, _ = workflow_save(team=team, definition={
+            "name": "small", "input_schema": {"type": "object"}, "steps": [
+                {"name": "one", "type": "tool", "tool": "http.request",
+                 "params": {"method": "POST", "url": f"{sink.url}/small"}}]}, actor=SETUP)
+        assert queue_of(big, "each") == queue_of(small, "one") == "tools"
+        fan_out = run_start(version=big, input={"items": list(range(items))}, actor=SETUP)
+        wait_for(lambda: sink.arrivals["/item"] >= 1)  # its item messages are all queued
+        other = run_start(version=small, input={}, actor=SETUP)
+
+        assert wait_for_run(other.id, states=("completed", "failed")).state == "completed"
+        fan_out = wait_for_run(fan_out.id, states=("completed", "failed"), timeout=120)
+        assert fan_out.state == "completed", fan_out.error
+
+        paths = [path for path, _ in sink.arrival_order]
+        items_before_other = paths.index("/small")
+        assert sink.peak["/item"] == 1, "the fan-out ran more items at once than max_parallel"
+        assert items_before_other <= items // 2, paths
+        assert paths.count("/item") == items
+
+
+def queue_of(version, step: str) -> str:
+    spec = next(s for s in version.normalized["steps"] if s["name"] == step)
+    return queue_for(spec["item"] if spec["type"] == "map" else spec)

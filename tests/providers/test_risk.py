@@ -128,3 +128,64 @@ def test_assessment_is_deterministic():
 ])
 def test_recipient_scope(value, allowed):
     assert in_scope(value, ["example.com"]) is allowed
+
+
+# --- the exact findings (from mutation testing: each of these was a surviving mutant) ---------
+
+
+def assessed(action_type="refund", params=None, **kwargs):
+    return assess(declaration=declaration(), proposal=proposal(action_type, params, **kwargs),
+                  step_input=ORDER)
+
+
+def test_the_highest_threshold_reached_is_the_one_reason_given_for_the_amount():
+    assert assessed(params={"amount_usd": 600.0}).reasons == (
+        "action 'refund' is low risk", "amount_usd 600.0 >= 500 (high threshold)")
+
+
+def test_a_proposal_without_evidence_says_so_in_those_words():
+    assert assessed(evidence=()).reasons[-1] == "the proposal cites no evidence"
+
+
+def test_assess_counts_no_repair_unless_told():
+    risk = assess(declaration=declaration(), proposal=proposal(), step_input=ORDER)
+    assert (risk.tier, risk.reasons) == ("low", ("action 'refund' is low risk",))
+
+
+def recipient_declaration(**rule) -> dict:
+    return {"actions": [{"type": "send_email", "params_schema": {"type": "object"},
+                         "risk": {"recipient": {"param": "to", "allowed": ["example.com"], **rule}}}]}
+
+
+def test_a_recipient_outside_takes_the_declared_outside_tier():
+    risk = assess(declaration=recipient_declaration(outside="critical"),
+                  proposal=proposal("send_email", {"to": "x@evil.io"}), step_input=ORDER)
+    assert risk.tier == "critical"
+
+
+def test_a_list_of_recipients_all_in_scope_adds_nothing():
+    risk = assess(declaration=recipient_declaration(),
+                  proposal=proposal("send_email", {"to": ["a@example.com", "b@example.com"]}),
+                  step_input=ORDER)
+    assert (risk.tier, risk.reasons) == ("low", ("action 'send_email' is low risk",))
+
+
+def test_the_recipients_outside_are_named_five_at_most():
+    strangers = [f"u{i}@evil.io" for i in range(7)]
+    risk = assess(declaration=recipient_declaration(),
+                  proposal=proposal("send_email", {"to": strangers}), step_input=ORDER)
+    shown = ", ".join(repr(s) for s in strangers[:5])
+    assert risk.reasons[-1] == f"to {shown} is outside the allowed recipients"
+
+
+def test_every_rule_is_assessed_after_one_that_cannot_be():
+    decl = {"actions": [{"type": "refund", "params_schema": {"type": "object"}, "risk": {"rules": [
+        {"when": "proposal.params.nope > 1", "tier": "low"},
+        {"when": "proposal.params.amount_usd > 1.0", "tier": "medium"}]}}]}
+    risk = assess(declaration=decl, proposal=proposal(), step_input=ORDER)
+    assert risk.reasons[-1] == "rule 'proposal.params.amount_usd > 1.0' holds"
+
+
+@pytest.mark.parametrize("value", ["https:///no-host", "https://", "ann@", "@"])
+def test_a_blank_allowed_entry_admits_no_recipient_without_a_host_or_domain(value):
+    assert not in_scope(value, [" ", "example.com"])

@@ -1,14 +1,22 @@
 """A real local HTTP server standing in for the outside world in tests.
 
-It counts requests by Idempotency-Key and can be told to fail the first N requests with a
-status (e.g. 500 or 429 with Retry-After), or to refuse every request to a path, so tests see
-what a remote API would see.
+It records every request (`requests`, in the order they were answered, with the status given
+and the time it arrived; `arrival_order`, in the order they arrived), which keys are being
+handled right now (`open_keys`: a call a crash would lose the answer of), how many were being handled at once per path (`peak`), and counts effects
+by Idempotency-Key two ways: `effects` as a remote that de-duplicates by the key would (a
+repeated key is answered "duplicate" and not counted again), and `calls_by_key`, every
+successful request whatever its key, as a remote that does NOT de-duplicate would have acted
+on. It can be told to fail the first N requests with a status (e.g. 500 or 429 with
+Retry-After), or to refuse every request to a path, so tests see what a remote API would see.
 """
 import json
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HOLD_LIMIT_S = 120  # a held request is answered after this long even if nobody releases it
 
 
 class HttpSink:
@@ -16,11 +24,17 @@ class HttpSink:
         self.requests: list[dict] = []
         self.by_key: Counter = Counter()
         self.effects: Counter = Counter()  # keys whose request succeeded (the business effect)
+        self.calls_by_key: Counter = Counter()  # successful requests per key, duplicates included
+        self.arrival_order: list[tuple[str, str]] = []  # (path, key) as requests arrived
+        self.in_flight: Counter = Counter()  # requests being handled now, by path
+        self.open_keys: Counter = Counter()  # requests being handled now, by Idempotency-Key
+        self.peak: Counter = Counter()  # the most handled at once, by path
         self.failures: list[tuple[int, dict, str | None]] = []  # (status, headers, path)
         self.delay_s = 0.0  # how long the remote takes before it acts
         self.arrived = 0  # requests received, including those still being handled
         self.arrivals: Counter = Counter()  # the same, by path
         self.refused: dict[str, int] = {}  # path -> the status every request to it gets
+        self.held: dict[str, threading.Event] = {}  # path -> released when set
         self._lock = threading.Lock()
         sink = self
 
@@ -32,15 +46,30 @@ class HttpSink:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 key = self.headers.get("Idempotency-Key", "")
+                arrived_at = datetime.now(UTC)
                 with sink._lock:
                     sink.arrived += 1
                     sink.arrivals[self.path] += 1
+                    sink.arrival_order.append((self.path, key))
+                    sink.in_flight[self.path] += 1
+                    sink.open_keys[key] += 1
+                    sink.peak[self.path] = max(sink.peak[self.path], sink.in_flight[self.path])
                 if sink.delay_s:
                     time.sleep(sink.delay_s)
+                held = sink.held.get(self.path)
+                if held is not None:
+                    held.wait(timeout=HOLD_LIMIT_S)
                 with sink._lock:
-                    sink.requests.append({"path": self.path, "key": key, "body": body.decode()})
-                    sink.by_key[key] += 1
+                    # Handled once answered: counted out before the answer leaves, so a caller
+                    # that sends its next request after reading it is never seen overlapping.
+                    sink.in_flight[self.path] -= 1
+                    sink.open_keys[key] -= 1
                     status, headers = sink._next_outcome(self.path)
+                    sink.requests.append({"path": self.path, "key": key, "body": body.decode(),
+                                          "status": status, "arrived_at": arrived_at})
+                    sink.by_key[key] += 1
+                    if status == 200:
+                        sink.calls_by_key[key] += 1
                     if status == 200 and key and sink.effects[key]:
                         payload = {"ok": True, "duplicate": True}
                     elif status == 200:
@@ -69,6 +98,14 @@ class HttpSink:
         """Answer the next `count` requests (to `path`, if given) with `status`."""
         self.failures.extend([(status, headers or {}, path)] * count)
 
+    def hold(self, path: str) -> None:
+        """Keep every request to `path` waiting, unanswered, until `release(path)`: a call a
+        test can act during for as long as it needs (at most HOLD_LIMIT_S)."""
+        self.held[path] = threading.Event()
+
+    def release(self, path: str) -> None:
+        self.held.pop(path).set()
+
     def refuse(self, path: str, status: int) -> None:
         """Answer every request to `path` with `status` (e.g. 422: a permanent refusal)."""
         self.refused[path] = status
@@ -90,5 +127,7 @@ class HttpSink:
         return self
 
     def __exit__(self, *exc):
+        for path in list(self.held):
+            self.release(path)
         self.server.shutdown()
         self.server.server_close()

@@ -1,19 +1,24 @@
 """Restart the real broker and database under a running system, for the fault suite.
 
 These act on the servers the settings point at, so tests using them run in a session of their
-own (marker `restarts_services`), never beside other tests. What a restart means per backend:
+own (marker `restarts_services`), never beside other tests. What a restart means per backend,
+and the evidence each returns that it really happened (a `Restart`; the fault suite asserts it):
 
 - Redis broker: SHUTDOWN NOSAVE and start again with no persistence, as on this machine and in
   docker-compose: every queued and unacknowledged message is gone, every connection dropped.
+  Evidence: the server's `run_id` (new at every start) changed, and how many keys it held.
 - the embedded filesystem broker has no server: its "restart" loses every message it held.
+  Evidence: the message files it deleted.
 - PostgreSQL: `pg_ctlcluster ... restart` (fast shutdown): every connection is dropped,
-  in-flight transactions roll back, committed data stays.
+  in-flight transactions roll back, committed data stays. Evidence: `pg_postmaster_start_time()`
+  moved, and this process's connection (opened before) is a new backend after.
 - SQLite has no server to restart; `DatabaseServer.available` is False there.
 """
 import shutil
 import subprocess
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -29,6 +34,16 @@ def _wait(predicate, what: str, timeout: float = 60) -> None:
             return
         time.sleep(0.1)
     raise RuntimeError(f"{what} did not come back within {timeout}s")
+
+
+@dataclass(frozen=True)
+class Restart:
+    """What a restart did: the server's identity before and after, and what it lost."""
+
+    before: str
+    after: str
+    lost: int  # messages (filesystem broker) or keys (Redis) the restart threw away
+    happened: bool  # the server is another one (its identity changed), or messages were lost
 
 
 class RedisBroker:
@@ -62,18 +77,29 @@ class RedisBroker:
                        check=True, stdout=subprocess.DEVNULL)
         _wait(self.alive, "Redis")
 
-    def restart(self) -> None:
+    def identity(self) -> str:
+        return str(self.client.info("server")["run_id"])
+
+    def restart(self) -> Restart:
+        before, held = self.identity(), self.client.dbsize()
         self.stop()
         self.start()
+        after = self.identity()
+        return Restart(before, after, held, after != before)
 
     @contextmanager
     def down(self):
-        """The broker is stopped inside the block, and running again after it, whatever happens."""
+        """The broker is stopped inside the block, and running again after it, whatever happens.
+        Yields a list that holds the block's `Restart` once the broker is back."""
+        before, held = self.identity(), self.client.dbsize()
+        done: list[Restart] = []
         self.stop()
         try:
-            yield
+            yield done
         finally:
             self.start()
+            after = self.identity()
+            done.append(Restart(before, after, held, after != before))
 
 
 class FilesystemBroker:
@@ -85,9 +111,18 @@ class FilesystemBroker:
     def __init__(self, folder: str):
         self.folder = Path(folder)
 
-    def restart(self) -> None:
-        for message in self.folder.glob("*.msg"):
-            message.unlink(missing_ok=True)
+    def restart(self) -> Restart:
+        """Delete every message file: it happened if there was one to lose."""
+        held = sorted(self.folder.glob("*.msg"))
+        lost = 0
+        for message in held:
+            try:
+                message.unlink()
+                lost += 1
+            except FileNotFoundError:
+                pass  # a worker took it first
+        return Restart(f"{len(held)} messages", f"{len(list(self.folder.glob('*.msg')))} messages",
+                       lost, lost > 0)
 
 
 def broker() -> RedisBroker | FilesystemBroker:
@@ -110,11 +145,21 @@ class DatabaseServer:
         return (self.postgres and self.local and self.version is not None
                 and shutil.which("pg_ctlcluster") is not None)
 
-    def restart(self) -> None:
+    def identity(self) -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_postmaster_start_time()::text, pg_backend_pid()")
+            started, pid = cursor.fetchone()
+        return f"started {started}, backend {pid}"
+
+    def restart(self) -> Restart:
+        before = self.identity()
         subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", self.version, "main",
                         "restart"], check=True)
         connection.close()  # this process's connection died with the server
         _wait(self._accepts, "PostgreSQL")
+        after = self.identity()
+        # A new postmaster start time: the server restarted (every connection was dropped).
+        return Restart(before, after, 0, after.split(",")[0] != before.split(",")[0])
 
     def _accepts(self) -> bool:
         try:
