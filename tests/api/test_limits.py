@@ -1,7 +1,6 @@
 """Limits through the API (issue 10): every oversized or costly input is a 4xx with a path in
 the one error shape, answered quickly; never a 500, a stall or a stuck run."""
 import json
-import time
 
 import pytest
 
@@ -24,8 +23,9 @@ def post_json(client, url, text: str):
     return client.generic("POST", url, text, content_type="application/json")
 
 
-def assert_refused(response, path: str, *, status: int = 400, within_s: float, started: float):
-    assert time.monotonic() - started < within_s
+def assert_refused(response, path: str, *, status: int = 400):
+    """Refused with a 4xx naming `path` (a limit refuses before the work; how long that takes
+    is a figure for bench/, not an assertion here)."""
     assert response.status_code == status, response.content[:500]
     errors = response.json()["errors"]
     assert errors and all(set(e) == {"path", "message"} for e in errors)
@@ -48,19 +48,17 @@ def assert_refused(response, path: str, *, status: int = 400, within_s: float, s
     ids=["power", "repeat", "nested-all", "timeout", "max-duration", "3000-steps"],
 )
 def test_saving_a_costly_or_oversized_definition_is_a_400_with_its_path(api, body, path):
-    started = time.monotonic()
     response = api.post(WORKFLOWS, body, format="json")
 
-    assert_refused(response, path, within_s=5, started=started)
+    assert_refused(response, path)
     assert not Workflow.objects.exists()
 
 
 @pytest.mark.django_db
 def test_a_yaml_alias_bomb_is_a_400(api):
-    started = time.monotonic()
     response = api.generic("POST", WORKFLOWS, yaml_bomb(), content_type="application/yaml")
 
-    assert_refused(response, "", within_s=2, started=started)
+    assert_refused(response, "")
     assert "aliases" in response.json()["errors"][0]["message"]
 
 
@@ -68,10 +66,9 @@ def test_a_yaml_alias_bomb_is_a_400(api):
 def test_json_nested_10000_levels_is_a_400_not_a_recursion_error(api):
     body = '{"name": "x", "input_schema": {"type": "object"}, "steps": ' + "[" * 10000 + "]" * 10000 + "}"
 
-    started = time.monotonic()
     response = post_json(api, WORKFLOWS, body)
 
-    assert_refused(response, "", within_s=2, started=started)
+    assert_refused(response, "")
 
 
 @pytest.mark.django_db
@@ -79,10 +76,9 @@ def test_a_body_over_the_request_limit_is_a_413_in_the_error_shape(api, settings
     settings.STEPWISE_MAX_REQUEST_BYTES = 1000
     body = json.dumps({**definition(), "description": "x" * 2000})
 
-    started = time.monotonic()
     for response in (post_json(api, WORKFLOWS, body),
                      api.generic("POST", WORKFLOWS, body, content_type="application/yaml")):
-        assert_refused(response, "", status=413, within_s=2, started=started)
+        assert_refused(response, "", status=413)
         assert "STEPWISE_MAX_REQUEST_BYTES" in response.json()["errors"][0]["message"]
 
 
@@ -98,12 +94,10 @@ def test_run_input_nested_too_deeply_is_a_400_and_creates_no_run(api, support):
     for _ in range(limits.MAX_INPUT_DEPTH + 5):
         deep = {"d": deep}
 
-    started = time.monotonic()
     response = api.post(RUNS, {"input": {"ticket_id": "T", "body": "b", "customer_email": "e",
                                          "deep": deep}}, format="json")
 
-    assert_refused(response, "input.deep" + ".d" * (limits.MAX_INPUT_DEPTH - 1), within_s=2,
-                   started=started)
+    assert_refused(response, "input.deep" + ".d" * (limits.MAX_INPUT_DEPTH - 1))
     assert not Run.objects.exists()
 
 
@@ -112,10 +106,9 @@ def test_run_input_over_the_size_limit_is_a_400(api, support):
     body = {"input": {"ticket_id": "T", "body": "b" * (limits.MAX_INPUT_BYTES + 1),
                       "customer_email": "e"}}
 
-    started = time.monotonic()
     response = api.post(RUNS, body, format="json")
 
-    assert_refused(response, "input", within_s=2, started=started)
+    assert_refused(response, "input")
     assert not Run.objects.exists()
 
 
@@ -125,5 +118,5 @@ def test_run_input_with_nan_is_a_400(api, support):
 
     response = post_json(api, RUNS, body)
 
-    assert_refused(response, "", within_s=2, started=time.monotonic())
+    assert_refused(response, "")
     assert not Run.objects.exists()

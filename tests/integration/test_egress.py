@@ -54,4 +54,3 @@ def test_a_trickling_server_frees_the_worker_at_the_steps_timeout(workers, team)
     assert hung_up == [{"path": "/trickle", "broken": True}]
     attempt = StepAttempt.objects.get(step__run=run, step__name="call", number=1)
     assert attempt.error_class == "timeout" and "deadline of 2 s" in attempt.error_message
-    assert (attempt.finished_at - attempt.started_at).total_seconds() < 3.5
