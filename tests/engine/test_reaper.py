@@ -140,7 +140,8 @@ def test_an_approval_past_its_deadline_expires_and_can_no_longer_be_decided(team
     assert state_of(run, "approve") == "timed_out" and state_of(run, "send") == "cancelled"
     assert state_of(run) == "failed"
     with pytest.raises(NotAllowed):
-        approval_grant(approval_id=approval.id, user=approver, note="too late")
+        approval_grant(approval_id=approval.id, user=approver, proposal_hash=approval.proposal_hash,
+                       note="too late")
 
 
 # --- a run that stopped moving ------------------------------------------------------------------

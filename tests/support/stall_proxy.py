@@ -60,9 +60,9 @@ class StallProxy:
                         first = not self.stalled.is_set()
                         self.stalled.set()
                     if first:
+                        frozen.set()  # before delivering: the reply must not slip back through
                         if self.deliver:
                             sink.sendall(data)
-                        frozen.set()
                         continue
                 if frozen.is_set():
                     continue  # swallowed: the other side never hears of it
