@@ -8,14 +8,14 @@ Reads the registry and the settings; changes nothing.
 """
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status, viewsets
-from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from ..authz import teams_visible_to
 from ..connections import connections_for
 from ..tools.registry import Tool, all_tools
 from .errors import error_body
+from .pagination import LimitOffsetPagination
 from .serializers import ErrorsSerializer
 
 _TOOL = inline_serializer("Tool", {
@@ -60,13 +60,14 @@ class ToolViewSet(viewsets.ViewSet):
         visible = teams_visible_to(request.user)
         if slug:
             if not visible.filter(slug=slug).exists():
-                raise ValidationError(error_body(f"you are not a member of team '{slug}'", "team"))
+                raise PermissionDenied(error_body(f"you are not a member of team '{slug}'", "team"))
             return {slug}
         if request.user.is_superuser:
             return None
         return set(visible.values_list("slug", flat=True))
 
-    @extend_schema(parameters=[_TEAM], responses={200: _TOOL, 400: ErrorsSerializer})
+    @extend_schema(parameters=[_TEAM], responses={200: _TOOL, 400: ErrorsSerializer,
+                                                  403: ErrorsSerializer})
     def list(self, request):
         teams = self._teams(request)
         tools = [tool_body(t, teams) for _, t in sorted(all_tools().items())]
@@ -75,7 +76,8 @@ class ToolViewSet(viewsets.ViewSet):
         return paginator.get_paginated_response(page)
 
     @extend_schema(parameters=[_TEAM],
-                   responses={200: _TOOL, 400: ErrorsSerializer, 404: ErrorsSerializer})
+                   responses={200: _TOOL, 400: ErrorsSerializer, 403: ErrorsSerializer,
+                              404: ErrorsSerializer})
     def retrieve(self, request, name=None):
         tool = all_tools().get(name)
         if tool is None:

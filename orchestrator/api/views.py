@@ -348,7 +348,7 @@ class ApprovalViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retrieve
                        proposal_hash=body["proposal_hash"], note=body["note"])
         return self._answer(approval.pk)
 
-    @extend_schema(request=s.ApprovalDecisionSerializer,
+    @extend_schema(request=s.ApprovalRejectSerializer,
                    responses={200: s.ApprovalSerializer, 400: _ERRORS, 403: _ERRORS, 409: _ERRORS},
                    description="Reject (a `note` is required): the gate fails (class `rejected`) "
                    "and the workflow's on_error policy applies. 403 unless you are one of the "
@@ -356,7 +356,7 @@ class ApprovalViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retrieve
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
         approval = self.get_object()
-        body = valid_data(s.ApprovalDecisionSerializer(data=request.data))
+        body = valid_data(s.ApprovalRejectSerializer(data=request.data))
         approval_reject(approval_id=approval.id, user=request.user,
                         proposal_hash=body["proposal_hash"], note=body["note"])
         return self._answer(approval.pk)
@@ -366,8 +366,8 @@ class ApprovalViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retrieve
                    description="Change parameters the gate marks `editable`: checked against the "
                    "action's schema (400 naming each problem), re-hashed and recorded as your "
                    "change. The request stays pending under the new `proposal_hash`; someone "
-                   "else must approve it.")
-    @action(detail=True, methods=["post"])
+                   "else must approve it. JSON only: `params` is an object.")
+    @action(detail=True, methods=["post"], parser_classes=[JSONBodyParser])
     def edit(self, request, pk=None):
         approval = self.get_object()
         body = valid_data(s.ApprovalEditSerializer(data=request.data))

@@ -95,3 +95,15 @@ def test_run_detail_links_the_gate_to_its_approval(approver_api, gate):
     [step] = [s for s in body["steps"] if s["name"] == "approve"]
     assert step["approval"]["id"] == gate.id
     assert step["approval"]["url"].endswith(f"/api/v1/approvals/{gate.id}/")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("note", ["", "   ", None])
+def test_a_rejection_without_a_reason_is_a_400_naming_the_note(approver_api, gate, note):
+    body = {"proposal_hash": gate.proposal_hash} | ({} if note is None else {"note": note})
+    response = approver_api.post(f"/api/v1/approvals/{gate.id}/reject/", body, format="json")
+
+    assert response.status_code == 400
+    assert [e["path"] for e in response.json()["errors"]] == ["note"]
+    gate.refresh_from_db()
+    assert gate.state == "pending"

@@ -109,9 +109,12 @@ def seed() -> dict[str, User]:
     parent, _ = workflow_save(team=team, definition=PARENT, actor=SETUP)
 
     drive_to_gate(support_run(team, owner))  # pending approval
-    approval_grant(approval_id=gate(drive_to_gate(support_run(team, owner))).id, user=owner,
+    lead = member(team, "fuzz-lead", role=Role.MEMBER, groups=("support_leads",))  # not the starter
+    granted = gate(drive_to_gate(support_run(team, owner)))
+    approval_grant(approval_id=granted.id, user=lead, proposal_hash=granted.proposal_hash,
                    note="fine")
-    approval_reject(approval_id=gate(drive_to_gate(support_run(team, owner))).id, user=owner,
+    rejected = gate(drive_to_gate(support_run(team, owner)))
+    approval_reject(approval_id=rejected.id, user=lead, proposal_hash=rejected.proposal_hash,
                     note="no")
     late = drive_to_gate(support_run(team, owner))  # timed out at its gate: approval cancelled
     Run.objects.filter(pk=late.pk).update(deadline_at=now() - timedelta(seconds=1))

@@ -45,10 +45,11 @@ def test_connections_are_listed_by_name_for_the_callers_teams_only(api, requeste
     other = client_for(outsider).get("/api/v1/tools/sql.query/").json()
     assert other["connections"] == ["warehouse"]
     refused = api.get("/api/v1/tools/?team=finance")
-    assert refused.status_code == 400
+    assert refused.status_code == 403
     assert refused.json()["errors"][0]["path"] == "team"
     assert api.get("/api/v1/tools/sql.query/?team=support").json()["connections"] == [
         "support-db", "warehouse"]
+    assert api.get("/api/v1/tools/?offset=null").status_code == 400  # checked like every list
 
 
 def test_an_unknown_tool_is_404_and_an_anonymous_caller_sees_nothing(api, defined):
