@@ -63,9 +63,23 @@ class TeamMembership(models.Model):
 
 
 class Workflow(models.Model):
+    """A named workflow of a team: its versions, which one runs, and whether it is archived.
+
+    Runs and triggers start `active_version` (published by `services.workflows`); a saved
+    version is a draft until published unless `publish_on_save` says saving publishes it.
+    """
+
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="workflows")
     name = models.CharField(max_length=100)
     created_at = models.DateTimeField(default=now)
+    active_version = models.ForeignKey(
+        "WorkflowVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="The version runs and triggers start (none: nothing published yet).")
+    publish_on_save = models.BooleanField(
+        default=True, help_text="Saving a version publishes it when the saver may publish; "
+        "off: saved versions are drafts until someone publishes one.")
+    archived_at = models.DateTimeField(null=True, blank=True,
+                                       help_text="Archived: no new runs start.")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["team", "name"], name="workflow_name_per_team")]

@@ -9,10 +9,11 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from jsonschema import Draft202012Validator
 
-from ..authz import REAPER, Action, Actor, is_person, label, require
+from ..authz import REAPER, Action, Actor, is_person, label, may, require
 from ..clock import now
 from ..definitions.limits import run_input_problems
-from ..errors import IdempotencyConflict, InputInvalid, NotAllowed
+from ..definitions.mandatory_gates import weakened_gates
+from ..errors import Forbidden, IdempotencyConflict, InputInvalid, NotAllowed, ServiceError
 from ..events import event_record
 from ..hashing import digest_of
 from ..models import Run, StepRun, WorkflowVersion
@@ -53,6 +54,8 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     problems = run_input_problems(input) or input_problems(version.normalized["input_schema"], input)
     if problems:
         raise InputInvalid("run input is invalid", problems)
+    if refusal := version_start_refusal(version, actor):
+        raise refusal
     request_digest = digest_of(
         {"workflow": version.workflow.name, "version": version.number, "input": input})
     if idempotency_key:
@@ -71,6 +74,29 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
         return existing
     run._created = True
     return run
+
+
+def version_start_refusal(version: WorkflowVersion, actor: Actor) -> ServiceError | None:
+    """Why `actor` may not start a run of `version`, or None.
+
+    An archived workflow starts nothing (NotAllowed). A version other than the published one
+    that drops or weakens a mandatory gate of the published one starts only for a person who
+    may waive that gate (Forbidden): no draft, old version or pinned trigger runs around it.
+    """
+    workflow = version.workflow
+    if workflow.archived_at is not None:
+        return NotAllowed(f"workflow '{workflow.name}' is archived: it starts no new runs",
+                          [{"path": "workflow", "message": "archived"}])
+    active = workflow.active_version
+    if active is None or active.id == version.id:
+        return None
+    weakened = weakened_gates(active.normalized, version.normalized)
+    if weakened and not (is_person(actor) and may(actor, Action.WORKFLOW_WAIVE_GATE, team=workflow.team)):
+        return Forbidden(
+            f"version {version.number} of '{workflow.name}' drops or weakens a mandatory gate of "
+            f"the published version {active.number}; only an owner may start it",
+            [{"path": f"version.{p.path}", "message": p.message} for p in weakened])
+    return None
 
 
 def _idempotent_replay(team_id: int, key: str, request_digest: str) -> Run | None:
