@@ -232,6 +232,18 @@ class Run(ConcurrentTransitionMixin, models.Model):
         self.finished_at = None
         self.progressed_at = now()
 
+class RunSecret(models.Model):
+    """The secret values of a run's input, sealed (`orchestrator.sealing.RUN_SECRETS`); the run's
+    `input` holds a `{"secret": "<path>"}` marker where each was (`orchestrator.secret_inputs`)."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True,
+                               related_name="sealed_secrets")
+    sealed = models.TextField(help_text="Ciphertext of {path: value}; the key is not in the database.")
+
+    def __str__(self) -> str:
+        return f"secrets of run {self.run_id}"
+
+
 class StepRun(ConcurrentTransitionMixin, models.Model):
     """One step of one run. Its row is the only owner of the step's state."""
 

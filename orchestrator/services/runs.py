@@ -4,10 +4,13 @@ A run moves forward and ends through `scheduling` (every step that ends calls it
 services here are the ones an entry point calls for a whole run. Each checks the actor's
 permission itself (`authz`).
 """
+from collections.abc import Collection
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from jsonschema import Draft202012Validator
+
+from audit.redaction import keyed_hash
 
 from ..authz import REAPER, Action, Actor, is_person, label, may, require
 from ..clock import now
@@ -17,6 +20,7 @@ from ..errors import Forbidden, IdempotencyConflict, InputInvalid, NotAllowed, S
 from ..events import event_record
 from ..hashing import digest_of
 from ..models import Run, StepRun, WorkflowVersion
+from ..secret_inputs import seal_for, split
 from ..selectors import lock_run
 from ..states import RUN_CANCELLABLE, RUN_LIVE, RunState
 from .scheduling import run_advance, run_ended_notify, run_settle_cancel, steps_stop
@@ -35,7 +39,8 @@ def input_problems(schema: dict, value: object) -> list[dict]:
 
 def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by=None,
               idempotency_key: str | None = None, parent_step: StepRun | None = None,
-              trigger: str = "api", origin: dict | None = None) -> Run:
+              trigger: str = "api", origin: dict | None = None,
+              known_secrets: Collection[str] = ()) -> Run:
     """Create a run pinned to `version`, start it, and schedule its first steps.
 
     `actor` starts it (a person needs the run.start permission in the workflow's team);
@@ -48,6 +53,10 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     `trigger` is the kind of entry point ("api", "sub_workflow", "schedule", "webhook", ...);
     `origin`, when a trigger started the run, says which one and why ({"trigger", "name",
     "kind", "key", ...}): it is recorded on the run.created event, so the audit timeline shows it.
+
+    Secret values of the input (`secret_inputs`: `writeOnly` in the input schema, a key that
+    names a secret, or one of `known_secrets`, a parent's) are stored sealed, and the run's
+    input holds a marker in their place.
     """
     team = version.workflow.team
     require(actor, Action.RUN_START, team=team)
@@ -56,8 +65,11 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
         raise InputInvalid("run input is invalid", problems)
     if refusal := version_start_refusal(version, actor):
         raise refusal
-    request_digest = digest_of(
-        {"workflow": version.workflow.name, "version": version.number, "input": input})
+    stored_input, secrets = split(version.normalized["input_schema"], input, known=known_secrets)
+    # The digest proves a replay is the same request without being a hash of a secret.
+    request_digest = digest_of({"workflow": version.workflow.name, "version": version.number,
+                                "input": stored_input,
+                                "secrets": keyed_hash(secrets) if secrets else None})
     if idempotency_key:
         existing = _idempotent_replay(team.id, idempotency_key, request_digest)
         if existing:
@@ -65,8 +77,8 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     created_by = actor if is_person(actor) else created_by
     try:
         with transaction.atomic():
-            run = _create(version, input, actor, created_by, idempotency_key, request_digest,
-                          parent_step, trigger, origin)
+            run = _create(version, stored_input, actor, created_by, idempotency_key,
+                          request_digest, parent_step, trigger, origin, secrets)
     except IntegrityError:
         existing = idempotency_key and _idempotent_replay(team.id, idempotency_key, request_digest)
         if not existing:
@@ -112,12 +124,13 @@ def _idempotent_replay(team_id: int, key: str, request_digest: str) -> Run | Non
 
 
 def _create(version, input, actor, created_by, idempotency_key, request_digest, parent_step,
-            trigger, origin) -> Run:
+            trigger, origin, secrets) -> Run:
     run = Run.objects.create(
         team=version.workflow.team, version=version, input=input, created_by=created_by,
         idempotency_key=idempotency_key or None, request_digest=request_digest,
         parent_step=parent_step, trigger=trigger,
     )
+    seal_for(run, secrets)
     StepRun.objects.bulk_create(
         StepRun(run=run, name=s["name"], kind=s["type"], position=i)
         for i, s in enumerate(version.normalized["steps"])
