@@ -159,3 +159,13 @@ def revealed_for(run_id) -> Revealed:
     configured key opens them."""
     sealed = RunSecret.objects.filter(run_id=run_id).values_list("sealed", flat=True).first()
     return Revealed(json.loads(RUN_SECRETS.unseal(sealed))) if sealed else NONE
+
+
+def secrets_reseal() -> int:
+    """Re-encrypt every run's secrets under the current key (after a key rotation, with the old
+    key among the fallbacks). Returns how many runs' secrets were resealed."""
+    count = 0
+    for run_id, sealed in RunSecret.objects.values_list("run_id", "sealed").iterator():
+        RunSecret.objects.filter(run_id=run_id).update(sealed=RUN_SECRETS.reseal(sealed))
+        count += 1
+    return count

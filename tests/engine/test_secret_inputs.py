@@ -200,3 +200,31 @@ def test_a_marker_is_revealed_for_the_call_and_the_value_scrubbed_from_what_come
     assert revealed.reveal({"input": masked}) == {"input": {"api_key": "k-123456", "q": "x"}}
     assert revealed.scrub({"echo": "Bearer k-123456!", "n": ["k-123456"]}) == {
         "echo": f"Bearer {MASK}!", "n": [MASK]}
+
+
+@pytest.mark.django_db
+def test_rotating_the_key_reseals_the_secrets_of_runs(team, requester, settings):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from orchestrator.secret_inputs import revealed_for
+
+    version, _ = workflow_save(team=team, definition=calling("http://127.0.0.1:9"), actor=SETUP)
+    run = run_start(version=version, input={"access_code": TOKEN, "customer": "c"}, actor=requester)
+    old = settings.STEPWISE_TRIGGER_KEY
+    settings.STEPWISE_TRIGGER_KEY, settings.STEPWISE_TRIGGER_KEY_FALLBACKS = "n" * 48, [old]
+    out = StringIO()
+    call_command("stepwise_reseal_triggers", stdout=out)
+    assert "resealed the secret inputs of 1 run(s)" in out.getvalue()
+    settings.STEPWISE_TRIGGER_KEY_FALLBACKS = []  # the old key is gone: the new one opens them
+    assert revealed_for(run.id).values == {"input.access_code": TOKEN}
+
+
+def test_a_webhook_secret_does_not_open_as_a_run_secret(settings):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from orchestrator.sealing import RUN_SECRETS, WEBHOOK_SECRETS
+
+    with pytest.raises(ImproperlyConfigured):
+        RUN_SECRETS.unseal(WEBHOOK_SECRETS.seal(TOKEN))
