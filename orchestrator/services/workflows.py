@@ -104,7 +104,7 @@ def _publish(workflow: Workflow, version: WorkflowVersion, actor: Actor, *, savi
                "owner publish it") if saving else "an owner must publish it"
         raise Forbidden(
             f"version {version.number} of '{workflow.name}' drops or weakens a mandatory gate of "
-            f"the active version {before.number}: {how} (docs/permissions.md)",
+            f"the published version {before.number}: {how} (docs/permissions.md)",
             [{"path": p.path, "message": p.message} for p in waived])
     workflow.active_version = version
     workflow.save(update_fields=["active_version"])
