@@ -7,6 +7,8 @@ same services, which check the permission themselves: "Cancel selected runs" cal
 "Redrive selected dead letters" calls `dead_letter_redrive`.
 """
 
+from functools import partial
+
 from django.contrib import admin, messages
 from django.db.models import Max, QuerySet
 from django.urls import reverse
@@ -30,7 +32,12 @@ from .models import (
 )
 from .services.operators import dead_letter_redrive
 from .services.runs import run_cancel
-from .services.workflows import workflow_archive, workflow_publish, workflow_restore
+from .services.workflows import (
+    workflow_archive,
+    workflow_policy_set,
+    workflow_publish,
+    workflow_restore,
+)
 
 
 class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -73,7 +80,7 @@ class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     fields = readonly_fields = ["team", "name", "created_at", "published_version",
                                 "publish_on_save", "archived_at"]
     inlines = [WorkflowVersionInline]
-    actions = ["archive", "restore"]
+    actions = ["archive", "restore", "publish_on_save", "drafts_on_save"]
 
     def get_queryset(self, request) -> QuerySet[Workflow]:
         return super().get_queryset(request).annotate(latest_number=Max("versions__number"))
@@ -96,6 +103,18 @@ class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.action(description="Restore selected workflows", permissions=["archive"])
     def restore(self, request, queryset: QuerySet[Workflow]) -> None:
         _each(self, request, queryset, workflow_restore, "Restored")
+
+
+    def has_policy_permission(self, request) -> bool:
+        return teams_where(request.user, Action.WORKFLOW_POLICY).exists()
+
+    @admin.action(description="Saving publishes the new version", permissions=["policy"])
+    def publish_on_save(self, request, queryset: QuerySet[Workflow]) -> None:
+        _each(self, request, queryset, partial(workflow_policy_set, publish_on_save=True), "Changed")
+
+    @admin.action(description="Saving leaves a draft to publish", permissions=["policy"])
+    def drafts_on_save(self, request, queryset: QuerySet[Workflow]) -> None:
+        _each(self, request, queryset, partial(workflow_policy_set, publish_on_save=False), "Changed")
 
 
 def _each(model_admin, request, queryset, service, done_label: str) -> None:

@@ -97,7 +97,7 @@ ROW_ACTIONS = {
     "dead_letter.redrive": Action.DEAD_LETTER_REDRIVE,
     "trigger.manage": Action.TRIGGER_MANAGE,
     "workflow.publish": Action.WORKFLOW_PUBLISH, "workflow.archive": Action.WORKFLOW_ARCHIVE,
-    "workflow.waive_gate": Action.WORKFLOW_WAIVE_GATE,
+    "workflow.waive_gate": Action.WORKFLOW_WAIVE_GATE, "workflow.policy": Action.WORKFLOW_POLICY,
     "view the team's workflows and runs": Action.VIEW,
 }
 
@@ -175,6 +175,22 @@ def test_archiving_a_workflow(team, who, surface):
             "action": "archive", "_selected_action": [str(workflow.id)]})
     workflow.refresh_from_db()
     assert (workflow.archived_at is not None) is allowed("workflow.archive", who)
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_setting_whether_saving_publishes(team, who, surface):
+    workflow = _two_versions(team)
+    user = persona(team, who)
+    if surface == "api":
+        response = client_for(user).post(f"/api/v1/workflows/{workflow.name}/policy/",
+                                         {"publish_on_save": True}, format="json")
+        assert response.status_code == (200 if allowed("workflow.policy", who) else refused_code(who))
+    else:
+        admin_client(user).post("/admin/orchestrator/workflow/", {
+            "action": "publish_on_save", "_selected_action": [str(workflow.id)]})
+    workflow.refresh_from_db()
+    assert workflow.publish_on_save is allowed("workflow.policy", who)
 
 
 @pytest.mark.parametrize("who", PERSONAS)

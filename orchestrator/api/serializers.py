@@ -154,6 +154,12 @@ class WorkflowListSerializer(serializers.ModelSerializer):
         return _absolute(self, workflow_path(workflow))
 
 
+class WorkflowPolicySerializer(serializers.Serializer):
+    publish_on_save = serializers.BooleanField(
+        help_text="On: a saved version is published at once (when the saver may publish); off: "
+        "saved versions are drafts until someone publishes one.")
+
+
 class WorkflowDetailSerializer(serializers.ModelSerializer):
     """A workflow with its latest version's definition; the view sets `latest` and `all_versions`."""
 

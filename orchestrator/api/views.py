@@ -36,6 +36,7 @@ from ..services.runs import run_cancel, run_start
 from ..services.workflows import (
     definition_problems,
     workflow_archive,
+    workflow_policy_set,
     workflow_publish,
     workflow_restore,
     workflow_save,
@@ -201,6 +202,16 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def restore(self, request, name=None):
         return self._detail(workflow_restore(workflow_id=self.get_object().id, actor=request.user))
+
+    @extend_schema(parameters=[_TEAM_PARAM], request=s.WorkflowPolicySerializer,
+                   responses={200: s.WorkflowDetailSerializer, 400: _ERRORS, 403: _ERRORS},
+                   description="Whether saving a version publishes it (owners).")
+    @action(detail=True, methods=["post"], parser_classes=[JSONBodyParser])
+    def policy(self, request, name=None):
+        body = valid_data(s.WorkflowPolicySerializer(data=request.data))
+        return self._detail(workflow_policy_set(workflow_id=self.get_object().id,
+                                                publish_on_save=body["publish_on_save"],
+                                                actor=request.user))
 
     def _detail(self, workflow: Workflow) -> Response:
         workflow.latest = latest_version(team=workflow.team, name=workflow.name)

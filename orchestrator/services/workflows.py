@@ -2,7 +2,8 @@
 version runs and triggers start, archiving and restoring a workflow.
 
 Each is a permissioned, audited change (docs/permissions.md): saving needs workflow.save,
-publishing workflow.publish, archiving workflow.archive; making active a version that drops or
+publishing workflow.publish, archiving workflow.archive, the publish-on-save policy
+workflow.policy; making active a version that drops or
 weakens a mandatory gate (definitions/mandatory_gates.py) needs workflow.waive_gate as well.
 """
 from django.conf import settings
@@ -114,6 +115,23 @@ def _publish(workflow: Workflow, version: WorkflowVersion, actor: Actor, *, savi
                  definition_digest=version.digest, team=workflow.team.slug,
                  payload={"previous_version": before.number if before else None,
                           "gates_waived": [f"{p.path}: {p.message}" for p in waived]})
+
+
+def workflow_policy_set(*, workflow_id: int, publish_on_save: bool, actor: Actor) -> Workflow:
+    """Say whether saving a version of the workflow publishes it (on) or leaves a draft that
+    someone must publish (off: two people see each change). Raises Forbidden without
+    workflow.policy (owners)."""
+    with transaction.atomic():
+        workflow = Workflow.objects.select_for_update().select_related("team").get(pk=workflow_id)
+        require(actor, Action.WORKFLOW_POLICY, team=workflow.team)
+        if workflow.publish_on_save == publish_on_save:
+            return workflow
+        workflow.publish_on_save = publish_on_save
+        workflow.save(update_fields=["publish_on_save"])
+        audit_record(action="workflow.policy_changed", outcome="changed", actor=label(actor),
+                     subject_type="workflow", subject_id=workflow.id, workflow=workflow.name,
+                     team=workflow.team.slug, payload={"publish_on_save": publish_on_save})
+    return workflow
 
 
 def workflow_archive(*, workflow_id: int, actor: Actor) -> Workflow:
