@@ -20,20 +20,26 @@ from ..errors import Forbidden, IdempotencyConflict, InputInvalid, NotAllowed, S
 from ..events import event_record
 from ..hashing import digest_of
 from ..models import Run, StepRun, WorkflowVersion
-from ..secret_inputs import seal_for, split
+from ..secret_inputs import seal_for, secret_paths, split
 from ..selectors import lock_run
 from ..states import RUN_CANCELLABLE, RUN_LIVE, RunState
 from .scheduling import run_advance, run_ended_notify, run_settle_cancel, steps_stop
 
 
 def input_problems(schema: dict, value: object) -> list[dict]:
-    """Every way `value` violates `schema`, as [{"path", "message"}] (path like input.a[0])."""
+    """Every way `value` violates `schema`, as [{"path", "message"}] (path like input.a[0]).
+
+    A message about a secret value (secret_inputs) does not quote it: refusals are recorded."""
     problems = []
+    secret = secret_paths(schema, value) if isinstance(value, dict) else []
     for error in sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path)):
         path = "input"
         for part in error.absolute_path:
             path += f"[{part}]" if isinstance(part, int) else f".{part}"
-        problems.append({"path": path, "message": error.message})
+        at = tuple(str(part) for part in error.absolute_path)
+        hidden = any(at[:len(p)] == p for p in secret)
+        problems.append({"path": path, "message": f"the secret value fails '{error.validator}' "
+                         "of its schema" if hidden else error.message})
     return problems
 
 
@@ -63,17 +69,16 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     problems = run_input_problems(input) or input_problems(version.normalized["input_schema"], input)
     if problems:
         raise InputInvalid("run input is invalid", problems)
-    if refusal := version_start_refusal(version, actor):
-        raise refusal
     stored_input, secrets = split(version.normalized["input_schema"], input, known=known_secrets)
     # The digest proves a replay is the same request without being a hash of a secret.
-    request_digest = digest_of({"workflow": version.workflow.name, "version": version.number,
-                                "input": stored_input,
-                                "secrets": keyed_hash(secrets) if secrets else None})
+    request = {"workflow": version.workflow.name, "version": version.number, "input": stored_input}
+    request_digest = digest_of({**request, "secrets": keyed_hash(secrets)} if secrets else request)
     if idempotency_key:
         existing = _idempotent_replay(team.id, idempotency_key, request_digest)
         if existing:
             return existing
+    if refusal := version_start_refusal(version, actor):
+        raise refusal
     created_by = actor if is_person(actor) else created_by
     try:
         with transaction.atomic():

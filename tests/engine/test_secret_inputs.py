@@ -228,3 +228,16 @@ def test_a_webhook_secret_does_not_open_as_a_run_secret(settings):
 
     with pytest.raises(ImproperlyConfigured):
         RUN_SECRETS.unseal(WEBHOOK_SECRETS.seal(TOKEN))
+
+
+@pytest.mark.django_db
+def test_a_refused_input_does_not_quote_the_secret(team, requester):
+    from orchestrator.errors import InputInvalid
+
+    definition = calling("http://127.0.0.1:9")
+    definition["input_schema"]["properties"]["access_code"]["minLength"] = 40
+    version, _ = workflow_save(team=team, definition=definition, actor=SETUP)
+    with pytest.raises(InputInvalid) as refused:
+        run_start(version=version, input={"access_code": TOKEN, "customer": "c"}, actor=requester)
+    assert refused.value.problems == [{"path": "input.access_code", "message":
+                                       "the secret value fails 'minLength' of its schema"}]
