@@ -272,6 +272,9 @@ def external_call_authorize(*, ctx: CallContext, spec: dict, step_input: dict, k
     Raises RuntimeError if called inside a transaction: the entry would not be committed
     before the call, and a crash during the call would take the evidence with it.
     """
+    scrub = getattr(ctx, "scrub", None)  # the run's secret inputs, masked (secret_inputs)
+    if scrub is not None:
+        step_input, request = scrub(step_input), scrub(request)
     with transaction.atomic(durable=True):
         run = Run.objects.select_related("version__workflow", "team").defer(
             "version__definition", "version__normalized").get(id=ctx.run_id)

@@ -7,6 +7,8 @@ same services, which check the permission themselves: "Cancel selected runs" cal
 "Redrive selected dead letters" calls `dead_letter_redrive`.
 """
 
+from functools import partial
+
 from django.contrib import admin, messages
 from django.db.models import Max, QuerySet
 from django.urls import reverse
@@ -30,6 +32,12 @@ from .models import (
 )
 from .services.operators import dead_letter_redrive
 from .services.runs import run_cancel
+from .services.workflows import (
+    workflow_archive,
+    workflow_policy_set,
+    workflow_publish,
+    workflow_restore,
+)
 
 
 class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -64,12 +72,15 @@ class WorkflowVersionInline(ReadOnlyInline):
 
 @admin.register(Workflow)
 class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["name", "team", "latest_version", "created_at"]
+    list_display = ["name", "team", "latest_version", "published_version", "archived_at",
+                    "created_at"]
     list_filter = ["team"]
     search_fields = ["name"]
-    list_select_related = ["team"]
-    fields = readonly_fields = ["team", "name", "created_at"]
+    list_select_related = ["team", "active_version"]
+    fields = readonly_fields = ["team", "name", "created_at", "published_version",
+                                "publish_on_save", "archived_at"]
     inlines = [WorkflowVersionInline]
+    actions = ["archive", "restore", "publish_on_save", "drafts_on_save"]
 
     def get_queryset(self, request) -> QuerySet[Workflow]:
         return super().get_queryset(request).annotate(latest_number=Max("versions__number"))
@@ -77,6 +88,45 @@ class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="latest version", ordering="latest_number")
     def latest_version(self, workflow: Workflow) -> int | None:
         return workflow.latest_number
+
+    @admin.display(description="published version", ordering="active_version__number")
+    def published_version(self, workflow: Workflow) -> int | None:
+        return workflow.active_version.number if workflow.active_version else None
+
+    def has_archive_permission(self, request) -> bool:
+        return teams_where(request.user, Action.WORKFLOW_ARCHIVE).exists()
+
+    @admin.action(description="Archive selected workflows (no new runs)", permissions=["archive"])
+    def archive(self, request, queryset: QuerySet[Workflow]) -> None:
+        _each(self, request, queryset, workflow_archive, "Archived")
+
+    @admin.action(description="Restore selected workflows", permissions=["archive"])
+    def restore(self, request, queryset: QuerySet[Workflow]) -> None:
+        _each(self, request, queryset, workflow_restore, "Restored")
+
+
+    def has_policy_permission(self, request) -> bool:
+        return teams_where(request.user, Action.WORKFLOW_POLICY).exists()
+
+    @admin.action(description="Saving publishes the new version", permissions=["policy"])
+    def publish_on_save(self, request, queryset: QuerySet[Workflow]) -> None:
+        _each(self, request, queryset, partial(workflow_policy_set, publish_on_save=True), "Changed")
+
+    @admin.action(description="Saving leaves a draft to publish", permissions=["policy"])
+    def drafts_on_save(self, request, queryset: QuerySet[Workflow]) -> None:
+        _each(self, request, queryset, partial(workflow_policy_set, publish_on_save=False), "Changed")
+
+
+def _each(model_admin, request, queryset, service, done_label: str) -> None:
+    done = 0
+    for workflow_id, name in queryset.values_list("id", "name"):
+        try:
+            service(workflow_id=workflow_id, actor=request.user)
+            done += 1
+        except (NotAllowed, Forbidden) as exc:
+            model_admin.message_user(request, f"workflow {name}: {exc}", messages.ERROR)
+    if done:
+        model_admin.message_user(request, f"{done_label} {done} workflow(s).", messages.SUCCESS)
 
 
 @admin.register(WorkflowVersion)
@@ -88,6 +138,28 @@ class WorkflowVersionAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.Model
     search_fields = ["workflow__name", "digest"]
     fields = readonly_fields = ["workflow", "number", "digest", "created_at", "created_by",
                                 "definition_pretty", "normalized_pretty"]
+    actions = ["publish"]
+
+    def has_publish_permission(self, request) -> bool:
+        return teams_where(request.user, Action.WORKFLOW_PUBLISH).exists()
+
+    @admin.action(description="Publish the selected version (runs and triggers start it)",
+                  permissions=["publish"])
+    def publish(self, request, queryset: QuerySet[WorkflowVersion]) -> None:
+        versions = list(queryset.select_related("workflow"))
+        if len({v.workflow_id for v in versions}) != len(versions):
+            self.message_user(request, "Select one version per workflow to publish.", messages.ERROR)
+            return
+        for version in versions:
+            try:
+                workflow_publish(workflow_id=version.workflow_id, number=version.number,
+                                 actor=request.user)
+            except (NotAllowed, Forbidden) as exc:
+                paths = "; ".join(f"{p['path']}: {p['message']}" for p in exc.problems if p["path"])
+                self.message_user(request, f"{version}: {exc}" + (f" ({paths})" if paths else ""),
+                                  messages.ERROR)
+            else:
+                self.message_user(request, f"Published {version}.", messages.SUCCESS)
 
     def get_queryset(self, request) -> QuerySet[WorkflowVersion]:
         queryset = super().get_queryset(request)

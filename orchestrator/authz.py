@@ -27,6 +27,11 @@ from .models import Role, Run, Team, TeamMembership
 class Action(StrEnum):
     VIEW = "view"  # the team's workflows, runs, approvals and dead letters
     WORKFLOW_SAVE = "workflow.save"
+    WORKFLOW_PUBLISH = "workflow.publish"  # make a version the one runs and triggers start
+    WORKFLOW_ARCHIVE = "workflow.archive"  # archive (no new runs) or restore a workflow
+    # Publish a version that drops or weakens a mandatory gate (definitions/mandatory_gates.py).
+    WORKFLOW_WAIVE_GATE = "workflow.waive_gate"
+    WORKFLOW_POLICY = "workflow.policy"  # whether saving a version publishes it
     RUN_START = "run.start"
     RUN_CANCEL = "run.cancel"
     RUN_RESUME = "run.resume"
@@ -41,6 +46,7 @@ _OPERATE = {Action.RUN_CANCEL, Action.RUN_RESUME, Action.STEP_RETRY, Action.STEP
 GRANTS: dict[str, frozenset[Action]] = {
     Role.MEMBER: frozenset({Action.VIEW, Action.RUN_START}),
     Role.EDITOR: frozenset({Action.VIEW, Action.RUN_START, Action.WORKFLOW_SAVE,
+                            Action.WORKFLOW_PUBLISH, Action.WORKFLOW_ARCHIVE,
                             Action.TRIGGER_MANAGE}),
     Role.OPERATOR: frozenset({Action.VIEW, Action.RUN_START, *_OPERATE}),
     Role.OWNER: frozenset(Action),

@@ -63,9 +63,23 @@ class TeamMembership(models.Model):
 
 
 class Workflow(models.Model):
+    """A named workflow of a team: its versions, which one runs, and whether it is archived.
+
+    Runs and triggers start `active_version` (published by `services.workflows`); a saved
+    version is a draft until published unless `publish_on_save` says saving publishes it.
+    """
+
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="workflows")
     name = models.CharField(max_length=100)
     created_at = models.DateTimeField(default=now)
+    active_version = models.ForeignKey(
+        "WorkflowVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="The version runs and triggers start (none: nothing published yet).")
+    publish_on_save = models.BooleanField(
+        default=True, help_text="Saving a version publishes it when the saver may publish; "
+        "off: saved versions are drafts until someone publishes one.")
+    archived_at = models.DateTimeField(null=True, blank=True,
+                                       help_text="Archived: no new runs start.")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["team", "name"], name="workflow_name_per_team")]
@@ -217,6 +231,18 @@ class Run(ConcurrentTransitionMixin, models.Model):
         self.error = None
         self.finished_at = None
         self.progressed_at = now()
+
+class RunSecret(models.Model):
+    """The secret values of a run's input, sealed (`orchestrator.sealing.RUN_SECRETS`); the run's
+    `input` holds a `{"secret": "<path>"}` marker where each was (`orchestrator.secret_inputs`)."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True,
+                               related_name="sealed_secrets")
+    sealed = models.TextField(help_text="Ciphertext of {path: value}; the key is not in the database.")
+
+    def __str__(self) -> str:
+        return f"secrets of run {self.run_id}"
+
 
 class StepRun(ConcurrentTransitionMixin, models.Model):
     """One step of one run. Its row is the only owner of the step's state."""

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from django.db.models import QuerySet
 
-from .models import Effect, Run, StepRun, Team, WorkflowVersion
+from .models import Effect, Run, StepRun, Team, Workflow, WorkflowVersion
 from .scheduler import Graph, graph_of
 from .states import StepState
 
@@ -69,6 +69,13 @@ def latest_version(*, team: Team, name: str) -> WorkflowVersion | None:
         WorkflowVersion.objects.filter(workflow__team=team, workflow__name=name)
         .order_by("-number").first()
     )
+
+
+def version_to_start(*, team: Team, name: str) -> WorkflowVersion | None:
+    """The version a run of workflow `name` starts unless told otherwise: the published one."""
+    workflow = (Workflow.objects.select_related("active_version")
+                .filter(team=team, name=name).first())
+    return workflow.active_version if workflow else None
 
 
 def children_of(run: Run) -> QuerySet[Run]:

@@ -96,6 +96,8 @@ ROW_ACTIONS = {
     "step.retry": Action.STEP_RETRY, "step.skip": Action.STEP_SKIP,
     "dead_letter.redrive": Action.DEAD_LETTER_REDRIVE,
     "trigger.manage": Action.TRIGGER_MANAGE,
+    "workflow.publish": Action.WORKFLOW_PUBLISH, "workflow.archive": Action.WORKFLOW_ARCHIVE,
+    "workflow.waive_gate": Action.WORKFLOW_WAIVE_GATE, "workflow.policy": Action.WORKFLOW_POLICY,
     "view the team's workflows and runs": Action.VIEW,
 }
 
@@ -131,6 +133,81 @@ def test_saving_a_workflow(team, who):
         assert response.status_code == 201, response.json()
     else:  # not a member: the team is unknown to them (400 naming `team`); a member: 403
         assert response.status_code == (403 if refused_code(who) == 403 else 400), response.json()
+
+
+def _two_versions(team):
+    from orchestrator.models import Workflow
+
+    definition = example_definition("support")
+    workflow_save(team=team, definition=definition, actor=SETUP)
+    workflow = Workflow.objects.get(team=team, name=definition["name"])
+    Workflow.objects.filter(pk=workflow.pk).update(publish_on_save=False)
+    workflow_save(team=team, definition={**definition, "description": "v2"}, actor=SETUP)
+    return workflow
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_publishing_a_version(team, who, surface):
+    workflow = _two_versions(team)
+    user = persona(team, who)
+    if surface == "api":
+        response = client_for(user).post(f"/api/v1/workflows/{workflow.name}/versions/2/publish/")
+        assert response.status_code == (200 if allowed("workflow.publish", who) else refused_code(who))
+    else:
+        version = workflow.versions.get(number=2)
+        admin_client(user).post("/admin/orchestrator/workflowversion/", {
+            "action": "publish", "_selected_action": [str(version.id)]})
+    workflow.refresh_from_db()
+    assert (workflow.active_version.number == 2) is allowed("workflow.publish", who)
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_archiving_a_workflow(team, who, surface):
+    workflow = _two_versions(team)
+    user = persona(team, who)
+    if surface == "api":
+        response = client_for(user).post(f"/api/v1/workflows/{workflow.name}/archive/")
+        assert response.status_code == (200 if allowed("workflow.archive", who) else refused_code(who))
+    else:
+        admin_client(user).post("/admin/orchestrator/workflow/", {
+            "action": "archive", "_selected_action": [str(workflow.id)]})
+    workflow.refresh_from_db()
+    assert (workflow.archived_at is not None) is allowed("workflow.archive", who)
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_setting_whether_saving_publishes(team, who, surface):
+    workflow = _two_versions(team)
+    user = persona(team, who)
+    if surface == "api":
+        response = client_for(user).post(f"/api/v1/workflows/{workflow.name}/policy/",
+                                         {"publish_on_save": True}, format="json")
+        assert response.status_code == (200 if allowed("workflow.policy", who) else refused_code(who))
+    else:
+        admin_client(user).post("/admin/orchestrator/workflow/", {
+            "action": "publish_on_save", "_selected_action": [str(workflow.id)]})
+    workflow.refresh_from_db()
+    assert workflow.publish_on_save is allowed("workflow.policy", who)
+
+
+@pytest.mark.parametrize("who", PERSONAS)
+def test_publishing_a_version_that_drops_a_mandatory_gate(team, who):
+    from orchestrator.models import Workflow
+    from tests.engine.test_mandatory_gates import GATED, without_gate
+
+    workflow_save(team=team, definition=GATED, actor=SETUP)
+    workflow = Workflow.objects.get(team=team, name=GATED["name"])
+    Workflow.objects.filter(pk=workflow.pk).update(publish_on_save=False)
+    workflow_save(team=team, definition=without_gate(), actor=SETUP)
+    response = client_for(persona(team, who)).post(
+        f"/api/v1/workflows/{workflow.name}/versions/2/publish/")
+    may_publish, may_waive = allowed("workflow.publish", who), allowed("workflow.waive_gate", who)
+    assert response.status_code == (200 if may_waive else 403 if may_publish else refused_code(who))
+    workflow.refresh_from_db()
+    assert (workflow.active_version.number == 2) is may_waive
 
 
 @pytest.mark.parametrize("who", PERSONAS)

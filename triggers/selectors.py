@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 
 from orchestrator.authz import System
 from orchestrator.models import Run, WorkflowVersion
-from orchestrator.selectors import latest_version
+from orchestrator.selectors import version_to_start
 from orchestrator.states import RUN_TERMINAL
 
 from .models import TeamQuota, Trigger, TriggerKind
@@ -20,10 +20,10 @@ def trigger_actor(trigger: Trigger) -> System:
 
 
 def version_to_run(trigger: Trigger) -> WorkflowVersion | None:
-    """The version a firing starts: the pinned one, or the workflow's latest."""
+    """The version a firing starts: the pinned one, or the workflow's published one."""
     if trigger.workflow_version:
         return trigger.workflow.versions.filter(number=trigger.workflow_version).first()
-    return latest_version(team=trigger.team, name=trigger.workflow.name)
+    return version_to_start(team=trigger.team, name=trigger.workflow.name)
 
 
 def team_live_runs(team_id: int) -> int:

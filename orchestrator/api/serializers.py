@@ -155,14 +155,24 @@ class WorkflowListSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     url = serializers.SerializerMethodField()
     latest_version = serializers.IntegerField(source="latest_number", read_only=True)
+    active_version = serializers.IntegerField(
+        source="active_version.number", read_only=True, allow_null=True, default=None,
+        help_text="The published version: what runs and triggers start (null: none yet).")
     updated_at = serializers.DateTimeField(read_only=True)
 
     class Meta:
         model = Workflow
-        fields = ["name", "team", "url", "latest_version", "created_at", "updated_at"]
+        fields = ["name", "team", "url", "latest_version", "active_version", "archived_at",
+                  "created_at", "updated_at"]
 
     def get_url(self, workflow: Workflow) -> str:
         return _absolute(self, workflow_path(workflow))
+
+
+class WorkflowPolicySerializer(serializers.Serializer):
+    publish_on_save = serializers.BooleanField(
+        help_text="On: a saved version is published at once (when the saver may publish); off: "
+        "saved versions are drafts until someone publishes one.")
 
 
 class WorkflowDetailSerializer(serializers.ModelSerializer):
@@ -177,11 +187,16 @@ class WorkflowDetailSerializer(serializers.ModelSerializer):
     versions_url = serializers.SerializerMethodField()
     runs_url = serializers.SerializerMethodField()
     versions = WorkflowVersionSummarySerializer(source="all_versions", many=True, read_only=True)
+    active_version = serializers.IntegerField(
+        source="active_version.number", read_only=True, allow_null=True, default=None,
+        help_text="The published version: what runs and triggers start (null: none yet).")
 
     class Meta:
         model = Workflow
         fields = ["name", "team", "url", "created_at", "version", "version_created_at", "digest",
-                  "definition", "versions_url", "runs_url", "versions"]
+                  "definition", "active_version", "publish_on_save", "archived_at",
+                  "versions_url", "runs_url", "versions"]
+        read_only_fields = ["publish_on_save", "archived_at"]
 
     def get_url(self, workflow: Workflow) -> str:
         return _absolute(self, workflow_path(workflow))

@@ -22,6 +22,7 @@ from approvals.models import ApprovalDecision, ApprovalRequest
 
 from ..authz import visible
 from ..definitions import DefinitionInvalid, parse_definition_text
+from ..errors import NotAllowed
 from ..models import DeadLetter, Run, StepRun, Workflow, WorkflowVersion
 from ..selectors import latest_version, runs_with_version
 from ..services.kinds.human_gate import (
@@ -32,7 +33,14 @@ from ..services.kinds.human_gate import (
 )
 from ..services.operators import dead_letter_redrive, run_resume, step_retry, step_skip
 from ..services.runs import run_cancel, run_start
-from ..services.workflows import definition_problems, workflow_save
+from ..services.workflows import (
+    definition_problems,
+    workflow_archive,
+    workflow_policy_set,
+    workflow_publish,
+    workflow_restore,
+    workflow_save,
+)
 from . import serializers as s
 from .errors import ServiceErrorsMixin, error_body, errors_of, problems_body, valid_data
 from .filters import ApprovalFilter, DeadLetterFilter, RunFilter, WorkflowFilter
@@ -103,14 +111,9 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
 
     @extend_schema(parameters=[_TEAM_PARAM], responses={200: s.WorkflowDetailSerializer, 400: _ERRORS})
     def retrieve(self, request, name=None):
-        """The latest version's definition, and every version's number and URL."""
-        workflow = self.get_object()
-        workflow.latest = latest_version(team=workflow.team, name=workflow.name)
-        workflow.all_versions = list(
-            workflow.versions.select_related("created_by").defer("definition", "normalized")
-            .order_by("-number")
-        )
-        return Response(s.WorkflowDetailSerializer(workflow, context=self.get_serializer_context()).data)
+        """The latest version's definition, which version is published, and every version's
+        number and URL."""
+        return self._detail(self.get_object())
 
     @extend_schema(
         request=_DEFINITION_BODY,
@@ -173,6 +176,50 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
             raise NotFound(f"workflow '{workflow.name}' has no version {number}")
         return Response(s.WorkflowVersionSerializer(version, context=self.get_serializer_context()).data)
 
+    @extend_schema(parameters=[_TEAM_PARAM], request=None,
+                   responses={200: s.WorkflowDetailSerializer, 403: _ERRORS, 409: _ERRORS},
+                   description="Publish this version: runs and triggers start it from now on. "
+                   "A version that drops or weakens a mandatory gate of the published one needs "
+                   "an owner (403 listing each weakened gate by path).")
+    @action(detail=True, methods=["post"], url_path=r"versions/(?P<number>[0-9]+)/publish",
+            url_name="version-publish")
+    def publish(self, request, name=None, number=None):
+        workflow = workflow_publish(workflow_id=self.get_object().id, number=int(number),
+                                    actor=request.user)
+        return self._detail(workflow)
+
+    @extend_schema(parameters=[_TEAM_PARAM], request=None,
+                   responses={200: s.WorkflowDetailSerializer, 403: _ERRORS},
+                   description="Archive the workflow: its versions and runs stay, no new run "
+                   "starts (API, triggers, parents).")
+    @action(detail=True, methods=["post"])
+    def archive(self, request, name=None):
+        return self._detail(workflow_archive(workflow_id=self.get_object().id, actor=request.user))
+
+    @extend_schema(parameters=[_TEAM_PARAM], request=None,
+                   responses={200: s.WorkflowDetailSerializer, 403: _ERRORS},
+                   description="Restore an archived workflow: runs may start again.")
+    @action(detail=True, methods=["post"])
+    def restore(self, request, name=None):
+        return self._detail(workflow_restore(workflow_id=self.get_object().id, actor=request.user))
+
+    @extend_schema(parameters=[_TEAM_PARAM], request=s.WorkflowPolicySerializer,
+                   responses={200: s.WorkflowDetailSerializer, 400: _ERRORS, 403: _ERRORS},
+                   description="Whether saving a version publishes it (owners).")
+    @action(detail=True, methods=["post"], parser_classes=[JSONBodyParser])
+    def policy(self, request, name=None):
+        body = valid_data(s.WorkflowPolicySerializer(data=request.data))
+        return self._detail(workflow_policy_set(workflow_id=self.get_object().id,
+                                                publish_on_save=body["publish_on_save"],
+                                                actor=request.user))
+
+    def _detail(self, workflow: Workflow) -> Response:
+        workflow.latest = latest_version(team=workflow.team, name=workflow.name)
+        workflow.all_versions = list(
+            workflow.versions.select_related("created_by").defer("definition", "normalized")
+            .order_by("-number"))
+        return Response(s.WorkflowDetailSerializer(workflow, context=self.get_serializer_context()).data)
+
     @extend_schema(
         request=s.RunStartRequestSerializer,
         parameters=[
@@ -189,7 +236,9 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
             400: _ERRORS,
             409: _ERRORS,
         },
-        description="Start a run of the latest version (or of `version`).",
+        description="Start a run of the published version (or of `version`; one that drops or "
+        "weakens a mandatory gate of the published version only for an owner). 409 when the "
+        "workflow is archived or has no published version.",
     )
     @action(detail=True, methods=["post"], parser_classes=[JSONBodyParser])
     def runs(self, request, name=None):
@@ -206,7 +255,11 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
     @staticmethod
     def _version_to_run(workflow: Workflow, number: int | None) -> WorkflowVersion:
         if number is None:
-            version = latest_version(team=workflow.team, name=workflow.name)
+            version = workflow.active_version
+            if version is None:
+                raise NotAllowed(f"workflow '{workflow.name}' has no published version",
+                                 [{"path": "version", "message": "no published version: publish "
+                                   "one, or name a version"}])
         else:
             version = workflow.versions.filter(number=number).first()
         if version is None:

@@ -261,6 +261,20 @@ def _gate_properties() -> dict:
             "exclusiveMinimum": 0,
             "description": "Remind the deciding group this many seconds before each deadline.",
         },
+        "mandatory": {
+            "type": "boolean",
+            "description": (
+                "A gate a new version may not drop or weaken (approvers, approvals, condition, "
+                "the steps it guards) unless an owner publishes it (docs/definitions.md)."
+            ),
+        },
+        "guards": {
+            "type": "array",
+            "items": _STEP_REF,
+            "uniqueItems": True,
+            "minItems": 1,
+            "description": "With mandatory: the high-risk steps that must wait for this gate.",
+        },
     }
 
 

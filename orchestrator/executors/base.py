@@ -25,6 +25,8 @@ class ExecContext:
     # Parameters a reviewer changed at the step's approval gate (approvals.binding): they
     # replace the rendered ones before the call is checked against the tool's schema.
     params_override: dict = field(default_factory=dict)
+    # Masks the run's secret inputs in what is recorded of the call (secret_inputs.Revealed).
+    scrub: Callable[[object], object] = lambda value: value
 
 
 @dataclass(frozen=True)

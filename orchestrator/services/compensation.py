@@ -25,6 +25,7 @@ from ..keys import idempotency_key_for
 from ..leases import heartbeat, lease_until
 from ..models import Effect, Run, StepRun
 from ..retry import StepError, retry_at
+from ..secret_inputs import revealed_for
 from ..selectors import compensable_steps, definition_of, lock_run, runs_with_version
 from ..states import RunState
 from .effects import effect_perform
@@ -92,10 +93,13 @@ def _compensate_all(run_id) -> bool:
 
 def _compensate_one(run: Run, step: StepRun, action: dict, key: str) -> None:
     """Undo `step` through the effect ledger, as a tool step of its own would call its tool."""
-    ctx = ExecContext(str(run.id), run.version.workflow.name, step.name, 1, key, step_id=step.id)
+    secrets = revealed_for(run.id)  # in memory for this call only (secret_inputs)
+    ctx = ExecContext(str(run.id), run.version.workflow.name, step.name, 1, key, step_id=step.id,
+                      scrub=secrets.scrub)
     spec = {**action, "type": "tool", "name": step.name, "side_effect": True}
-    tool, call = prepared_call(spec, _context(step), ctx)
-    effect_perform(tool=tool, call=call, step_id=step.id, key=key, action="compensate")
+    tool, call = prepared_call(spec, secrets.reveal(_context(step)), ctx)
+    effect_perform(tool=tool, call=call, step_id=step.id, key=key, action="compensate",
+                   scrub=secrets.scrub)
 
 
 def _retry_at(key: str, policy: dict, error: StepError):

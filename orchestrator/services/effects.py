@@ -23,8 +23,11 @@ from ..tools.registry import Tool
 
 
 def effect_perform(*, tool: Tool, call: Callable[[], object], step_id: int, key: str,
-                   action: str = "default") -> object:
+                   action: str = "default", scrub: Callable[[object], object] = lambda v: v) -> object:
     """Perform `call` once for `key`, or return what the first time produced.
+
+    What is stored of the outcome passes through `scrub` first (the run's secret inputs are
+    masked: secret_inputs); the caller gets the result as the tool returned it.
 
     Raises StepError from the call, StepError("cancelled") if the run is being cancelled (the
     last safe point before the effect), and StepError("uncertain") when a previous attempt's
@@ -39,9 +42,9 @@ def effect_perform(*, tool: Tool, call: Callable[[], object], step_id: int, key:
     try:
         result = call()
     except StepError as error:
-        _finish(effect, status=Effect.Status.FAILED, error=error.as_dict())
+        _finish(effect, status=Effect.Status.FAILED, error=scrub(error.as_dict()))
         raise
-    _finish(effect, status=Effect.Status.SUCCEEDED, result=result)
+    _finish(effect, status=Effect.Status.SUCCEEDED, result=scrub(result))
     return result
 
 

@@ -4,37 +4,49 @@ A run moves forward and ends through `scheduling` (every step that ends calls it
 services here are the ones an entry point calls for a whole run. Each checks the actor's
 permission itself (`authz`).
 """
+from collections.abc import Collection
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from jsonschema import Draft202012Validator
 
-from ..authz import REAPER, Action, Actor, is_person, label, require
+from audit.redaction import keyed_hash
+
+from ..authz import REAPER, Action, Actor, is_person, label, may, require
 from ..clock import now
 from ..definitions.limits import run_input_problems
-from ..errors import IdempotencyConflict, InputInvalid, NotAllowed
+from ..definitions.mandatory_gates import weakened_gates
+from ..errors import Forbidden, IdempotencyConflict, InputInvalid, NotAllowed, ServiceError
 from ..events import event_record
 from ..hashing import digest_of
 from ..models import Run, StepRun, WorkflowVersion
+from ..secret_inputs import seal_for, secret_paths, split
 from ..selectors import lock_run
 from ..states import RUN_CANCELLABLE, RUN_LIVE, RunState
 from .scheduling import run_advance, run_ended_notify, run_settle_cancel, steps_stop
 
 
 def input_problems(schema: dict, value: object) -> list[dict]:
-    """Every way `value` violates `schema`, as [{"path", "message"}] (path like input.a[0])."""
+    """Every way `value` violates `schema`, as [{"path", "message"}] (path like input.a[0]).
+
+    A message about a secret value (secret_inputs) does not quote it: refusals are recorded."""
     problems = []
+    secret = secret_paths(schema, value) if isinstance(value, dict) else []
     for error in sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path)):
         path = "input"
         for part in error.absolute_path:
             path += f"[{part}]" if isinstance(part, int) else f".{part}"
-        problems.append({"path": path, "message": error.message})
+        at = tuple(str(part) for part in error.absolute_path)
+        hidden = any(at[:len(p)] == p for p in secret)
+        problems.append({"path": path, "message": f"the secret value fails '{error.validator}' "
+                         "of its schema" if hidden else error.message})
     return problems
 
 
 def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by=None,
               idempotency_key: str | None = None, parent_step: StepRun | None = None,
-              trigger: str = "api", origin: dict | None = None) -> Run:
+              trigger: str = "api", origin: dict | None = None,
+              known_secrets: Collection[str] = ()) -> Run:
     """Create a run pinned to `version`, start it, and schedule its first steps.
 
     `actor` starts it (a person needs the run.start permission in the workflow's team);
@@ -47,23 +59,31 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     `trigger` is the kind of entry point ("api", "sub_workflow", "schedule", "webhook", ...);
     `origin`, when a trigger started the run, says which one and why ({"trigger", "name",
     "kind", "key", ...}): it is recorded on the run.created event, so the audit timeline shows it.
+
+    Secret values of the input (`secret_inputs`: `writeOnly` in the input schema, a key that
+    names a secret, or one of `known_secrets`, a parent's) are stored sealed, and the run's
+    input holds a marker in their place.
     """
     team = version.workflow.team
     require(actor, Action.RUN_START, team=team)
     problems = run_input_problems(input) or input_problems(version.normalized["input_schema"], input)
     if problems:
         raise InputInvalid("run input is invalid", problems)
-    request_digest = digest_of(
-        {"workflow": version.workflow.name, "version": version.number, "input": input})
+    stored_input, secrets = split(version.normalized["input_schema"], input, known=known_secrets)
+    # The digest proves a replay is the same request without being a hash of a secret.
+    request = {"workflow": version.workflow.name, "version": version.number, "input": stored_input}
+    request_digest = digest_of({**request, "secrets": keyed_hash(secrets)} if secrets else request)
     if idempotency_key:
         existing = _idempotent_replay(team.id, idempotency_key, request_digest)
         if existing:
             return existing
+    if refusal := version_start_refusal(version, actor):
+        raise refusal
     created_by = actor if is_person(actor) else created_by
     try:
         with transaction.atomic():
-            run = _create(version, input, actor, created_by, idempotency_key, request_digest,
-                          parent_step, trigger, origin)
+            run = _create(version, stored_input, actor, created_by, idempotency_key,
+                          request_digest, parent_step, trigger, origin, secrets)
     except IntegrityError:
         existing = idempotency_key and _idempotent_replay(team.id, idempotency_key, request_digest)
         if not existing:
@@ -71,6 +91,29 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
         return existing
     run._created = True
     return run
+
+
+def version_start_refusal(version: WorkflowVersion, actor: Actor) -> ServiceError | None:
+    """Why `actor` may not start a run of `version`, or None.
+
+    An archived workflow starts nothing (NotAllowed). A version other than the published one
+    that drops or weakens a mandatory gate of the published one starts only for a person who
+    may waive that gate (Forbidden): no draft, old version or pinned trigger runs around it.
+    """
+    workflow = version.workflow
+    if workflow.archived_at is not None:
+        return NotAllowed(f"workflow '{workflow.name}' is archived: it starts no new runs",
+                          [{"path": "workflow", "message": "archived"}])
+    active = workflow.active_version
+    if active is None or active.id == version.id:
+        return None
+    weakened = weakened_gates(active.normalized, version.normalized)
+    if weakened and not (is_person(actor) and may(actor, Action.WORKFLOW_WAIVE_GATE, team=workflow.team)):
+        return Forbidden(
+            f"version {version.number} of '{workflow.name}' drops or weakens a mandatory gate of "
+            f"the published version {active.number}; only an owner may start it",
+            [{"path": f"version.{p.path}", "message": p.message} for p in weakened])
+    return None
 
 
 def _idempotent_replay(team_id: int, key: str, request_digest: str) -> Run | None:
@@ -86,12 +129,13 @@ def _idempotent_replay(team_id: int, key: str, request_digest: str) -> Run | Non
 
 
 def _create(version, input, actor, created_by, idempotency_key, request_digest, parent_step,
-            trigger, origin) -> Run:
+            trigger, origin, secrets) -> Run:
     run = Run.objects.create(
         team=version.workflow.team, version=version, input=input, created_by=created_by,
         idempotency_key=idempotency_key or None, request_digest=request_digest,
         parent_step=parent_step, trigger=trigger,
     )
+    seal_for(run, secrets)
     StepRun.objects.bulk_create(
         StepRun(run=run, name=s["name"], kind=s["type"], position=i)
         for i, s in enumerate(version.normalized["steps"])

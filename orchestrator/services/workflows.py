@@ -1,15 +1,25 @@
-"""Saving workflow definitions as immutable, validated versions."""
+"""Workflows and their versions: saving a definition as an immutable version, publishing the
+version runs and triggers start, archiving and restoring a workflow.
+
+Each is a permissioned, audited change (docs/permissions.md): saving needs workflow.save,
+publishing workflow.publish, archiving workflow.archive, the publish-on-save policy
+workflow.policy; making active a version that drops or
+weakens a mandatory gate (definitions/mandatory_gates.py) needs workflow.waive_gate as well.
+"""
 from django.conf import settings
 from django.db import transaction
 
 from audit.services import audit_record
 
-from ..authz import Action, Actor, label, person, require
+from ..authz import Action, Actor, label, may, person, require
+from ..clock import now
 from ..definitions import DefinitionInvalid, Problem, normalize_definition, validate_definition
+from ..definitions.mandatory_gates import mandatory_gate_problems, weakened_gates
 from ..egress import definition_checker
+from ..errors import Forbidden, NotAllowed
 from ..hashing import digest_of
 from ..models import Team, Workflow, WorkflowVersion
-from ..selectors import latest_version
+from ..selectors import version_to_start
 from ..tools.checks import definition_checker as connections_checker
 from ..tools.registry import tool_param_schemas
 
@@ -19,22 +29,25 @@ def definition_problems(definition: object, *, team: Team) -> list[Problem]:
     policy and the named connections granted to it."""
 
     def workflows(name: str) -> dict | None:
-        version = latest_version(team=team, name=name)
+        version = version_to_start(team=team, name=name)
         return version.normalized["input_schema"] if version else None
 
-    return validate_definition(
+    problems = validate_definition(
         definition, tools=tool_param_schemas(), models=settings.STEPWISE_MODELS.keys(),
         workflows=workflows, egress=definition_checker(team=team.slug),
         tool_params=connections_checker(team=team.slug),
     )
+    return problems or mandatory_gate_problems(definition)
 
 
 def workflow_save(*, team: Team, definition: dict, actor: Actor) -> tuple[WorkflowVersion, bool]:
     """Validate and store `definition`; return (version, created).
 
     An unchanged definition returns the existing latest version (created=False); a changed one
-    becomes the next version. Raises Forbidden without the workflow.save permission in `team`,
-    DefinitionInvalid listing every problem.
+    becomes the next version, and is published at once when the workflow publishes on save and
+    `actor` may publish (else it is a draft). Raises Forbidden without the workflow.save
+    permission in `team`, or when publishing it would drop or weaken a mandatory gate and
+    `actor` may not waive one (nothing is saved then); DefinitionInvalid listing every problem.
     """
     require(actor, Action.WORKFLOW_SAVE, team=team)
     problems = definition_problems(definition, team=team)
@@ -43,7 +56,8 @@ def workflow_save(*, team: Team, definition: dict, actor: Actor) -> tuple[Workfl
     digest = digest_of(definition)
     with transaction.atomic():
         workflow, _ = Workflow.objects.get_or_create(team=team, name=definition["name"])
-        latest = workflow.versions.select_for_update().order_by("-number").first()
+        workflow = Workflow.objects.select_for_update().get(pk=workflow.pk)
+        latest = workflow.versions.order_by("-number").first()
         if latest is not None and latest.digest == digest:
             return latest, False
         number = (latest.number if latest else 0) + 1
@@ -55,4 +69,92 @@ def workflow_save(*, team: Team, definition: dict, actor: Actor) -> tuple[Workfl
         audit_record(action="workflow.version_created", outcome="created", actor=label(actor),
                      subject_type="workflow", subject_id=workflow.id, workflow=workflow.name,
                      workflow_version=number, definition_digest=digest, team=team.slug)
+        if workflow.publish_on_save and may(actor, Action.WORKFLOW_PUBLISH, team=team):
+            _publish(workflow, version, actor, saving=True)
     return version, True
+
+
+def workflow_publish(*, workflow_id: int, number: int, actor: Actor) -> Workflow:
+    """Make version `number` the one runs and triggers start.
+
+    Raises Forbidden without workflow.publish in the workflow's team, or when the version drops
+    or weakens a mandatory gate of the active one and `actor` may not waive it (each problem
+    with its path); NotAllowed for an archived workflow or a version that does not exist.
+    """
+    with transaction.atomic():
+        workflow = Workflow.objects.select_for_update().select_related("team").get(pk=workflow_id)
+        require(actor, Action.WORKFLOW_PUBLISH, team=workflow.team)
+        if workflow.archived_at is not None:
+            raise NotAllowed(f"workflow '{workflow.name}' is archived: restore it first")
+        version = workflow.versions.filter(number=number).first()
+        if version is None:
+            raise NotAllowed(f"workflow '{workflow.name}' has no version {number}",
+                             [{"path": "number", "message": f"no version {number}"}])
+        if workflow.active_version_id != version.id:
+            _publish(workflow, version, actor, saving=False)
+    return workflow
+
+
+def _publish(workflow: Workflow, version: WorkflowVersion, actor: Actor, *, saving: bool) -> None:
+    """Make `version` active, in the caller's transaction, refusing a weakened gate to anyone
+    who may not waive one."""
+    before = workflow.active_version
+    waived = weakened_gates(before.normalized, version.normalized) if before else []
+    if waived and not may(actor, Action.WORKFLOW_WAIVE_GATE, team=workflow.team):
+        how = ("an owner must save it, or save it with publishing on save turned off and have an "
+               "owner publish it") if saving else "an owner must publish it"
+        raise Forbidden(
+            f"version {version.number} of '{workflow.name}' drops or weakens a mandatory gate of "
+            f"the published version {before.number}: {how} (docs/permissions.md)",
+            [{"path": p.path, "message": p.message} for p in waived])
+    workflow.active_version = version
+    workflow.save(update_fields=["active_version"])
+    audit_record(action="workflow.published", outcome="waived" if waived else "published",
+                 actor=label(actor), subject_type="workflow", subject_id=workflow.id,
+                 workflow=workflow.name, workflow_version=version.number,
+                 definition_digest=version.digest, team=workflow.team.slug,
+                 payload={"previous_version": before.number if before else None,
+                          "gates_waived": [f"{p.path}: {p.message}" for p in waived]})
+
+
+def workflow_policy_set(*, workflow_id: int, publish_on_save: bool, actor: Actor) -> Workflow:
+    """Say whether saving a version of the workflow publishes it (on) or leaves a draft that
+    someone must publish (off: two people see each change). Raises Forbidden without
+    workflow.policy (owners)."""
+    with transaction.atomic():
+        workflow = Workflow.objects.select_for_update().select_related("team").get(pk=workflow_id)
+        require(actor, Action.WORKFLOW_POLICY, team=workflow.team)
+        if workflow.publish_on_save == publish_on_save:
+            return workflow
+        workflow.publish_on_save = publish_on_save
+        workflow.save(update_fields=["publish_on_save"])
+        audit_record(action="workflow.policy_changed", outcome="changed", actor=label(actor),
+                     subject_type="workflow", subject_id=workflow.id, workflow=workflow.name,
+                     team=workflow.team.slug, payload={"publish_on_save": publish_on_save})
+    return workflow
+
+
+def workflow_archive(*, workflow_id: int, actor: Actor) -> Workflow:
+    """Archive a workflow: its versions and runs stay, no new run starts (from the API, a
+    trigger or a parent). Raises Forbidden without workflow.archive; archiving twice is a no-op."""
+    return _set_archived(workflow_id, actor, archived=True)
+
+
+def workflow_restore(*, workflow_id: int, actor: Actor) -> Workflow:
+    """Undo `workflow_archive`. Raises Forbidden without workflow.archive."""
+    return _set_archived(workflow_id, actor, archived=False)
+
+
+def _set_archived(workflow_id: int, actor: Actor, *, archived: bool) -> Workflow:
+    with transaction.atomic():
+        workflow = Workflow.objects.select_for_update().select_related("team").get(pk=workflow_id)
+        require(actor, Action.WORKFLOW_ARCHIVE, team=workflow.team)
+        if (workflow.archived_at is not None) == archived:
+            return workflow
+        workflow.archived_at = now() if archived else None
+        workflow.save(update_fields=["archived_at"])
+        audit_record(action="workflow.archived" if archived else "workflow.restored",
+                     outcome="archived" if archived else "restored", actor=label(actor),
+                     subject_type="workflow", subject_id=workflow.id, workflow=workflow.name,
+                     team=workflow.team.slug)
+    return workflow

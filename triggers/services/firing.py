@@ -28,7 +28,7 @@ from orchestrator.clock import now
 from orchestrator.definitions.limits import run_input_problems
 from orchestrator.errors import Forbidden, InputInvalid, NotAllowed
 from orchestrator.models import Run
-from orchestrator.services.runs import input_problems, run_start
+from orchestrator.services.runs import input_problems, run_start, version_start_refusal
 
 from ..mapping import MappingFailed, event_matches, input_from_event
 from ..models import Firing, Trigger, TriggerKind, WhenLimited
@@ -158,6 +158,8 @@ def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
         version.normalized["input_schema"], run_input)) if version else [
         {"path": "workflow_version", "message": f"workflow '{trigger.workflow.name}' has no "
                                                 f"version {trigger.workflow_version or ''}"}]
+    if version and not problems and (refused := version_start_refusal(version, actor)):
+        problems = refused.problems
     if problems:
         return refusal(trigger, key=key, reason="invalid_input", problems=problems, actor=who,
                        origin=origin, status="invalid")
@@ -218,7 +220,7 @@ def _admit_one(trigger_id) -> int | None:
         try:
             run = _start(trigger, key=firing.key, run_input=firing.input, origin=firing.origin,
                          actor=actor)
-        except (InputInvalid, Forbidden) as error:
+        except (InputInvalid, Forbidden, NotAllowed) as error:
             # The workflow (or the person's role) changed while it waited: it cannot start.
             firing.delete()
             refusal(trigger, key=firing.key, reason="invalid_at_admission", actor=label(actor),

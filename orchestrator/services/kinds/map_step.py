@@ -29,6 +29,7 @@ from ...keys import idempotency_key_for
 from ...leases import heartbeat, lease_until
 from ...models import MapItem, Run, StepRun
 from ...retry import StepError, retry_at
+from ...secret_inputs import revealed_for
 from ...selectors import definition_of, lock_run_of_step, runs_with_version
 from ...states import RUN_ADVANCING, StepKind, StepState
 from ..effects import effect_perform
@@ -110,17 +111,21 @@ def map_item_run(*, step_id: int, index: int) -> ItemOutcome:
     verdict, attempt = _take_slot(item, run, cap=definition["max_parallel"], timeout_s=spec["timeout_s"])
     if verdict != DONE:
         return ItemOutcome(verdict)
-    step_input = {**(item.step.input or {}), "item": item.item, "index": index}
+    secrets = revealed_for(run.id)  # in memory for this call only (secret_inputs)
+    step_input = secrets.reveal({**(item.step.input or {}), "item": item.item, "index": index})
     key = idempotency_key_for(run.id, item.step.name, f"item-{index}")
     ctx = ExecContext(str(run.id), run.version.workflow.name, item.step.name, attempt, key,
-                      step_id=item.step_id, effects=partial(effect_perform, step_id=item.step_id, key=key))
+                      step_id=item.step_id, scrub=secrets.scrub,
+                      effects=partial(effect_perform, step_id=item.step_id, key=key,
+                                      scrub=secrets.scrub))
     try:
         with heartbeat(lambda: bool(_owned(item, attempt).update(lease_expires_at=lease_until())),
                        name=f"item-{item.id}"):
             result = execute(spec, step_input, ctx)
     except StepError as error:
+        error.message = secrets.scrub(error.message)
         return _attempt_failed(item, attempt, spec, error, spent=getattr(error, "spent", None))
-    _finish(item, attempt, output=result.output, error=None, spent=result)
+    _finish(item, attempt, output=secrets.scrub(result.output), error=None, spent=result)
     return ItemOutcome(DONE)
 
 

@@ -13,7 +13,8 @@ from ...definitions import render_value
 from ...errors import InputInvalid, NotAllowed
 from ...events import event_record
 from ...models import Run, StepRun
-from ...selectors import latest_version, lock_run_of_step
+from ...secret_inputs import NONE, revealed_for
+from ...selectors import lock_run_of_step, version_to_start
 from ...states import RunState, StepKind, StepState
 from ..runs import run_cancel, run_start
 from ..step_end import step_ended, waiting_step_time_out
@@ -27,16 +28,21 @@ class SubWorkflow(StepKindHandler):
         step.await_event(timeout_s=spec["timeout_s"])
         record(step, "step.waiting", {"for": "sub_workflow"})
         step.save()
-        version = latest_version(team=run.team, name=spec["workflow"])
+        version = version_to_start(team=run.team, name=spec["workflow"])
+        secrets = NONE
         try:
-            child_input = render_value(spec["input"], step.input)
+            # The parent's secrets reach the child's input and are sealed again there.
+            secrets = revealed_for(run.id)
+            child_input = render_value(spec["input"], secrets.reveal(step.input))
             if version is None:
-                raise InputInvalid(f"workflow '{spec['workflow']}' does not exist")
+                raise InputInvalid(
+                    f"workflow '{spec['workflow']}' does not exist or has no published version")
             # The parent's start was the permission; the child runs on the parent's behalf.
             child = run_start(version=version, input=child_input, actor=SUB_WORKFLOW,
-                              created_by=run.created_by, parent_step=step, trigger="sub_workflow")
+                              created_by=run.created_by, parent_step=step, trigger="sub_workflow",
+                              known_secrets=secrets.known())
         except Exception as exc:  # a bad child input is this step's classified failure
-            step.fail(error={"class": "validation", "message": str(exc)})
+            step.fail(error={"class": "validation", "message": secrets.scrub(str(exc))})
             record(step, "step.failed", step.error)
             return
         record(step, "step.child_started", {"child_run": str(child.id)})

@@ -39,6 +39,7 @@ from ...keys import idempotency_key_for
 from ...leases import heartbeat, lease_until
 from ...models import Run, StepAttempt, StepRun
 from ...retry import StepError, retry_at
+from ...secret_inputs import revealed_for
 from ...selectors import lock_run_of_step, runs_with_version, spec_of
 from ...states import RUN_ADVANCING, STEP_RECOVERABLE, RunState, StepKind, StepState
 from ..deadletters import dead_letter_open
@@ -122,10 +123,14 @@ def step_execute(*, step_id: int, worker: str) -> float:
     claim = step_claim(step_id=step_id, worker=worker)
     if claim is None:
         return 0
+    # The run's secret inputs, in memory for this call only; whatever comes back is scrubbed
+    # of them before it is stored (secret_inputs).
+    secrets = revealed_for(claim.run_id)
     ctx = ExecContext(str(claim.run_id), claim.workflow, claim.spec["name"], claim.attempt,
                       claim.idempotency_key, step_id=step_id,
-                      effects=partial(effect_perform, step_id=step_id, key=claim.idempotency_key),
-                      params_override=claim.params_override)
+                      effects=partial(effect_perform, step_id=step_id, key=claim.idempotency_key,
+                                      scrub=secrets.scrub),
+                      params_override=claim.params_override, scrub=secrets.scrub)
     dependency = limits.dependency_of(claim.spec)
     try:
         if closed_for := limits.breaker_open_for(dependency):
@@ -133,17 +138,18 @@ def step_execute(*, step_id: int, worker: str) -> float:
             raise StepError("transient", f"circuit open for {dependency}", retry_after_s=closed_for)
         with _lease_kept(step_id=step_id, attempt=claim.attempt):
             try:
-                result = execute(claim.spec, claim.step_input, ctx)
+                result = execute(claim.spec, secrets.reveal(claim.step_input), ctx)
             except StepError as error:
                 limits.breaker_record(dependency, error_class=error.error_class)
                 raise
             limits.breaker_record(dependency, error_class=None)
     except StepError as error:
         # A failed attempt may still have spent tokens (model calls, repairs): charge them.
+        error.message = secrets.scrub(error.message)
         step_fail(step_id=step_id, attempt=claim.attempt, error=error,
                   usage=Usage.of(getattr(error, "spent", None)), worker=worker)
         return 0
-    step_succeed(step_id=step_id, attempt=claim.attempt, output=result.output,
+    step_succeed(step_id=step_id, attempt=claim.attempt, output=secrets.scrub(result.output),
                  usage=Usage.of(result), worker=worker)
     return 0
 
