@@ -169,8 +169,18 @@ class WorkflowListSerializer(serializers.ModelSerializer):
         return _absolute(self, workflow_path(workflow))
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON `true` or `false` and nothing else: DRF's BooleanField also takes 0, 1, "yes" and
+    "off", which the published schema (`type: boolean`) does not allow."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            return data
+        self.fail("invalid", input=data)
+
+
 class WorkflowPolicySerializer(serializers.Serializer):
-    publish_on_save = serializers.BooleanField(
+    publish_on_save = StrictBooleanField(
         help_text="On: a saved version is published at once (when the saver may publish); off: "
         "saved versions are drafts until someone publishes one.")
 

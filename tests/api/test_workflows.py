@@ -3,8 +3,8 @@ import copy
 import pytest
 import yaml
 
-from orchestrator.models import Workflow, WorkflowVersion
-from tests.conftest import client_for
+from orchestrator.models import Role, Workflow, WorkflowVersion
+from tests.conftest import client_for, member
 from tests.factories import EXAMPLES, TeamFactory, example_definition
 
 BROKEN = {
@@ -214,3 +214,18 @@ def test_staff_sees_nothing_of_teams_they_are_not_in(outsider_api, operator):
     listed = client_for(operator).get("/api/v1/workflows/").json()["results"]
 
     assert operator.is_staff and listed == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("value", [0, 1, "yes", "false", None])
+def test_the_publishing_policy_takes_a_json_boolean_only(team, value):
+    owner = member(team, "policy-owner", role=Role.OWNER)
+    owner_api = client_for(owner)
+    save(owner_api, example_definition("support"))
+
+    response = owner_api.post("/api/v1/workflows/support-reply/policy/",
+                              {"publish_on_save": value}, format="json")
+
+    assert response.status_code == 400
+    assert [e["path"] for e in response.json()["errors"]] == ["publish_on_save"]
+    assert Workflow.objects.get(name="support-reply").publish_on_save is True
