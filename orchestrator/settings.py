@@ -102,6 +102,7 @@ INSTALLED_APPS = [
     "budgets",
     "triggers",
     "notifications",
+    "alerts",
 ]
 
 MIDDLEWARE = [
@@ -240,6 +241,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("STEPWISE_TRIGGER_ADMIT_INTERVAL_S", "2")),
         "options": {"queue": "orchestrator", "expires": 10},
     },
+    # Alerts (alerts/, docs/operations.md#alerts): the outbox since the last scan, then the
+    # conditions only the clock shows (stuck runs, deadlines, queue age).
+    "stepwise-alerts": {
+        "task": "alerts.tasks.scan",
+        "schedule": float(os.environ.get("STEPWISE_ALERTS_INTERVAL_S", "10")),
+        "options": {"queue": "orchestrator", "expires": 30},
+    },
     # Its own queue, so only the worker that holds the signing key consumes it (docs/security.md).
     "stepwise-audit-checkpoint": {
         "task": "audit.tasks.checkpoint",
@@ -350,6 +358,11 @@ else:
     EMAIL_BACKEND = os.environ.get("DJANGO_EMAIL_BACKEND",
                                    "django.core.mail.backends.filebased.EmailBackend")
     EMAIL_FILE_PATH = VAR_DIR / "mail"
+
+# --- alerts (alerts/, docs/operations.md#alerts) ------------------------------------------------
+# An outbox event is read this long after it was written, so a transaction that committed after
+# a later id (PostgreSQL) is not passed over.
+STEPWISE_ALERTS_SETTLE_S = float(os.environ.get("STEPWISE_ALERTS_SETTLE_S", "2"))
 
 # --- API ------------------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -96,6 +96,7 @@ ROW_ACTIONS = {
     "step.retry": Action.STEP_RETRY, "step.skip": Action.STEP_SKIP,
     "dead_letter.redrive": Action.DEAD_LETTER_REDRIVE,
     "trigger.manage": Action.TRIGGER_MANAGE,
+    "alert.handle": Action.ALERT_HANDLE,
     "view the team's workflows and runs": Action.VIEW,
 }
 
