@@ -4,6 +4,6 @@ from celery import shared_task
 from .detection import alerts_scan
 
 
-@shared_task(name="alerts.tasks.scan", ignore_result=True)
+@shared_task(name="alerts.tasks.scan", ignore_result=True, send_events=False)
 def scan() -> None:
     alerts_scan()

@@ -107,6 +107,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Trace id (and run id) on every line a request logs; a span per request when tracing is on.
+    "orchestrator.requestlog.RequestContextMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -392,12 +394,41 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# Logs (docs/operations.md#logs): one line per record with the run, step, attempt, workflow,
+# team and trace ids (orchestrator/logs.py); JSON lines in production, readable text otherwise
+# (STEPWISE_LOG_FORMAT=json|text overrides). Secrets are masked before any line is written.
+# Workers and beat use this same configuration (orchestrator/celery.py), never Celery's own.
+STEPWISE_LOG_FORMAT = os.environ.get("STEPWISE_LOG_FORMAT", "json" if PRODUCTION else "text")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {
+        "ids": {"()": "orchestrator.logs.ContextFilter"},
+        "redact": {"()": "orchestrator.logs.RedactFilter"},
+    },
+    "formatters": {
+        "json": {"()": "orchestrator.logs.JsonFormatter"},
+        "text": {"()": "orchestrator.logs.TextFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["ids", "redact"],
+                             "formatter": STEPWISE_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": os.environ.get("STEPWISE_LOG_LEVEL", "INFO")},
+    "loggers": {
+        # Django's request logger prints through the root handler only (its own "console"
+        # handler would print each 4xx/5xx warning a second time under DEBUG).
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        # Celery's per-task "received"/"succeeded" lines: the reaper's sweep every 2 s floods
+        # them; the engine logs what matters itself.
+        "celery.worker.strategy": {"level": "WARNING"},
+        "celery.app.trace": {"level": "WARNING"},
+    },
 }
+
+# --- traces (orchestrator/tracing.py, docs/operations.md#traces) -----------------------------
+# OpenTelemetry spans from the API through the scheduler to each step and its model/tool call.
+# Off by default; on, spans go to STEPWISE_OTLP_ENDPOINT (OTLP over HTTP) or to the console.
+STEPWISE_TRACING = deployment.env_bool("STEPWISE_TRACING", False)
+STEPWISE_OTLP_ENDPOINT = os.environ.get("STEPWISE_OTLP_ENDPOINT", "")
 
 # --- audit ledger (audit/, docs/audit.md) -----------------------------------------------------
 # Days an entry is kept before `manage.py audit_prune` may delete it; unset keeps it forever.

@@ -23,7 +23,7 @@ from django_fsm import ConcurrentTransition
 
 from approvals.binding import guarded_step_clearance
 
-from ... import limits
+from ... import limits, tracing
 from ...authz import REAPER, Actor, label, worker_actor
 from ...clock import now
 from ...dispatch import (
@@ -37,6 +37,7 @@ from ...events import event_record
 from ...executors import ATTEMPT_META_FIELDS, ExecContext, execute
 from ...keys import idempotency_key_for
 from ...leases import heartbeat, lease_until
+from ...logcontext import bind
 from ...models import Run, StepAttempt, StepRun
 from ...retry import StepError, retry_at
 from ...selectors import lock_run_of_step, runs_with_version, spec_of
@@ -77,6 +78,7 @@ class Claim:
     idempotency_key: str
     # Parameters reviewers changed at the step's approval gate (approvals.binding).
     params_override: dict = field(default_factory=dict)
+    team: str = ""
 
 
 class WorkerStep(StepKindHandler):
@@ -84,7 +86,7 @@ class WorkerStep(StepKindHandler):
         queue = queue_for(spec)
         step.enqueue(queue=queue)
         record(step, "step.queued", {"queue": queue})
-        step_dispatch_on_commit(step.id, queue)
+        step_dispatch_on_commit(step.id, queue, run_id=step.run_id, step_name=step.name)
 
     def time_out(self, *, step_id: int, reason: str) -> bool:
         """A running step past its timeout: timed_out, or retried if its policy allows."""
@@ -122,6 +124,16 @@ def step_execute(*, step_id: int, worker: str) -> float:
     claim = step_claim(step_id=step_id, worker=worker)
     if claim is None:
         return 0
+    # The rest of this task's log lines name the attempt too (orchestrator.logcontext).
+    bind(run_id=claim.run_id, step=claim.spec["name"], attempt=claim.attempt,
+         workflow=claim.workflow, team=claim.team)
+    with tracing.span("step.execute", run=claim.run_id, step=claim.spec["name"],
+                      attempt=claim.attempt, workflow=claim.workflow):
+        _execute_claimed(step_id, claim, worker)
+    return 0
+
+
+def _execute_claimed(step_id: int, claim: Claim, worker: str) -> None:
     ctx = ExecContext(str(claim.run_id), claim.workflow, claim.spec["name"], claim.attempt,
                       claim.idempotency_key, step_id=step_id,
                       effects=partial(effect_perform, step_id=step_id, key=claim.idempotency_key),
@@ -133,7 +145,8 @@ def step_execute(*, step_id: int, worker: str) -> float:
             raise StepError("transient", f"circuit open for {dependency}", retry_after_s=closed_for)
         with _lease_kept(step_id=step_id, attempt=claim.attempt):
             try:
-                result = execute(claim.spec, claim.step_input, ctx)
+                with tracing.span(f"{claim.spec['type']}.call", target=_target(claim.spec)):
+                    result = execute(claim.spec, claim.step_input, ctx)
             except StepError as error:
                 limits.breaker_record(dependency, error_class=error.error_class)
                 raise
@@ -142,10 +155,14 @@ def step_execute(*, step_id: int, worker: str) -> float:
         # A failed attempt may still have spent tokens (model calls, repairs): charge them.
         step_fail(step_id=step_id, attempt=claim.attempt, error=error,
                   usage=Usage.of(getattr(error, "spent", None)), worker=worker)
-        return 0
+        return
     step_succeed(step_id=step_id, attempt=claim.attempt, output=result.output,
                  usage=Usage.of(result), worker=worker)
-    return 0
+
+
+def _target(spec: dict) -> str:
+    """What a step calls: its model or its tool."""
+    return spec.get("model") or spec.get("tool") or spec["type"]
 
 
 @contextmanager
@@ -159,7 +176,7 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
     step's approval no longer holds (then the step has been failed, its action not run)."""
     try:
         with transaction.atomic():
-            step = StepRun.objects.select_related("run", "run__version__workflow").defer(
+            step = StepRun.objects.select_related("run", "run__team", "run__version__workflow").defer(
                 "run__version__definition", "run__version__normalized").get(id=step_id)
             run = step.run
             if step.state != StepState.QUEUED:
@@ -185,7 +202,7 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
         step_refuse(step_id=step_id, error=StepError("policy", refusal), worker=worker)
         return None
     return Claim(step.id, step.attempts, run.id, run.version.workflow.name, spec,
-                 step.input or {}, key, clearance.params_override)
+                 step.input or {}, key, clearance.params_override, run.team.slug)
 
 
 class _Refused(Exception):
@@ -273,7 +290,8 @@ def _fail_or_retry(run: Run, step: StepRun, error: StepError, *, actor: Actor) -
                      payload={**error.as_dict(), "attempt": step.attempts, "at": when.isoformat()})
         delay = (when - now()).total_seconds()
         if delay <= BROKER_DELAY_LIMIT_S:
-            retry_due_on_commit(step.id, max(delay, 0))
+            retry_due_on_commit(step.id, max(delay, 0), run_id=step.run_id,
+                                    step_name=step.name)
         return
     if error.error_class == "cancelled":
         step.cancel(reason=error.message)
@@ -302,7 +320,7 @@ def step_retry_due(*, step_id: int) -> bool:
         step.enqueue(queue=step.queue)
         step.save()
         event_record(run=run, step=step, kind="step.queued", payload={"retry": True})
-        step_dispatch_on_commit(step.id, step.queue)
+        step_dispatch_on_commit(step.id, step.queue, run_id=step.run_id, step_name=step.name)
     return True
 
 
@@ -325,7 +343,7 @@ def step_redispatch(*, step_id: int) -> bool:
     if step is None:
         return False
     with transaction.atomic():
-        step_dispatch_on_commit(step.id, step.queue)
+        step_dispatch_on_commit(step.id, step.queue, run_id=step.run_id, step_name=step.name)
         StepRun.objects.filter(id=step.id, state=StepState.QUEUED).update(queued_at=now())
     return True
 
@@ -365,5 +383,5 @@ def step_requeue(run: Run, step: StepRun, *, actor: Actor, reason: str) -> None:
     step.redrive(queue=step.queue)
     step.save()
     event_record(run=run, step=step, kind="step.queued", actor=who, payload={"reason": reason})
-    step_dispatch_on_commit(step.id, step.queue)
+    step_dispatch_on_commit(step.id, step.queue, run_id=step.run_id, step_name=step.name)
 
