@@ -17,6 +17,7 @@ from notifications.services import notification_send
 from orchestrator.authz import Action, Actor, person, require
 from orchestrator.clock import now
 from orchestrator.errors import NotAllowed
+from orchestrator.metrics import ALERTS
 from orchestrator.models import Role, Run, Team, TeamMembership
 
 from .models import Alert, AlertRule, AlertState
@@ -81,6 +82,8 @@ def alert_raise(rule: RuleKind | str, *, team: Team, run: Run | None = None, key
                 alert.save(update_fields=["notification"])
     except IntegrityError:  # raised at the same moment elsewhere: that one stands
         return None
+    transaction.on_commit(lambda: ALERTS.labels(str(kind), str(in_force.severity)).inc(),
+                          robust=True)
     log.warning("alert raised: %s", subject, extra={"alert_rule": str(kind), "alert_key": key})
     return alert
 

@@ -5,7 +5,8 @@ event written outside the transaction of its change could survive a rollback of 
 Each event is also entered in the audit ledger (`audit.services`), in the same transaction:
 these two functions are the one path every state change of the engine takes.
 
-They are also where the engine's log lines about its work come from: after the transaction
+They are also where the engine's log lines about its work come from (and its retry and
+dead-letter counters, `orchestrator.metrics`): after the transaction
 commits, each event of a kind in `LOG_LEVELS` is logged once, at its level, with the run, step,
 attempt, workflow and team ids — a failure, a retry, a dead letter, a pause (a budget denial),
 an approval decision — so a rolled-back change logs nothing and a change logs one line.
@@ -17,6 +18,7 @@ from django.db import connection, transaction
 from audit.services import audit_record_events
 
 from .logcontext import bound
+from .metrics import observe_event
 from .models import Event, Run, StepRun
 
 log = logging.getLogger("stepwise.events")
@@ -57,6 +59,8 @@ def _log_after_commit(events: list[Event]) -> None:
         return
 
     def write() -> None:
+        for kind, *_, payload in notable:
+            observe_event(kind, payload)
         names = dict(Run.objects.filter(pk__in={n[1] for n in notable}).values_list(
             "pk", "version__workflow__name"))
         teams = dict(Run.objects.filter(pk__in={n[1] for n in notable}).values_list(

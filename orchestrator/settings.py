@@ -72,7 +72,7 @@ if PRODUCTION:
     # (DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO) so Django knows the request was https.
     SECURE_SSL_REDIRECT = deployment.env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
     # Probes talk plain HTTP inside the deployment; liveness says nothing but "ok".
-    SECURE_REDIRECT_EXEMPT = [r"^api/v1/health/$"]
+    SECURE_REDIRECT_EXEMPT = [r"^api/v1/health/$", r"^api/v1/health/ready/$"]
     SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "31536000"))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = deployment.env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = deployment.env_bool("DJANGO_SECURE_HSTS_PRELOAD", True)
@@ -93,6 +93,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc served from here, never a CDN
     "django_celery_beat",
     "django_celery_results",
     "channels",
@@ -385,6 +386,13 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Durable, budgeted, audited AI workflows.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The UI's assets come with the package (drf-spectacular-sidecar): the docs work offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # The API token first in "Authorize": what a program uses (the cookie is the browser's).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "orchestrator.api.schema.token_scheme_first"],
     "ENUM_NAME_OVERRIDES": {
         "RunStateEnum": "orchestrator.models.RunState",
         "StepStateEnum": "orchestrator.models.StepState",
@@ -423,6 +431,15 @@ LOGGING = {
         "celery.app.trace": {"level": "WARNING"},
     },
 }
+
+# --- metrics (orchestrator/metrics.py, docs/operations.md#metrics) ------------------------------
+# Every process (web, each worker's prefork children) writes its counters here; /metrics sums
+# them. Set before prometheus-client is imported anywhere; `make run` empties it at start.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / f"prometheus{XDIST_SUFFIX}"))
+Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+# /metrics answers operators (signed in, or with their API token) and, for a Prometheus
+# server, `Authorization: Bearer <STEPWISE_METRICS_TOKEN>` when this is set.
+STEPWISE_METRICS_TOKEN = os.environ.get("STEPWISE_METRICS_TOKEN", "")
 
 # --- traces (orchestrator/tracing.py, docs/operations.md#traces) -----------------------------
 # OpenTelemetry spans from the API through the scheduler to each step and its model/tool call.

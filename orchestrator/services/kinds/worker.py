@@ -12,6 +12,7 @@ Any message may be a replay: each service re-reads the step, and does nothing wh
 no longer in the state the message assumed. Each finishes through `step_ended` in the same
 transaction, so the next steps are dispatched with no extra broker hop.
 """
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -23,7 +24,7 @@ from django_fsm import ConcurrentTransition
 
 from approvals.binding import guarded_step_clearance
 
-from ... import limits, tracing
+from ... import limits, metrics, tracing
 from ...authz import REAPER, Actor, label, worker_actor
 from ...clock import now
 from ...dispatch import (
@@ -79,6 +80,7 @@ class Claim:
     # Parameters reviewers changed at the step's approval gate (approvals.binding).
     params_override: dict = field(default_factory=dict)
     team: str = ""
+    queue: str = ""
 
 
 class WorkerStep(StepKindHandler):
@@ -144,12 +146,15 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str) -> None:
             # A failing dependency is not called; the step retries under its policy.
             raise StepError("transient", f"circuit open for {dependency}", retry_after_s=closed_for)
         with _lease_kept(step_id=step_id, attempt=claim.attempt):
+            started = time.monotonic()
             try:
                 with tracing.span(f"{claim.spec['type']}.call", target=_target(claim.spec)):
                     result = execute(claim.spec, claim.step_input, ctx)
             except StepError as error:
+                _observe_duration(claim, started, outcome="failed")
                 limits.breaker_record(dependency, error_class=error.error_class)
                 raise
+            _observe_duration(claim, started, outcome="succeeded")
             limits.breaker_record(dependency, error_class=None)
     except StepError as error:
         # A failed attempt may still have spent tokens (model calls, repairs): charge them.
@@ -158,6 +163,11 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str) -> None:
         return
     step_succeed(step_id=step_id, attempt=claim.attempt, output=result.output,
                  usage=Usage.of(result), worker=worker)
+
+
+def _observe_duration(claim: Claim, started: float, *, outcome: str) -> None:
+    metrics.STEP_DURATION.labels(claim.spec["type"], claim.queue, outcome).observe(
+        time.monotonic() - started)
 
 
 def _target(spec: dict) -> str:
@@ -196,13 +206,16 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
                                        started_at=step.started_at, idempotency_key=key)
             event_record(run=run, step=step, kind="step.running", actor=f"worker:{worker}",
                          payload={"attempt": step.attempts})
+            if step.queued_at:
+                latency = (step.started_at - step.queued_at).total_seconds()
+                metrics.SCHEDULING_LATENCY.labels(step.queue).observe(max(latency, 0))
     except (StepRun.DoesNotExist, ConcurrentTransition):
         return None
     except _Refused:
         step_refuse(step_id=step_id, error=StepError("policy", refusal), worker=worker)
         return None
     return Claim(step.id, step.attempts, run.id, run.version.workflow.name, spec,
-                 step.input or {}, key, clearance.params_override, run.team.slug)
+                 step.input or {}, key, clearance.params_override, run.team.slug, step.queue)
 
 
 class _Refused(Exception):
@@ -229,6 +242,8 @@ def step_spec(*, step_id: int) -> dict:
 def _charge(run: Run, step: StepRun, usage: Usage) -> None:
     if not (usage.tokens_in or usage.tokens_out or usage.cost_usd):
         return  # a tool step spends nothing: spare the run row an UPDATE
+    metrics.observe_usage(model=usage.model, tokens_in=usage.tokens_in,
+                          tokens_out=usage.tokens_out, cost_usd=usage.cost_usd)
     step.tokens_in += usage.tokens_in
     step.tokens_out += usage.tokens_out
     step.cost_usd += usage.cost_usd
