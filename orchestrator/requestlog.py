@@ -39,7 +39,8 @@ class RequestContextMiddleware:
 
 
 def _route(request) -> str:
+    """The span's name: the URL's name (api:run-detail), never the path with its ids."""
     try:
-        return "/" + resolve(request.path_info).route
+        return resolve(request.path_info).view_name
     except Resolver404:
-        return request.path
+        return "unrouted"

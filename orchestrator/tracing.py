@@ -26,7 +26,8 @@ def enabled() -> bool:
 
 
 def configure(exporter=None) -> None:
-    """Install the SDK's tracer provider once per process (a test passes its own exporter).
+    """Install the SDK's tracer provider (once per process; called again, it adds the exporter
+    to the provider installed) — a test passes its own exporter.
 
     The exporter is OTLP over HTTP when STEPWISE_OTLP_ENDPOINT is set (the package
     opentelemetry-exporter-otlp-proto-http must be installed), else the console.
@@ -39,7 +40,9 @@ def configure(exporter=None) -> None:
         SimpleSpanProcessor,
     )
 
-    provider = TracerProvider(resource=Resource.create({"service.name": "stepwise"}))
+    current = trace.get_tracer_provider()
+    provider = current if isinstance(current, TracerProvider) else TracerProvider(
+        resource=Resource.create({"service.name": "stepwise"}))
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     elif getattr(settings, "STEPWISE_OTLP_ENDPOINT", ""):
@@ -49,7 +52,8 @@ def configure(exporter=None) -> None:
             OTLPSpanExporter(endpoint=settings.STEPWISE_OTLP_ENDPOINT)))
     else:
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
-    trace.set_tracer_provider(provider)
+    if provider is not current:  # OpenTelemetry takes a process's provider once
+        trace.set_tracer_provider(provider)
 
 
 def _parse(traceparent: str) -> str:

@@ -3,6 +3,7 @@ then one scrape of the web side shows every series the workers moved — their c
 histograms summed across processes (prometheus-client multiprocess mode) — and the gauges read
 from the database. The scrape is for operators or the bearer token only."""
 import pytest
+from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.models import Role
@@ -59,7 +60,7 @@ def test_metrics_show_what_real_workers_did(workers, team, settings):
 
     after = scrape(operator)
     moved = lambda name, **labels: total(after, name, **labels) - total(before, name, **labels)  # noqa: E731
-    assert moved("stepwise_step_duration_seconds_count", kind="agent", outcome="succeeded") >= 4
+    assert moved("stepwise_step_duration_seconds_count", kind="agent", outcome="succeeded") == 3
     assert moved("stepwise_step_duration_seconds_count", kind="tool", queue="tools",
                  outcome="failed") == 1
     assert moved("stepwise_step_scheduling_latency_seconds_count", queue="agent.fast") >= 1
@@ -69,12 +70,9 @@ def test_metrics_show_what_real_workers_did(workers, team, settings):
     assert value(after, "stepwise_runs", state="waiting") >= 1
     assert value(after, "stepwise_runs", state="failed") >= 1
     assert value(after, "stepwise_approvals_pending") >= 1
-    assert ("stepwise_queue_depth", (("queue", "tools"),)) in after or True  # empty queues: no row
 
     # Protected: a member is refused, no one anonymous, the bearer token is let in.
     assert client_for(member(team, "viewer")).get("/metrics").status_code == 403
-    from django.test import Client
-
     assert Client().get("/metrics").status_code == 401
     settings.STEPWISE_METRICS_TOKEN = "scrape-me-0123456789"
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me-0123456789").status_code == 200
