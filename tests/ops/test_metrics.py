@@ -40,3 +40,20 @@ def test_queue_depth_and_oldest_age_per_queue_runs_by_state_and_open_alerts(team
     assert seen[("stepwise_alerts_open", (("rule", "run.failed"), ("severity", "critical")))] == 1
     assert ("stepwise_alerts_open", (("rule", "run.stuck"), ("severity", "warning"))) not in seen
     assert seen[("stepwise_approvals_pending", ())] == 0
+
+
+def test_the_grafana_dashboard_asks_only_for_series_stepwise_exposes():
+    import json
+    import re
+    from pathlib import Path
+
+    from prometheus_client import REGISTRY
+
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "docs" /
+                            "grafana-dashboard.json").read_text())
+    asked = {re.sub(r"_(bucket|count|sum|total)$", "", name)
+             for panel in dashboard["panels"] for target in panel["targets"]
+             for name in re.findall(r"stepwise_[a-z_]+", target["expr"])}
+    exposed = {family.name for family in REGISTRY.collect()} | {
+        family.name for family in text_string_to_metric_families(metrics_text().decode())}
+    assert asked <= exposed, asked - exposed
