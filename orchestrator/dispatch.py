@@ -70,14 +70,16 @@ def retry_due_on_commit(step_id: int, delay_s: float, *, run_id=None, step_name:
                                run_id=run_id, step_name=step_name))
 
 
-def map_dispatch_on_commit(step_id: int, indexes: list[int], item_queue: str) -> None:
+def map_dispatch_on_commit(step_id: int, indexes: list[int], item_queue: str, *, run_id=None,
+                           step_name: str = "") -> None:
     """Fan a map step out as a Celery chord: one task per item, the join as the chord body."""
 
     def send() -> None:
+        named = about(run_id, step_name)
         header = [signature("orchestrator.tasks.map_item", (step_id, i), immutable=True,
-                            queue=item_queue) for i in indexes]
+                            queue=item_queue, **named) for i in indexes]
         join = signature("orchestrator.tasks.map_join", (step_id,), immutable=True,
-                         queue="orchestrator")
+                         queue="orchestrator", **named)
         chord(header, app=current_app)(join)
 
     after_commit(send)

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 
 from audit.services import audit_record_events
 
-from .logcontext import bound
+from .logcontext import describing
 from .metrics import observe_event
 from .models import Event, Run, StepRun
 
@@ -66,8 +66,8 @@ def _log_after_commit(events: list[Event]) -> None:
         teams = dict(Run.objects.filter(pk__in={n[1] for n in notable}).values_list(
             "pk", "team__slug"))
         for kind, run_id, step, attempt, actor, payload in notable:
-            with bound(run_id=run_id, step=step, attempt=attempt, workflow=names.get(run_id),
-                       team=teams.get(run_id)):
+            with describing(run_id=run_id, step=step, attempt=attempt,
+                            workflow=names.get(run_id), team=teams.get(run_id)):
                 detail = _detail(kind, payload)
                 log.log(LOG_LEVELS[kind], "%s%s%s", kind, " " if detail else "", detail,
                         extra={"event": kind, "actor": actor})

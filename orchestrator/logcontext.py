@@ -39,6 +39,18 @@ def clear() -> None:
 
 
 @contextmanager
+def describing(**ids) -> Iterator[None]:
+    """Exactly these ids (None: not set) for what is logged inside, the trace id kept: a line
+    about another object than the one the context names (an event of another run or step)."""
+    token = _ids.set({**({"trace_id": current()["trace_id"]} if "trace_id" in current() else {}),
+                      **{k: str(v) for k, v in ids.items() if v is not None and v != ""}})
+    try:
+        yield
+    finally:
+        reset(token)
+
+
+@contextmanager
 def bound(**ids) -> Iterator[None]:
     token = bind(**ids)
     try:

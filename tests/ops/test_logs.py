@@ -170,3 +170,16 @@ def test_development_writes_text_and_json_is_one_setting_away():
         env={**os.environ, "STEPWISE_LOG_FORMAT": "json"},
         capture_output=True, text=True, check=True).stdout.strip()
     assert out.splitlines()[-1] == "json"
+
+
+@pytest.mark.django_db
+def test_an_event_line_names_its_own_run_and_step_not_those_bound_before(
+        team, lines, django_capture_on_commit_callbacks):
+    with bound(run_id="another-run", step="stale", attempt=9, trace_id="ef" * 16), \
+            django_capture_on_commit_callbacks(execute=True):
+        run, _ = fail_twice(team)
+    [retrying] = [line for line in lines() if line.get("event") == "step.retrying"]
+    assert (retrying["run_id"], retrying["step"], retrying["attempt"]) == (str(run.id), "call", "1")
+    assert retrying["trace_id"] == "ef" * 16  # the trace it happened in is kept
+    created = [line for line in lines() if line.get("event") == "run.created"]
+    assert created and (created[0]["step"], created[0]["attempt"]) == (None, None)

@@ -38,7 +38,7 @@ from ...events import event_record
 from ...executors import ATTEMPT_META_FIELDS, ExecContext, execute
 from ...keys import idempotency_key_for
 from ...leases import heartbeat, lease_until
-from ...logcontext import bind
+from ...logcontext import bound
 from ...models import Run, StepAttempt, StepRun
 from ...retry import StepError, retry_at
 from ...selectors import lock_run_of_step, runs_with_version, spec_of
@@ -126,11 +126,11 @@ def step_execute(*, step_id: int, worker: str) -> float:
     claim = step_claim(step_id=step_id, worker=worker)
     if claim is None:
         return 0
-    # The rest of this task's log lines name the attempt too (orchestrator.logcontext).
-    bind(run_id=claim.run_id, step=claim.spec["name"], attempt=claim.attempt,
-         workflow=claim.workflow, team=claim.team)
-    with tracing.span("step.execute", run=claim.run_id, step=claim.spec["name"],
-                      attempt=claim.attempt, workflow=claim.workflow):
+    # The step's log lines name the attempt too (orchestrator.logcontext).
+    with bound(run_id=claim.run_id, step=claim.spec["name"], attempt=claim.attempt,
+               workflow=claim.workflow, team=claim.team), \
+            tracing.span("step.execute", run=claim.run_id, step=claim.spec["name"],
+                         attempt=claim.attempt, workflow=claim.workflow):
         _execute_claimed(step_id, claim, worker)
     return 0
 
