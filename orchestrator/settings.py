@@ -429,6 +429,8 @@ LOGGING = {
         # them; the engine logs what matters itself.
         "celery.worker.strategy": {"level": "WARNING"},
         "celery.app.trace": {"level": "WARNING"},
+        # Beat's "Sending due task" line for every tick of the 2-second sweep.
+        "celery.beat": {"level": "WARNING"},
     },
 }
 
