@@ -39,6 +39,7 @@ run: install
 	$(BIN)/python manage.py migrate --noinput -v0
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/python manage.py stepwise_bootstrap --port $(PORT)
+	rm -rf var/prometheus  # the metrics of processes that ended (docs/operations.md#metrics)
 	$(BIN)/honcho start -f Procfile -p $(PORT)
 
 test: install

@@ -10,10 +10,12 @@ class OrchestratorConfig(AppConfig):
         # Imported once the app registry is ready (Django's way for code that needs models):
         # the tool modules the settings name (plugins, loaded by name), and the worker
         # heartbeat signals.
-        from . import signals  # noqa: F401
+        from . import signals, tracing  # noqa: F401  (signals: connected on import)
         from .tools import registry
 
         registry.load_tool_modules()
+        if tracing.enabled():  # STEPWISE_TRACING: spans to the configured exporter
+            tracing.configure()
 
 
 class StepwiseAdminConfig(admin_apps.AdminConfig):

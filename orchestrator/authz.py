@@ -39,10 +39,11 @@ class Action(StrEnum):
     STEP_SKIP = "step.skip"
     DEAD_LETTER_REDRIVE = "dead_letter.redrive"
     TRIGGER_MANAGE = "trigger.manage"  # create, change, enable, disable; rotate a webhook secret
+    ALERT_HANDLE = "alert.handle"  # acknowledge or resolve an alert (alerts/)
 
 
 _OPERATE = {Action.RUN_CANCEL, Action.RUN_RESUME, Action.STEP_RETRY, Action.STEP_SKIP,
-            Action.DEAD_LETTER_REDRIVE}
+            Action.DEAD_LETTER_REDRIVE, Action.ALERT_HANDLE}
 GRANTS: dict[str, frozenset[Action]] = {
     Role.MEMBER: frozenset({Action.VIEW, Action.RUN_START}),
     Role.EDITOR: frozenset({Action.VIEW, Action.RUN_START, Action.WORKFLOW_SAVE,

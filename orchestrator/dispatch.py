@@ -10,12 +10,18 @@ runs), so a message that was never sent is sent again once the broker is back.
 
 Tasks are sent by name (`orchestrator.tasks.*`), never imported: the services that call these
 sit below the Celery entry points in the import graph.
+
+A message about a step carries its run id and step name as headers (`stepwise_run`,
+`stepwise_step`; the worker's log lines take them, `orchestrator.signals`) and in its kwargs
+representation (what Flower shows), and the sender's trace as `traceparent`
+(`orchestrator.tracing`), so Flower rows, logs and traces join up with runs.
 """
 from functools import partial
 
 from celery import chord, current_app, signature
 from django.db import transaction
 
+from . import tracing
 from .definitions import calls_model
 
 after_commit = partial(transaction.on_commit, robust=True)
@@ -24,8 +30,20 @@ after_commit = partial(transaction.on_commit, robust=True)
 BROKER_DELAY_LIMIT_S = 30
 
 
-def _send(task: str, args: tuple, **options) -> None:
-    current_app.send_task(f"orchestrator.tasks.{task}", args, **options)
+def about(run_id=None, step_name: str = "") -> dict:
+    """The options that name a message's run and step to workers, logs, traces and Flower."""
+    headers = {**tracing.headers_out()}
+    named = {}
+    if run_id:
+        headers["stepwise_run"] = named["run"] = str(run_id)
+    if step_name:
+        headers["stepwise_step"] = named["step"] = step_name
+    return {"headers": headers, "kwargsrepr": repr(named)} if named else {"headers": headers}
+
+
+def _send(task: str, args: tuple, *, run_id=None, step_name: str = "", **options) -> None:
+    current_app.send_task(f"orchestrator.tasks.{task}", args, **about(run_id, step_name),
+                          **options)
 
 
 def queue_for(spec: dict) -> str:
@@ -41,23 +59,27 @@ def queue_for(spec: dict) -> str:
     return "orchestrator"
 
 
-def step_dispatch_on_commit(step_id: int, queue: str) -> None:
-    after_commit(lambda: _send("execute_step", (step_id,), queue=queue))
+def step_dispatch_on_commit(step_id: int, queue: str, *, run_id=None, step_name: str = "") -> None:
+    after_commit(lambda: _send("execute_step", (step_id,), queue=queue, run_id=run_id,
+                               step_name=step_name))
 
 
-def retry_due_on_commit(step_id: int, delay_s: float) -> None:
+def retry_due_on_commit(step_id: int, delay_s: float, *, run_id=None, step_name: str = "") -> None:
     """A short retry delay may wait in the broker; the reaper's sweep is the backstop."""
-    after_commit(lambda: _send("retry_due", (step_id,), countdown=delay_s, queue="orchestrator"))
+    after_commit(lambda: _send("retry_due", (step_id,), countdown=delay_s, queue="orchestrator",
+                               run_id=run_id, step_name=step_name))
 
 
-def map_dispatch_on_commit(step_id: int, indexes: list[int], item_queue: str) -> None:
+def map_dispatch_on_commit(step_id: int, indexes: list[int], item_queue: str, *, run_id=None,
+                           step_name: str = "") -> None:
     """Fan a map step out as a Celery chord: one task per item, the join as the chord body."""
 
     def send() -> None:
+        named = about(run_id, step_name)
         header = [signature("orchestrator.tasks.map_item", (step_id, i), immutable=True,
-                            queue=item_queue) for i in indexes]
+                            queue=item_queue, **named) for i in indexes]
         join = signature("orchestrator.tasks.map_join", (step_id,), immutable=True,
-                         queue="orchestrator")
+                         queue="orchestrator", **named)
         chord(header, app=current_app)(join)
 
     after_commit(send)

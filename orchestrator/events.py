@@ -4,12 +4,75 @@
 event written outside the transaction of its change could survive a rollback of that change.
 Each event is also entered in the audit ledger (`audit.services`), in the same transaction:
 these two functions are the one path every state change of the engine takes.
+
+They are also where the engine's log lines about its work come from (and its retry and
+dead-letter counters, `orchestrator.metrics`): after the transaction
+commits, each event of a kind in `LOG_LEVELS` is logged once, at its level, with the run, step,
+attempt, workflow and team ids — a failure, a retry, a dead letter, a pause (a budget denial),
+an approval decision — so a rolled-back change logs nothing and a change logs one line.
 """
-from django.db import connection
+import logging
+
+from django.db import connection, transaction
 
 from audit.services import audit_record_events
 
+from .logcontext import describing
+from .metrics import observe_event
 from .models import Event, Run, StepRun
+
+log = logging.getLogger("stepwise.events")
+
+INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
+LOG_LEVELS = {
+    "run.created": INFO, "run.completed": INFO, "run.cancelled": INFO,
+    "run.failed": ERROR, "run.timed_out": ERROR, "run.compensation_failed": ERROR,
+    "run.paused": WARNING, "run.stuck": WARNING, "run.compensating": WARNING,
+    "run.compensation_retrying": WARNING,
+    "step.failed": ERROR, "step.timed_out": ERROR, "step.dead_lettered": ERROR,
+    "step.retrying": WARNING, "step.item_retrying": WARNING,
+    "approval.given": INFO, "approval.approved": INFO, "approval.rejected": INFO,
+    "approval.edited": INFO, "approval.revoked": INFO, "approval.escalated": WARNING,
+    "approval.expired": WARNING, "dead_letter.redriven": INFO,
+}
+
+
+def _detail(kind: str, payload: dict) -> str:
+    """What the line says beyond the kind: the reason, never data (no note, no output)."""
+    if not isinstance(payload, dict):
+        return ""
+    if kind == "run.paused" and payload.get("class") == "budget":
+        return f"budget denied step {payload.get('step', '?')}: {payload.get('message', '')}"
+    parts = [str(payload[k]) for k in ("class", "message", "reason") if payload.get(k)]
+    if payload.get("attempt"):
+        parts.insert(0, f"attempt {payload['attempt']}")
+    if payload.get("attempts"):
+        parts.append(f"after {payload['attempts']} attempt(s)")
+    return ": ".join(parts)
+
+
+def _log_after_commit(events: list[Event]) -> None:
+    notable = [(e.kind, e.run_id, e.step.name if e.step_id else None,
+                e.step.attempts if e.step_id else None, e.actor, e.payload)
+               for e in events if e.kind in LOG_LEVELS]
+    if not notable:
+        return
+
+    def write() -> None:
+        for kind, *_, payload in notable:
+            observe_event(kind, payload)
+        names = dict(Run.objects.filter(pk__in={n[1] for n in notable}).values_list(
+            "pk", "version__workflow__name"))
+        teams = dict(Run.objects.filter(pk__in={n[1] for n in notable}).values_list(
+            "pk", "team__slug"))
+        for kind, run_id, step, attempt, actor, payload in notable:
+            with describing(run_id=run_id, step=step, attempt=attempt,
+                            workflow=names.get(run_id), team=teams.get(run_id)):
+                detail = _detail(kind, payload)
+                log.log(LOG_LEVELS[kind], "%s%s%s", kind, " " if detail else "", detail,
+                        extra={"event": kind, "actor": actor})
+
+    transaction.on_commit(write, robust=True)
 
 
 def event_record(*, run: Run, kind: str, step: StepRun | None = None, payload: dict | None = None,
@@ -19,6 +82,7 @@ def event_record(*, run: Run, kind: str, step: StepRun | None = None, payload: d
         raise RuntimeError("event_record must run inside the transaction of the change it records")
     event = Event.objects.create(run=run, step=step, kind=kind, actor=actor, payload=payload or {})
     audit_record_events([event])
+    _log_after_commit([event])
     return event
 
 
@@ -28,3 +92,4 @@ def events_record(events: list[Event]) -> None:
         raise RuntimeError("events_record must run inside the transaction of the change it records")
     Event.objects.bulk_create(events)
     audit_record_events(events)
+    _log_after_commit(events)

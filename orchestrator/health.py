@@ -1,6 +1,7 @@
-"""Health of the deployment: liveness for anyone, the details for operators only.
+"""Health of the deployment: liveness and readiness for anyone, the details for operators only.
 
-Liveness ("the web process answers") says nothing else, so it can stay anonymous. The details
+Liveness ("the web process answers") and readiness ("the database and the broker answer", so
+the load balancer may send traffic) say nothing else, so they can stay anonymous. The details
 — database and broker status with their errors, which workers beat recently, their host names
 and queues — map the deployment for an attacker, so `health_details` checks the person itself:
 operators only (`user_may_see_health`). It reads and pings; it changes nothing.
@@ -49,6 +50,12 @@ def broker_status() -> str:
 def workers_seen() -> list[dict]:
     beats = WorkerHeartbeat.objects.filter(last_seen__gte=now() - WORKER_SEEN_WITHIN)
     return list(beats.order_by("hostname").values("hostname", "queues", "last_seen"))
+
+
+def ready() -> bool:
+    """Readiness: this process can do its work — the database and the broker answer. Says
+    nothing else, so a load balancer may ask it anonymously."""
+    return database_status() == "ok" and broker_status() == "ok"
 
 
 def health_details(*, user) -> dict:

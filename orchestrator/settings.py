@@ -72,7 +72,7 @@ if PRODUCTION:
     # (DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO) so Django knows the request was https.
     SECURE_SSL_REDIRECT = deployment.env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
     # Probes talk plain HTTP inside the deployment; liveness says nothing but "ok".
-    SECURE_REDIRECT_EXEMPT = [r"^api/v1/health/$"]
+    SECURE_REDIRECT_EXEMPT = [r"^api/v1/health/$", r"^api/v1/health/ready/$"]
     SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "31536000"))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = deployment.env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = deployment.env_bool("DJANGO_SECURE_HSTS_PRELOAD", True)
@@ -93,6 +93,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc served from here, never a CDN
     "django_celery_beat",
     "django_celery_results",
     "channels",
@@ -102,10 +103,13 @@ INSTALLED_APPS = [
     "budgets",
     "triggers",
     "notifications",
+    "alerts",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Trace id (and run id) on every line a request logs; a span per request when tracing is on.
+    "orchestrator.requestlog.RequestContextMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -240,6 +244,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("STEPWISE_TRIGGER_ADMIT_INTERVAL_S", "2")),
         "options": {"queue": "orchestrator", "expires": 10},
     },
+    # Alerts (alerts/, docs/operations.md#alerts): the outbox since the last scan, then the
+    # conditions only the clock shows (stuck runs, deadlines, queue age).
+    "stepwise-alerts": {
+        "task": "alerts.tasks.scan",
+        "schedule": float(os.environ.get("STEPWISE_ALERTS_INTERVAL_S", "10")),
+        "options": {"queue": "orchestrator", "expires": 30},
+    },
     # Its own queue, so only the worker that holds the signing key consumes it (docs/security.md).
     "stepwise-audit-checkpoint": {
         "task": "audit.tasks.checkpoint",
@@ -351,6 +362,11 @@ else:
                                    "django.core.mail.backends.filebased.EmailBackend")
     EMAIL_FILE_PATH = VAR_DIR / "mail"
 
+# --- alerts (alerts/, docs/operations.md#alerts) ------------------------------------------------
+# An outbox event is read this long after it was written, so a transaction that committed after
+# a later id (PostgreSQL) is not passed over.
+STEPWISE_ALERTS_SETTLE_S = float(os.environ.get("STEPWISE_ALERTS_SETTLE_S", "2"))
+
 # --- API ------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -370,6 +386,13 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Durable, budgeted, audited AI workflows.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The UI's assets come with the package (drf-spectacular-sidecar): the docs work offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # The API token first in "Authorize": what a program uses (the cookie is the browser's).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "orchestrator.api.schema.token_scheme_first"],
     "ENUM_NAME_OVERRIDES": {
         "RunStateEnum": "orchestrator.models.RunState",
         "StepStateEnum": "orchestrator.models.StepState",
@@ -379,12 +402,52 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# Logs (docs/operations.md#logs): one line per record with the run, step, attempt, workflow,
+# team and trace ids (orchestrator/logs.py); JSON lines in production, readable text otherwise
+# (STEPWISE_LOG_FORMAT=json|text overrides). Secrets are masked before any line is written.
+# Workers and beat use this same configuration (orchestrator/celery.py), never Celery's own.
+STEPWISE_LOG_FORMAT = os.environ.get("STEPWISE_LOG_FORMAT", "json" if PRODUCTION else "text")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {
+        "ids": {"()": "orchestrator.logs.ContextFilter"},
+        "redact": {"()": "orchestrator.logs.RedactFilter"},
+    },
+    "formatters": {
+        "json": {"()": "orchestrator.logs.JsonFormatter"},
+        "text": {"()": "orchestrator.logs.TextFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["ids", "redact"],
+                             "formatter": STEPWISE_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": os.environ.get("STEPWISE_LOG_LEVEL", "INFO")},
+    "loggers": {
+        # Django's request logger prints through the root handler only (its own "console"
+        # handler would print each 4xx/5xx warning a second time under DEBUG).
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        # Celery's per-task "received"/"succeeded" lines: the reaper's sweep every 2 s floods
+        # them; the engine logs what matters itself.
+        "celery.worker.strategy": {"level": "WARNING"},
+        "celery.app.trace": {"level": "WARNING"},
+        # Beat's "Sending due task" line for every tick of the 2-second sweep.
+        "celery.beat": {"level": "WARNING"},
+    },
 }
+
+# --- metrics (orchestrator/metrics.py, docs/operations.md#metrics) ------------------------------
+# Every process (web, each worker's prefork children) writes its counters here; /metrics sums
+# them. Set before prometheus-client is imported anywhere; `make run` empties it at start.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / f"prometheus{XDIST_SUFFIX}"))
+Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+# /metrics answers operators (signed in, or with their API token) and, for a Prometheus
+# server, `Authorization: Bearer <STEPWISE_METRICS_TOKEN>` when this is set.
+STEPWISE_METRICS_TOKEN = os.environ.get("STEPWISE_METRICS_TOKEN", "")
+
+# --- traces (orchestrator/tracing.py, docs/operations.md#traces) -----------------------------
+# OpenTelemetry spans from the API through the scheduler to each step and its model/tool call.
+# Off by default; on, spans go to STEPWISE_OTLP_ENDPOINT (OTLP over HTTP) or to the console.
+STEPWISE_TRACING = deployment.env_bool("STEPWISE_TRACING", False)
+STEPWISE_OTLP_ENDPOINT = os.environ.get("STEPWISE_OTLP_ENDPOINT", "")
 
 # --- audit ledger (audit/, docs/audit.md) -----------------------------------------------------
 # Days an entry is kept before `manage.py audit_prune` may delete it; unset keeps it forever.

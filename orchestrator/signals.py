@@ -1,15 +1,23 @@
-"""Worker heartbeats: each worker process says it is alive in the database every few seconds.
+"""Worker heartbeats, and what every task's log lines and spans carry.
 
-Health checks read this table, so "workers seen" works on every broker, including the
-embedded filesystem transport that has no broadcast.
+Each worker process says it is alive in the database every few seconds. Health checks read
+this table, so "workers seen" works on every broker, including the embedded filesystem
+transport that has no broadcast.
+
+Around each task, the ids its message carries (`stepwise_run`, `stepwise_step`, `traceparent`:
+`orchestrator.dispatch`) are bound for its log lines and the task is a span of the sender's
+trace (`orchestrator.tracing`); after it, they are forgotten.
 """
 import os
 import threading
+from contextlib import ExitStack
 
 from celery.signals import task_postrun, task_prerun, worker_ready, worker_shutdown
 from django.db import close_old_connections
 
+from . import tracing
 from .clock import now
+from .logcontext import bind, clear
 from .models import WorkerHeartbeat
 
 HEARTBEAT_S = 5
@@ -43,3 +51,32 @@ def recycle_stale_connections(**kwargs) -> None:
     """Connections are reused across tasks (CELERY_DB_REUSE_MAX); drop any that broke or aged
     out (a database restart), as Django does around each request."""
     close_old_connections()
+
+
+def _header(request, name: str) -> str:
+    value = getattr(request, name, None) or (getattr(request, "headers", None) or {}).get(name)
+    return value if isinstance(value, str) else ""
+
+
+@task_prerun.connect
+def enter_task_context(task=None, **kwargs) -> None:
+    clear()
+    if task is None:
+        return
+    request = task.request
+    stack = ExitStack()
+    stack.enter_context(tracing.continued(
+        f"task {task.name.rsplit('.', 1)[-1]}", {"traceparent": _header(request, "traceparent")},
+        task=task.name, run=_header(request, "stepwise_run") or None,
+        step=_header(request, "stepwise_step") or None))
+    bind(run_id=_header(request, "stepwise_run") or None,
+         step=_header(request, "stepwise_step") or None)
+    request.stepwise_context = stack
+
+
+@task_postrun.connect
+def leave_task_context(task=None, **kwargs) -> None:
+    stack = getattr(task.request, "stepwise_context", None) if task is not None else None
+    if stack is not None:
+        stack.close()
+    clear()

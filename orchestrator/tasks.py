@@ -56,8 +56,10 @@ def compensate_run(run_id: str) -> None:
     compensation.run_compensate(run_id=run_id)
 
 
-@shared_task(name="orchestrator.tasks.reap")
+# Every few seconds from beat: no result, no task events (it would flood Flower's task list),
+# and its report at debug level: what it changed is logged by the events it wrote.
+@shared_task(name="orchestrator.tasks.reap", ignore_result=True, send_events=False)
 def reap() -> None:
     report = reaper.reap()
     if any(report.values()):
-        log.info("reaper: %s", report)
+        log.debug("reaper: %s", report)

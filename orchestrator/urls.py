@@ -1,4 +1,5 @@
-"""Root URLconf: the admin at /admin/, the API at /api/v1/; / goes to the admin for now.
+"""Root URLconf: the admin at /admin/, the API at /api/v1/, Prometheus at /metrics; / goes to
+the admin for now.
 
 The error handlers answer in the API's error shape under /api/ (orchestrator/api/errors.py).
 """
@@ -6,9 +7,12 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from .api.metrics import metrics_view
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("orchestrator.api.urls")),
+    path("metrics", metrics_view, name="metrics"),  # Prometheus (docs/operations.md#metrics)
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]
 

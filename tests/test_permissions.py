@@ -98,6 +98,7 @@ ROW_ACTIONS = {
     "trigger.manage": Action.TRIGGER_MANAGE,
     "workflow.publish": Action.WORKFLOW_PUBLISH, "workflow.archive": Action.WORKFLOW_ARCHIVE,
     "workflow.waive_gate": Action.WORKFLOW_WAIVE_GATE, "workflow.policy": Action.WORKFLOW_POLICY,
+    "alert.handle": Action.ALERT_HANDLE,
     "view the team's workflows and runs": Action.VIEW,
 }
 

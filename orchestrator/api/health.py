@@ -1,6 +1,9 @@
-"""Health (liveness for anyone, details for operators) and the definition format's JSON Schema.
+"""Health (liveness and readiness for anyone, details for operators) and the definition format's
+JSON Schema.
 
-`/health/` answers anonymous probes with `{"status": "ok"}` and nothing else.
+`/health/` answers anonymous probes with `{"status": "ok"}` and nothing else (liveness: restart
+the process if it does not answer); `/health/ready/` says whether the database and the broker
+answer (readiness: send it traffic or not), with nothing else.
 `/health/details/` gives operators the database, the broker and which workers beat recently
 (host names and queues); `orchestrator.health.health_details` decides who is an operator.
 """
@@ -13,7 +16,7 @@ from rest_framework.views import APIView
 
 from ..definitions import definition_format_schema
 from ..errors import Forbidden
-from ..health import health_details
+from ..health import health_details, ready
 from .errors import error_body
 
 _LIVENESS = inline_serializer("Liveness", {"status": serializers.ChoiceField(choices=["ok"])})
@@ -40,6 +43,25 @@ class HealthView(APIView):
     @extend_schema(responses={200: _LIVENESS}, auth=[])
     def get(self, request):
         return Response({"status": "ok"})
+
+
+_READINESS = inline_serializer("Readiness", {
+    "status": serializers.ChoiceField(choices=["ready", "not ready"])})
+
+
+class ReadinessView(APIView):
+    """Readiness for load balancers: 200 `{"status": "ready"}` while the database and the broker
+    answer, else 503 `{"status": "not ready"}` (which one: the details, for operators).
+    Anonymous."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(responses={200: _READINESS, 503: _READINESS}, auth=[])
+    def get(self, request):
+        if ready():
+            return Response({"status": "ready"})
+        return Response({"status": "not ready"}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
 
 
 class HealthDetailsView(APIView):

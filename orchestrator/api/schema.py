@@ -56,3 +56,17 @@ class StepwiseAutoSchema(AutoSchema):
     def _errors_response(self, description: str) -> dict:
         schema = self.resolve_serializer(ErrorsSerializer, "response").ref
         return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def token_scheme_first(result: dict, generator, request, public) -> dict:
+    """List the token scheme before the session cookie in `securitySchemes` and in each
+    operation's `security`, so Swagger UI's "Authorize" offers the token first."""
+    schemes = result.get("components", {}).get("securitySchemes")
+    if schemes and "tokenAuth" in schemes:
+        result["components"]["securitySchemes"] = {
+            "tokenAuth": schemes["tokenAuth"], **{k: v for k, v in schemes.items() if k != "tokenAuth"}}
+    for path in result.get("paths", {}).values():
+        for operation in path.values():
+            if isinstance(operation, dict) and isinstance(operation.get("security"), list):
+                operation["security"].sort(key=lambda requirement: "tokenAuth" not in requirement)
+    return result

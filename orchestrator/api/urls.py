@@ -1,11 +1,11 @@
 """Routes of the API, mounted at /api/v1/ under the `api` namespace."""
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 
-from .health import DefinitionSchemaView, HealthDetailsView, HealthView
+from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
 from .tools import ToolViewSet
 from .views import ApprovalViewSet, DeadLetterViewSet, RunViewSet, WorkflowViewSet
 
@@ -22,10 +22,12 @@ router.register("tools", ToolViewSet, basename="tool")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),
+    path("health/ready/", ReadinessView.as_view(), name="health-ready"),
     path("health/details/", HealthDetailsView.as_view(), name="health-details"),
     path("hooks/<uuid:trigger_id>/", webhook, name="trigger-webhook"),
     path("schema/definition.json", DefinitionSchemaView.as_view(), name="definition-schema"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("redoc/", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),
     *router.urls,
 ]

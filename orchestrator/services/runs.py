@@ -29,10 +29,12 @@ from .scheduling import run_advance, run_ended_notify, run_settle_cancel, steps_
 def input_problems(schema: dict, value: object) -> list[dict]:
     """Every way `value` violates `schema`, as [{"path", "message"}] (path like input.a[0]).
 
-    A message about a secret value (secret_inputs) does not quote it: refusals are recorded."""
+    Formats are checked (`format: email`, `date-time`, `uri`, `uuid`, ...), not only noted. A
+    message about a secret value (secret_inputs) does not quote it: refusals are recorded."""
     problems = []
     secret = secret_paths(schema, value) if isinstance(value, dict) else []
-    for error in sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path)):
+    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    for error in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
         path = "input"
         for part in error.absolute_path:
             path += f"[{part}]" if isinstance(part, int) else f".{part}"

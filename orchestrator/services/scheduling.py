@@ -8,6 +8,7 @@ so (`run_finish`). A run that is cancelling ends here too, once nothing runs any
 """
 from budgets.services import budget_denial
 
+from .. import tracing
 from ..authz import SCHEDULER, Actor, label
 from ..clock import now
 from ..dispatch import child_finished_on_commit, compensate_on_commit
@@ -23,6 +24,11 @@ def run_advance(run: Run, *, actor: Actor = SCHEDULER) -> None:
     """Compute and apply the next transitions of `run`. Must run inside transaction.atomic()."""
     if run.state not in RUN_ADVANCING:
         return
+    with tracing.span("scheduler.advance", run=run.id):
+        _advance(run, actor=actor)
+
+
+def _advance(run: Run, *, actor: Actor) -> None:
     definition, graph = definition_of(run)
     steps = {s.name: s for s in run.steps.all()}
     views = {n: StepView(s.state, s.output) for n, s in steps.items()}

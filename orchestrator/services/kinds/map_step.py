@@ -60,7 +60,8 @@ class MapStep(StepKindHandler):
         MapItem.objects.bulk_create(MapItem(step=step, index=i, item=it, due_at=at, sent_at=at)
                                     for i, it in enumerate(items))
         record(step, "step.waiting", {"for": "map", "items": len(items)})
-        map_dispatch_on_commit(step.id, list(range(len(items))), queue_for(spec["item"]))
+        map_dispatch_on_commit(step.id, list(range(len(items))), queue_for(spec["item"]),
+                               run_id=step.run_id, step_name=step.name)
 
     def time_out(self, *, step_id: int, reason: str) -> bool:
         return waiting_step_time_out(step_id=step_id, reason=reason)

@@ -12,6 +12,7 @@ Any message may be a replay: each service re-reads the step, and does nothing wh
 no longer in the state the message assumed. Each finishes through `step_ended` in the same
 transaction, so the next steps are dispatched with no extra broker hop.
 """
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -23,7 +24,7 @@ from django_fsm import ConcurrentTransition
 
 from approvals.binding import guarded_step_clearance
 
-from ... import limits
+from ... import limits, metrics, tracing
 from ...authz import REAPER, Actor, label, worker_actor
 from ...clock import now
 from ...dispatch import (
@@ -37,6 +38,7 @@ from ...events import event_record
 from ...executors import ATTEMPT_META_FIELDS, ExecContext, execute
 from ...keys import idempotency_key_for
 from ...leases import heartbeat, lease_until
+from ...logcontext import bound
 from ...models import Run, StepAttempt, StepRun
 from ...retry import StepError, retry_at
 from ...secret_inputs import revealed_for
@@ -78,6 +80,8 @@ class Claim:
     idempotency_key: str
     # Parameters reviewers changed at the step's approval gate (approvals.binding).
     params_override: dict = field(default_factory=dict)
+    team: str = ""
+    queue: str = ""
 
 
 class WorkerStep(StepKindHandler):
@@ -85,7 +89,7 @@ class WorkerStep(StepKindHandler):
         queue = queue_for(spec)
         step.enqueue(queue=queue)
         record(step, "step.queued", {"queue": queue})
-        step_dispatch_on_commit(step.id, queue)
+        step_dispatch_on_commit(step.id, queue, run_id=step.run_id, step_name=step.name)
 
     def time_out(self, *, step_id: int, reason: str) -> bool:
         """A running step past its timeout: timed_out, or retried if its policy allows."""
@@ -123,6 +127,16 @@ def step_execute(*, step_id: int, worker: str) -> float:
     claim = step_claim(step_id=step_id, worker=worker)
     if claim is None:
         return 0
+    # The step's log lines name the attempt too (orchestrator.logcontext).
+    with bound(run_id=claim.run_id, step=claim.spec["name"], attempt=claim.attempt,
+               workflow=claim.workflow, team=claim.team), \
+            tracing.span("step.execute", run=claim.run_id, step=claim.spec["name"],
+                         attempt=claim.attempt, workflow=claim.workflow):
+        _execute_claimed(step_id, claim, worker)
+    return 0
+
+
+def _execute_claimed(step_id: int, claim: Claim, worker: str) -> None:
     # The run's secret inputs, in memory for this call only; whatever comes back is scrubbed
     # of them before it is stored (secret_inputs).
     secrets = revealed_for(claim.run_id)
@@ -137,21 +151,34 @@ def step_execute(*, step_id: int, worker: str) -> float:
             # A failing dependency is not called; the step retries under its policy.
             raise StepError("transient", f"circuit open for {dependency}", retry_after_s=closed_for)
         with _lease_kept(step_id=step_id, attempt=claim.attempt):
+            started = time.monotonic()
             try:
-                result = execute(claim.spec, secrets.reveal(claim.step_input), ctx)
+                with tracing.span(f"{claim.spec['type']}.call", target=_target(claim.spec)):
+                    result = execute(claim.spec, secrets.reveal(claim.step_input), ctx)
             except StepError as error:
+                _observe_duration(claim, started, outcome="failed")
                 limits.breaker_record(dependency, error_class=error.error_class)
                 raise
+            _observe_duration(claim, started, outcome="succeeded")
             limits.breaker_record(dependency, error_class=None)
     except StepError as error:
         # A failed attempt may still have spent tokens (model calls, repairs): charge them.
         error.message = secrets.scrub(error.message)
         step_fail(step_id=step_id, attempt=claim.attempt, error=error,
                   usage=Usage.of(getattr(error, "spent", None)), worker=worker)
-        return 0
+        return
     step_succeed(step_id=step_id, attempt=claim.attempt, output=secrets.scrub(result.output),
                  usage=Usage.of(result), worker=worker)
-    return 0
+
+
+def _observe_duration(claim: Claim, started: float, *, outcome: str) -> None:
+    metrics.STEP_DURATION.labels(claim.spec["type"], claim.queue, outcome).observe(
+        time.monotonic() - started)
+
+
+def _target(spec: dict) -> str:
+    """What a step calls: its model or its tool."""
+    return spec.get("model") or spec.get("tool") or spec["type"]
 
 
 @contextmanager
@@ -165,7 +192,7 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
     step's approval no longer holds (then the step has been failed, its action not run)."""
     try:
         with transaction.atomic():
-            step = StepRun.objects.select_related("run", "run__version__workflow").defer(
+            step = StepRun.objects.select_related("run", "run__team", "run__version__workflow").defer(
                 "run__version__definition", "run__version__normalized").get(id=step_id)
             run = step.run
             if step.state != StepState.QUEUED:
@@ -185,13 +212,16 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
                                        started_at=step.started_at, idempotency_key=key)
             event_record(run=run, step=step, kind="step.running", actor=f"worker:{worker}",
                          payload={"attempt": step.attempts})
+            if step.queued_at:
+                latency = (step.started_at - step.queued_at).total_seconds()
+                metrics.SCHEDULING_LATENCY.labels(step.queue).observe(max(latency, 0))
     except (StepRun.DoesNotExist, ConcurrentTransition):
         return None
     except _Refused:
         step_refuse(step_id=step_id, error=StepError("policy", refusal), worker=worker)
         return None
     return Claim(step.id, step.attempts, run.id, run.version.workflow.name, spec,
-                 step.input or {}, key, clearance.params_override)
+                 step.input or {}, key, clearance.params_override, run.team.slug, step.queue)
 
 
 class _Refused(Exception):
@@ -218,6 +248,8 @@ def step_spec(*, step_id: int) -> dict:
 def _charge(run: Run, step: StepRun, usage: Usage) -> None:
     if not (usage.tokens_in or usage.tokens_out or usage.cost_usd):
         return  # a tool step spends nothing: spare the run row an UPDATE
+    metrics.observe_usage(model=usage.model, tokens_in=usage.tokens_in,
+                          tokens_out=usage.tokens_out, cost_usd=usage.cost_usd)
     step.tokens_in += usage.tokens_in
     step.tokens_out += usage.tokens_out
     step.cost_usd += usage.cost_usd
@@ -279,7 +311,8 @@ def _fail_or_retry(run: Run, step: StepRun, error: StepError, *, actor: Actor) -
                      payload={**error.as_dict(), "attempt": step.attempts, "at": when.isoformat()})
         delay = (when - now()).total_seconds()
         if delay <= BROKER_DELAY_LIMIT_S:
-            retry_due_on_commit(step.id, max(delay, 0))
+            retry_due_on_commit(step.id, max(delay, 0), run_id=step.run_id,
+                                    step_name=step.name)
         return
     if error.error_class == "cancelled":
         step.cancel(reason=error.message)
@@ -308,7 +341,7 @@ def step_retry_due(*, step_id: int) -> bool:
         step.enqueue(queue=step.queue)
         step.save()
         event_record(run=run, step=step, kind="step.queued", payload={"retry": True})
-        step_dispatch_on_commit(step.id, step.queue)
+        step_dispatch_on_commit(step.id, step.queue, run_id=step.run_id, step_name=step.name)
     return True
 
 
@@ -331,7 +364,7 @@ def step_redispatch(*, step_id: int) -> bool:
     if step is None:
         return False
     with transaction.atomic():
-        step_dispatch_on_commit(step.id, step.queue)
+        step_dispatch_on_commit(step.id, step.queue, run_id=step.run_id, step_name=step.name)
         StepRun.objects.filter(id=step.id, state=StepState.QUEUED).update(queued_at=now())
     return True
 
@@ -371,5 +404,5 @@ def step_requeue(run: Run, step: StepRun, *, actor: Actor, reason: str) -> None:
     step.redrive(queue=step.queue)
     step.save()
     event_record(run=run, step=step, kind="step.queued", actor=who, payload={"reason": reason})
-    step_dispatch_on_commit(step.id, step.queue)
+    step_dispatch_on_commit(step.id, step.queue, run_id=step.run_id, step_name=step.name)
 
