@@ -11,6 +11,7 @@ runs), so a message that was never sent is sent again once the broker is back.
 Tasks are sent by name (`orchestrator.tasks.*`), never imported: the services that call these
 sit below the Celery entry points in the import graph.
 """
+import time
 from functools import partial
 
 from celery import chord, current_app, signature
@@ -25,6 +26,9 @@ BROKER_DELAY_LIMIT_S = 30
 
 
 def _send(task: str, args: tuple, **options) -> None:
+    # `sent_at` lets the operations page tell how long the oldest message of a Redis queue has
+    # waited (orchestrator/queues.py): Kombu's messages carry no time of their own.
+    options.setdefault("headers", {"sent_at": time.time()})
     current_app.send_task(f"orchestrator.tasks.{task}", args, **options)
 
 
