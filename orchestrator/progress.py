@@ -5,6 +5,7 @@ its websocket re-read `run_snapshot` each time they are nudged. Progress is coun
 estimated: steps ended of the run's steps, map items done of each map step's items; there is no
 percentage to invent.
 """
+import time
 from decimal import Decimal
 
 from django.db.models import Count, Q
@@ -48,6 +49,22 @@ def run_progress(run: Run, steps: list[StepRun] | None = None) -> dict:
 def latest_event_of(run: Run) -> int:
     """The id of the run's newest outbox event (0 if none): what a page has seen."""
     return Event.objects.filter(run=run).order_by("-id").values_list("id", flat=True).first() or 0
+
+
+LONG_POLL_MAX_S = 30.0
+LONG_POLL_INTERVAL_S = 0.25
+
+
+def wait_for_event(run: Run, *, after: int, timeout: float) -> int:
+    """Wait until `run` has an event newer than `after`, or `timeout` seconds pass; return its
+    newest event id. Polls the outbox (one indexed query per interval): the long-poll of the
+    API, for clients that cannot hold a websocket."""
+    deadline = time.monotonic() + timeout
+    while True:
+        newest = latest_event_of(run)
+        if newest > after or time.monotonic() >= deadline:
+            return newest
+        time.sleep(min(LONG_POLL_INTERVAL_S, max(deadline - time.monotonic(), 0)))
 
 
 def run_snapshot(run: Run) -> dict:

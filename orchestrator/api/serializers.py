@@ -13,6 +13,7 @@ from approvals.models import ApprovalDecision, ApprovalRequest
 
 from ..executors import ATTEMPT_META_FIELDS
 from ..models import DeadLetter, Run, StepAttempt, StepRun, Workflow, WorkflowVersion
+from ..progress import latest_event_of, run_progress
 
 
 def _absolute(serializer: serializers.Serializer, path: str) -> str:
@@ -252,14 +253,41 @@ class StartedBySerializer(serializers.Serializer):
     url = serializers.CharField()
 
 
+class MapProgressSerializer(serializers.Serializer):
+    step = serializers.CharField()
+    done = serializers.IntegerField()
+    total = serializers.IntegerField()
+
+
+class ProgressSerializer(serializers.Serializer):
+    """How far the run has got, counted, never estimated (docs/live.md)."""
+
+    steps_total = serializers.IntegerField()
+    steps_done = serializers.IntegerField(help_text="Steps that have ended (completed, skipped, "
+                                          "failed, timed out or cancelled).")
+    steps_failed = serializers.IntegerField()
+    by_state = serializers.DictField(child=serializers.IntegerField(), help_text="Steps per state.")
+    map_items = MapProgressSerializer(many=True, help_text="Each map step's items done of its items.")
+
+
 class RunDetailSerializer(RunSerializer):
     steps = StepRunSerializer(many=True, read_only=True)
     parent_run = serializers.SerializerMethodField()
     started_by = serializers.SerializerMethodField()
+    progress = serializers.SerializerMethodField()
+    last_event = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "input", "output", "error", "idempotency_key",
-                  "parent_run", "started_by", "steps"]
+                  "parent_run", "started_by", "progress", "last_event", "steps"]
+
+    @extend_schema_field(ProgressSerializer)
+    def get_progress(self, run: Run) -> dict:
+        return run_progress(run, list(run.steps.all()))
+
+    def get_last_event(self, run: Run) -> int:
+        """The id of the run's newest event: pass it as `wait_for_change` to long-poll."""
+        return latest_event_of(run)
 
     @extend_schema_field(StartedBySerializer(allow_null=True))
     def get_started_by(self, run: Run) -> dict | None:

@@ -23,6 +23,7 @@ from approvals.models import ApprovalDecision, ApprovalRequest
 from ..authz import visible
 from ..definitions import DefinitionInvalid, parse_definition_text
 from ..models import DeadLetter, Run, StepRun, Workflow, WorkflowVersion
+from ..progress import LONG_POLL_MAX_S, wait_for_event
 from ..selectors import latest_version, runs_with_version
 from ..services.kinds.human_gate import (
     approval_edit,
@@ -218,8 +219,17 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
 
 @extend_schema_view(
     list=extend_schema(description="Runs of your teams, newest first."),
-    retrieve=extend_schema(description="A run with every step in order, each step's attempts, "
-                           "and the approval of each human gate."),
+    retrieve=extend_schema(
+        description="A run with every step in order, each step's attempts, the approval of each "
+        "human gate, and its `progress`. With `wait_for_change=<event id>` (the `last_event` of "
+        "the detail you have) the answer waits until the run has a newer event or `timeout` "
+        "seconds pass (long-polling for clients without a websocket; docs/live.md).",
+        parameters=[
+            OpenApiParameter("wait_for_change", int, description="Answer once the run has an "
+                             "event newer than this id (its `last_event`)."),
+            OpenApiParameter("timeout", float, description=f"Seconds to wait at most (default "
+                             f"and at most {LONG_POLL_MAX_S}); then the unchanged run is returned."),
+        ]),
 )
 class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                  viewsets.GenericViewSet):
@@ -235,6 +245,18 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
 
     def get_serializer_class(self):
         return s.RunSerializer if self.action == "list" else s.RunDetailSerializer
+
+    def retrieve(self, request, *args, **kwargs):
+        after = request.query_params.get("wait_for_change")
+        if after is not None:
+            run = self.get_object()  # 404 before waiting, for a run the person may not see
+            try:
+                after, timeout = int(after), float(request.query_params.get("timeout", LONG_POLL_MAX_S))
+            except ValueError:
+                raise ValidationError(error_body("wait_for_change must be an event id and timeout "
+                                                 "a number of seconds", "wait_for_change")) from None
+            wait_for_event(run, after=after, timeout=min(max(timeout, 0), LONG_POLL_MAX_S))
+        return super().retrieve(request, *args, **kwargs)
 
     @extend_schema(request=None, responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS},
                    description="Cancel the run: nothing new starts, running steps finish, then "
