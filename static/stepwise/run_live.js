@@ -27,7 +27,11 @@
     const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
     return (h ? `${h} h ` : "") + `${m} min ${r} s`;
   }
-  function usd(value) { return value === null || value === undefined ? "—" : `$${Number(value).toFixed(4)}`; }
+  function usd(value) {
+    if (value === null || value === undefined) return "—";
+    const n = Number(value);
+    return `$${n.toFixed(n !== 0 && Math.abs(n) < 0.01 ? 6 : 4)}`;
+  }
   function badge(el, state) {
     el.textContent = state.replace("_", " ");
     el.className = "state-badge " + (BADGE[state] || "");
