@@ -82,3 +82,9 @@ def child_finished_on_commit(parent_step_id: int) -> None:
 def compensate_on_commit(run_id, delay_s: float = 0) -> None:
     after_commit(lambda: _send("compensate_run", (str(run_id),), countdown=delay_s or None,
                                queue="tools"))
+
+
+def callback_on_commit(delivery_id: int) -> None:
+    """POST a run's callback (notifications/callbacks.py) once the event it reports commits."""
+    after_commit(lambda: current_app.send_task("notifications.tasks.deliver_callback",
+                                               (delivery_id,), queue="orchestrator"))

@@ -62,6 +62,14 @@ class RunStartRequestSerializer(serializers.Serializer):
     version = serializers.IntegerField(
         required=False, min_value=1, help_text="Pin an older version (default: the latest)."
     )
+    callback_url = serializers.URLField(
+        required=False, max_length=2000, default="",
+        help_text="POSTed (signed, at least once) when the run waits, completes or fails; must "
+        "be allowed by the egress policy (docs/live.md#callbacks).")
+    callback_secret = serializers.CharField(
+        required=False, max_length=200, default="", write_only=True,
+        help_text="The key the callback's X-Stepwise-Signature (HMAC-SHA256) is made with; "
+        "required with callback_url, at least 16 characters.")
 
     def validate(self, attrs: dict) -> dict:
         unknown = set(self.initial_data) - set(self.fields)
@@ -287,7 +295,8 @@ class RunDetailSerializer(RunSerializer):
 
     def get_last_event(self, run: Run) -> int:
         """The id of the run's newest event: pass it as `wait_for_change` to long-poll."""
-        return latest_event_of(run)
+        newest = getattr(run, "newest_event", None)  # annotated by the view: no query
+        return newest if newest is not None else latest_event_of(run)
 
     @extend_schema_field(StartedBySerializer(allow_null=True))
     def get_started_by(self, run: Run) -> dict | None:

@@ -22,7 +22,7 @@ from approvals.models import ApprovalDecision, ApprovalRequest
 
 from ..authz import visible
 from ..definitions import DefinitionInvalid, parse_definition_text
-from ..models import DeadLetter, Run, StepRun, Workflow, WorkflowVersion
+from ..models import DeadLetter, Event, Run, StepRun, Workflow, WorkflowVersion
 from ..progress import LONG_POLL_MAX_S, wait_for_event
 from ..selectors import latest_version, runs_with_version
 from ..services.kinds.human_gate import (
@@ -199,7 +199,8 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
         run = run_start(
             version=self._version_to_run(workflow, body.get("version")), input=body["input"],
             actor=request.user, idempotency_key=request.headers.get("Idempotency-Key"),
-            trigger="api",
+            trigger="api", callback_url=body.get("callback_url", ""),
+            callback_secret=body.get("callback_secret", ""),
         )
         return Response(s.RunSerializer(run, context=self.get_serializer_context()).data,
                         status=status.HTTP_202_ACCEPTED if run._created else status.HTTP_200_OK)
@@ -330,8 +331,9 @@ def with_steps(runs: QuerySet[Run]) -> QuerySet[Run]:
     steps = (StepRun.objects.annotate(approval_id=Subquery(latest.values("id")[:1]),
                                       approval_state=Subquery(latest.values("state")[:1]))
              .prefetch_related("attempt_records").order_by("position"))
+    newest = Event.objects.filter(run=OuterRef("pk")).order_by("-id").values("id")[:1]
     return runs.select_related("parent_step", "trigger_firing__trigger").prefetch_related(
-        Prefetch("steps", queryset=steps))
+        Prefetch("steps", queryset=steps)).annotate(newest_event=Subquery(newest))
 
 
 @extend_schema_view(

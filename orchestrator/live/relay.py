@@ -64,6 +64,7 @@ class Relay:
         self.sent = 0  # nudges sent, for the benchmark and the tests
 
     async def run(self) -> None:
+        self.wake = asyncio.Event()  # bound to the loop it runs on
         if self.last_id is None:
             self.last_id = await database_sync_to_async(latest_event_id)()
         listener = None

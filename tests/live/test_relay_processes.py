@@ -13,8 +13,8 @@ from websockets.sync.client import connect
 from orchestrator.models import Event, Role
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
-from tests.browser.conftest import wait_for_run, web_server, workers  # noqa: F401
 from tests.factories import SETUP, member
+from tests.integration.conftest import wait_for_run
 
 from .test_consumers import session_cookie
 
