@@ -91,3 +91,34 @@ def test_a_burst_is_read_in_bounded_batches_and_coalesced_per_run(version, start
     assert relay.last_id == relay_module.latest_event_id()  # read to the end, batch after batch
     assert sent == 2 * (10_000 // 500)  # one nudge per run per batch, not one per event
     assert received[-1]["event"] == newest(runs[0])
+
+
+def test_on_postgresql_a_commit_wakes_the_relay_through_notify(version, starter):
+    """With polling effectively off (an hour), only NOTIFY can bring the nudge."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; the embedded default polls")
+
+    team_id = version.workflow.team_id
+
+    async def scenario():
+        from asgiref.sync import sync_to_async
+
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(team_group(team_id), channel)
+        relay = Relay(poll_s=3600)
+        task = asyncio.create_task(relay.run())
+        try:
+            while relay.last_id is None:  # started: it knows where the outbox ends
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # and is listening
+            run = await sync_to_async(run_start)(version=version, input=TICKET, actor=starter)
+            message = await asyncio.wait_for(layer.receive(channel), timeout=30)
+            return run, message
+        finally:
+            task.cancel()
+
+    run, message = async_to_sync(scenario)()
+    assert message["run"] == str(run.id)
