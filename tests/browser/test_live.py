@@ -136,3 +136,14 @@ def test_the_support_run_page_and_the_operations_page(browser_page, screenshot, 
     assert "orchestrator" in page.inner_text("#ops-queues")
     assert team.slug in page.inner_text("#ops-teams")
     screenshot(page, "operations-page")
+
+    page.goto(f"{web_server}/admin/orchestrator/run/")  # the run list: counts, rows kept fresh
+    page.wait_for_selector("#run-counts [data-state=waiting]")
+    assert page.inner_text("#run-counts [data-state=waiting] strong") == "1"
+    page.check("#result_list input.action-select")
+    cancel = client_for(starter).post(f"/api/v1/runs/{run_id}/cancel/")
+    assert cancel.status_code == 202, cancel.json()
+    page.wait_for_selector("#run-counts [data-state=cancelled]")
+    page.wait_for_function("document.querySelector('#result_list tbody tr').innerText.includes('cancelled')")
+    assert page.is_checked("#result_list input.action-select")  # the selection survived
+    assert page.is_hidden("#run-list-changed")
