@@ -20,6 +20,7 @@ does not cross processes; the database does).
 """
 import asyncio
 import logging
+import time
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -34,24 +35,37 @@ from .groups import ALL_RUNS, run_group, team_group
 log = logging.getLogger(__name__)
 
 BATCH = 1000
+# An id below the newest one read that is not there yet: its transaction took the id and has
+# not committed (PostgreSQL hands out ids at insert, so commits land out of order), or rolled
+# back (then it never comes). The relay looks for such ids for this long, and tracks at most
+# MAX_MISSING of them, oldest forgotten first.
+GAP_WAIT_S = 30.0
+MAX_MISSING = 10_000
 
 
 def latest_event_id() -> int:
     return Event.objects.aggregate(last=Max("id"))["last"] or 0
 
 
-def nudges_after(last_id: int, *, limit: int = BATCH) -> tuple[int, int, dict]:
-    """The events after `last_id` (at most `limit`), coalesced per run: (rows read, newest id
-    read, {run id: (team id, newest event id of that run)})."""
-    rows = (Event.objects.filter(id__gt=last_id).order_by("id")
-            .values_list("id", "run_id", "run__team_id")[:limit])
-    runs: dict = {}
-    read = 0
+def _coalesce(rows) -> tuple[list[int], dict]:
+    """(the ids read, {run id: (team id, newest event id of that run)})."""
+    ids, runs = [], {}
     for event_id, run_id, team_id in rows:
-        runs[run_id] = (team_id, event_id)
-        last_id = event_id
-        read += 1
-    return read, last_id, runs
+        ids.append(event_id)
+        runs[run_id] = (team_id, max(runs.get(run_id, (team_id, 0))[1], event_id))
+    return ids, runs
+
+
+def nudges_after(last_id: int, *, limit: int = BATCH) -> tuple[list[int], dict]:
+    """The events after `last_id` (at most `limit`, in id order), coalesced per run: (the ids
+    read, {run id: (team id, newest event id of that run)})."""
+    return _coalesce(Event.objects.filter(id__gt=last_id).order_by("id")
+                     .values_list("id", "run_id", "run__team_id")[:limit])
+
+
+def nudges_among(ids: list[int]) -> tuple[list[int], dict]:
+    """Those of `ids` that are committed now, and their nudges (coalesced per run)."""
+    return _coalesce(Event.objects.filter(id__in=ids).values_list("id", "run_id", "run__team_id"))
 
 
 class Relay:
@@ -60,6 +74,7 @@ class Relay:
     def __init__(self, *, poll_s: float | None = None):
         self.poll_s = poll_s if poll_s is not None else settings.STEPWISE_RELAY_POLL_S
         self.last_id: int | None = None
+        self.missing: dict[int, float] = {}  # id -> when the relay first saw it missing
         self.wake = asyncio.Event()
         self.sent = 0  # nudges sent, for the benchmark and the tests
 
@@ -87,19 +102,52 @@ class Relay:
 
     async def relay_once(self) -> int:
         """Send the nudges for everything committed since the last call; return how many."""
-        layer = get_channel_layer()
-        sent = 0
+        sent = await self._fill_gaps()
         while True:
-            read, self.last_id, runs = await database_sync_to_async(nudges_after)(self.last_id, limit=BATCH)
-            for run_id, (team_id, event_id) in runs.items():
-                message = {"type": "run.changed", "run": str(run_id), "event": event_id}
-                for group in (run_group(run_id), team_group(team_id), ALL_RUNS):
-                    await layer.group_send(group, message)
-                sent += 1
-            if read < BATCH:  # a full batch may have more behind it: read on before sleeping
+            ids, runs = await database_sync_to_async(nudges_after)(self.last_id, limit=BATCH)
+            if ids:
+                self._note_gaps(self.last_id, ids)
+                self.last_id = ids[-1]
+            sent += await self._send(runs)
+            if len(ids) < BATCH:  # a full batch may have more behind it: read on before sleeping
                 break
         self.sent += sent
         return sent
+
+    def _note_gaps(self, before: int, ids: list[int]) -> None:
+        """Remember the ids skipped between `before` and the sorted `ids` just read."""
+        if ids[-1] - before == len(ids):
+            return  # no gap: the common case
+        at, expected = time.monotonic(), before + 1
+        for event_id in ids:
+            for absent in range(expected, min(event_id, expected + MAX_MISSING)):
+                self.missing.setdefault(absent, at)
+            expected = event_id + 1
+        while len(self.missing) > MAX_MISSING:
+            self.missing.pop(next(iter(self.missing)))
+
+    async def _fill_gaps(self) -> int:
+        if not self.missing:
+            return 0
+        expired = time.monotonic() - GAP_WAIT_S
+        for event_id in [i for i, at in self.missing.items() if at < expired]:
+            del self.missing[event_id]
+        sent = 0
+        ids = list(self.missing)
+        for start in range(0, len(ids), BATCH):
+            found, runs = await database_sync_to_async(nudges_among)(ids[start:start + BATCH])
+            for event_id in found:
+                self.missing.pop(event_id, None)
+            sent += await self._send(runs)
+        return sent
+
+    async def _send(self, runs: dict) -> int:
+        layer = get_channel_layer()
+        for run_id, (team_id, event_id) in runs.items():
+            message = {"type": "run.changed", "run": str(run_id), "event": event_id}
+            for group in (run_group(run_id), team_group(team_id), ALL_RUNS):
+                await layer.group_send(group, message)
+        return len(runs)
 
     async def _listen(self) -> None:
         """Wake the relay on each NOTIFY (PostgreSQL); reconnect when the connection drops."""

@@ -83,8 +83,8 @@ def test_a_burst_is_read_in_bounded_batches_and_coalesced_per_run(version, start
     runs = [run_start(version=version, input=TICKET, actor=starter) for _ in range(2)]
     start = relay_module.latest_event_id()
     Event.objects.bulk_create(Event(run=runs[i % 2], kind="test.burst") for i in range(10_000))
-    read, last_id, coalesced = nudges_after(start, limit=500)
-    assert read == 500 and len(coalesced) == 2  # one batch in memory, one entry per run
+    ids, coalesced = nudges_after(start, limit=500)
+    assert len(ids) == 500 and len(coalesced) == 2  # one batch in memory, one entry per run
     relay = Relay()
     relay.last_id = start
     sent, received = async_to_sync(_relay_and_listen)(relay, [run_group(runs[0].id)])
@@ -122,3 +122,34 @@ def test_on_postgresql_a_commit_wakes_the_relay_through_notify(version, starter)
 
     run, message = async_to_sync(scenario)()
     assert message["run"] == str(run.id)
+
+
+def test_an_event_committed_after_a_newer_one_is_still_relayed(version, starter):
+    """PostgreSQL hands out ids at insert, so a transaction holding a lower id can commit after
+    the relay has read past it; the relay looks again for the ids it skipped."""
+    run = run_start(version=version, input=TICKET, actor=starter)
+    relay = Relay()
+    relay.last_id = relay_module.latest_event_id()
+    late_id = relay.last_id + 1
+    Event.objects.create(id=late_id + 1, run=run, kind="test.committed_first")
+    sent, received = async_to_sync(_relay_and_listen)(relay, [run_group(run.id)])
+    assert [m["event"] for m in received] == [late_id + 1]
+    assert late_id in relay.missing
+    Event.objects.create(id=late_id, run=run, kind="test.committed_late")
+    sent, received = async_to_sync(_relay_and_listen)(relay, [run_group(run.id)])
+    assert [m["event"] for m in received] == [late_id]
+    assert relay.missing == {}
+    _, received = async_to_sync(_relay_and_listen)(relay, [run_group(run.id)])
+    assert received == []  # relayed once
+
+
+def test_an_id_that_never_commits_is_given_up_after_a_while(version, starter, monkeypatch):
+    run = run_start(version=version, input=TICKET, actor=starter)
+    relay = Relay()
+    relay.last_id = relay_module.latest_event_id()
+    Event.objects.create(id=relay.last_id + 2, run=run, kind="test.after_a_rollback")
+    async_to_sync(relay.relay_once)()
+    assert len(relay.missing) == 1
+    monkeypatch.setattr(relay_module, "GAP_WAIT_S", -1.0)  # as if the wait were over
+    async_to_sync(relay.relay_once)()
+    assert relay.missing == {}
