@@ -15,6 +15,8 @@ does not cross processes; the database does).
   no NOTIFY; a backstop on PostgreSQL should a notification or the listening connection be lost).
 * **Falling behind, restarting**: it remembers the last event id it sent and reads after it, in
   batches of `BATCH` rows; a fresh relay starts from the newest id (pages re-read on connect).
+  Ids it skipped (a transaction that took a lower id and commits later) are looked for again
+  for `GAP_WAIT_S`.
 * **A burst** (10,000 events): each batch is coalesced per run into one nudge before anything is
   sent, so memory is bounded by a batch, never by the burst.
 """
