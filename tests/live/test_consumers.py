@@ -5,7 +5,6 @@ Driven through the real ASGI application (session auth, URL routing, origin chec
 reads it from another thread.
 """
 import pytest
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
@@ -18,7 +17,9 @@ from orchestrator.live.groups import run_group
 from orchestrator.models import Event, Role, TeamMembership
 from orchestrator.services.runs import run_cancel, run_start
 from orchestrator.services.workflows import workflow_save
-from tests.factories import SETUP, TeamFactory, example_definition, member
+from tests.factories import SETUP, TeamFactory, member
+
+from .conftest import GATED, run_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,15 +51,13 @@ async def _connect(path: str, headers):
 
 def connect_once(path: str, user=None):
     """(accepted, close code, the first message) of one connection."""
-    return async_to_sync(_connect)(path, headers_for(user))
+    return run_async(_connect, path, headers_for(user))
 
 
 @pytest.fixture
 def run(team):
-    version, _ = workflow_save(team=team, definition=example_definition("support"), actor=SETUP)
-    starter = member(team, "starter", role=Role.EDITOR)
-    return run_start(version=version, input={"ticket_id": "T-1", "customer_email": "a@example.com",
-                                             "body": "Where is my parcel?"}, actor=starter)
+    version, _ = workflow_save(team=team, definition=GATED, actor=SETUP)
+    return run_start(version=version, input={}, actor=member(team, "starter", role=Role.EDITOR))
 
 
 def newest_event(run) -> int:
@@ -116,5 +115,5 @@ async def _nudged(path: str, headers, run_id) -> dict:
 
 def test_a_nudge_to_the_runs_group_reaches_its_page(run, team):
     viewer = member(team, "viewer", role=Role.MEMBER)
-    message = async_to_sync(_nudged)(f"/ws/runs/{run.id}/", headers_for(viewer), run.id)
+    message = run_async(_nudged, f"/ws/runs/{run.id}/", headers_for(viewer), run.id)
     assert message == {"type": "changed", "run": str(run.id), "event": 123}

@@ -3,7 +3,6 @@ catching up from the last id it sent, coalescing a burst."""
 import asyncio
 
 import pytest
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from orchestrator.live import relay as relay_module
@@ -12,16 +11,18 @@ from orchestrator.live.relay import Relay, nudges_after
 from orchestrator.models import Event, Role
 from orchestrator.services.runs import run_cancel, run_start
 from orchestrator.services.workflows import workflow_save
-from tests.factories import SETUP, example_definition, member
+from tests.factories import SETUP, member
+
+from .conftest import GATED, run_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TICKET = {"ticket_id": "T-1", "customer_email": "a@example.com", "body": "Where is my parcel?"}
+TICKET: dict = {}
 
 
 @pytest.fixture
 def version(team):
-    return workflow_save(team=team, definition=example_definition("support"), actor=SETUP)[0]
+    return workflow_save(team=team, definition=GATED, actor=SETUP)[0]
 
 
 @pytest.fixture
@@ -54,13 +55,13 @@ def test_committed_events_become_one_nudge_per_run_to_its_page_and_its_teams_lis
     relay = Relay(poll_s=0.1)
     relay.last_id = relay_module.latest_event_id()
     run = run_start(version=version, input=TICKET, actor=starter)
-    sent, received = async_to_sync(_relay_and_listen)(relay, [run_group(run.id)])
-    assert sent == 1  # several events of the run (created, running, steps...) are one nudge
+    sent, received = run_async(_relay_and_listen, relay, [run_group(run.id)])
+    assert sent == 1  # several events of the run (created, running, the gate...) are one nudge
     assert received == [{"type": "run.changed", "run": str(run.id), "event": newest(run)}]
-    _, on_list = async_to_sync(_relay_and_listen)(relay, [team_group(team.id)])
+    _, on_list = run_async(_relay_and_listen, relay, [team_group(team.id)])
     assert on_list == []  # nothing new since: the relay moved past what it sent
     run_cancel(run_id=run.id, actor=SETUP)
-    _, on_list = async_to_sync(_relay_and_listen)(relay, [team_group(team.id)])
+    _, on_list = run_async(_relay_and_listen, relay, [team_group(team.id)])
     assert on_list == [{"type": "run.changed", "run": str(run.id), "event": newest(run)}]
 
 
@@ -68,11 +69,11 @@ def test_a_restarted_relay_starts_from_the_newest_event_and_a_late_one_catches_u
     first = run_start(version=version, input=TICKET, actor=starter)
     fresh = Relay()
     fresh.last_id = relay_module.latest_event_id()  # what run() does when it starts
-    assert async_to_sync(fresh.relay_once)() == 0
+    assert run_async(fresh.relay_once) == 0
     behind = Relay()
     behind.last_id = Event.objects.filter(run=first).order_by("id").values_list("id", flat=True)[0]
     second = run_start(version=version, input=TICKET, actor=starter)
-    sent, received = async_to_sync(_relay_and_listen)(behind, [run_group(first.id), run_group(second.id)])
+    sent, received = run_async(_relay_and_listen, behind, [run_group(first.id), run_group(second.id)])
     assert {m["run"]: m["event"] for m in received} == {str(first.id): newest(first),
                                                        str(second.id): newest(second)}
     assert behind.last_id == newest(second)
@@ -87,7 +88,7 @@ def test_a_burst_is_read_in_bounded_batches_and_coalesced_per_run(version, start
     assert len(ids) == 500 and len(coalesced) == 2  # one batch in memory, one entry per run
     relay = Relay()
     relay.last_id = start
-    sent, received = async_to_sync(_relay_and_listen)(relay, [run_group(runs[0].id)])
+    sent, received = run_async(_relay_and_listen, relay, [run_group(runs[0].id)])
     assert relay.last_id == relay_module.latest_event_id()  # read to the end, batch after batch
     assert sent == 2 * (10_000 // 500)  # one nudge per run per batch, not one per event
     assert received[-1]["event"] == newest(runs[0])
@@ -120,7 +121,7 @@ def test_on_postgresql_a_commit_wakes_the_relay_through_notify(version, starter)
         finally:
             task.cancel()
 
-    run, message = async_to_sync(scenario)()
+    run, message = run_async(scenario)
     assert message["run"] == str(run.id)
 
 
@@ -132,14 +133,14 @@ def test_an_event_committed_after_a_newer_one_is_still_relayed(version, starter)
     relay.last_id = relay_module.latest_event_id()
     late_id = relay.last_id + 1
     Event.objects.create(id=late_id + 1, run=run, kind="test.committed_first")
-    sent, received = async_to_sync(_relay_and_listen)(relay, [run_group(run.id)])
+    sent, received = run_async(_relay_and_listen, relay, [run_group(run.id)])
     assert [m["event"] for m in received] == [late_id + 1]
     assert late_id in relay.missing
     Event.objects.create(id=late_id, run=run, kind="test.committed_late")
-    sent, received = async_to_sync(_relay_and_listen)(relay, [run_group(run.id)])
+    sent, received = run_async(_relay_and_listen, relay, [run_group(run.id)])
     assert [m["event"] for m in received] == [late_id]
     assert relay.missing == {}
-    _, received = async_to_sync(_relay_and_listen)(relay, [run_group(run.id)])
+    _, received = run_async(_relay_and_listen, relay, [run_group(run.id)])
     assert received == []  # relayed once
 
 
@@ -148,8 +149,8 @@ def test_an_id_that_never_commits_is_given_up_after_a_while(version, starter, mo
     relay = Relay()
     relay.last_id = relay_module.latest_event_id()
     Event.objects.create(id=relay.last_id + 2, run=run, kind="test.after_a_rollback")
-    async_to_sync(relay.relay_once)()
+    run_async(relay.relay_once)
     assert len(relay.missing) == 1
     monkeypatch.setattr(relay_module, "GAP_WAIT_S", -1.0)  # as if the wait were over
-    async_to_sync(relay.relay_once)()
+    run_async(relay.relay_once)
     assert relay.missing == {}
