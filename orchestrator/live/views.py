@@ -23,6 +23,7 @@ from ..progress import run_snapshot
 from ..selectors import runs_with_version
 from ..services.operators import run_resume, step_retry, step_skip
 from ..services.runs import run_cancel
+from ..states import RUN_CANCELLABLE, STEP_RECOVERABLE, RunState
 
 
 def _visible_run(request, run_id) -> Run:
@@ -50,12 +51,12 @@ def _controls(user, run: Run, snapshot: dict) -> dict:
     team = run.team
     base = reverse("admin:orchestrator_run_live", args=[run.id])
     controls = {}
-    if run.state in ("pending", "running", "waiting", "paused") and may(user, Action.RUN_CANCEL, team=team, run=run):
+    if run.state in RUN_CANCELLABLE and may(user, Action.RUN_CANCEL, team=team, run=run):
         controls["cancel"] = f"{base}operate/cancel/"
-    if run.state == "paused":
+    if run.state == RunState.PAUSED:
         if may(user, Action.RUN_RESUME, team=team):
             controls["resume"] = f"{base}operate/resume/"
-        failed = [s for s in snapshot["steps"] if s["state"] in ("failed", "timed_out")]
+        failed = [s for s in snapshot["steps"] if s["state"] in STEP_RECOVERABLE]
         if failed and may(user, Action.STEP_RETRY, team=team):
             controls["retry"] = {s["name"]: f"{base}operate/retry/?step={s['id']}" for s in failed}
         if failed and may(user, Action.STEP_SKIP, team=team):

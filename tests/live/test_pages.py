@@ -89,3 +89,44 @@ def test_long_polling_answers_at_once_when_the_run_has_moved_on(api, run):
 
 def test_long_polling_refuses_a_malformed_event_id(api, run):
     assert api.get(f"/api/v1/runs/{run.id}/?wait_for_change=soon").status_code == 400
+
+
+def paused_run(team):
+    """A run paused by its failed first step (on_error: pause)."""
+    from orchestrator.retry import StepError
+    from orchestrator.services.kinds.worker import Usage, step_claim, step_fail
+
+    definition = {"name": "ops", "input_schema": {"type": "object"}, "on_error": "pause",
+                  "steps": [{"name": "call", "type": "tool", "tool": "core.echo"},
+                            {"name": "after", "type": "tool", "tool": "core.echo", "after": ["call"]}]}
+    version, _ = workflow_save(team=team, definition=definition, actor=SETUP)
+    run = run_start(version=version, input={}, actor=SETUP)
+    step = run.steps.get(name="call")
+    claim = step_claim(step_id=step.id, worker="test")
+    step_fail(step_id=step.id, attempt=claim.attempt, error=StepError("permanent", "the remote said no"),
+              usage=Usage(), worker="test")
+    return Run.objects.get(id=run.id)
+
+
+def test_a_paused_run_offers_retry_and_skip_of_its_failed_step_and_retry_goes_through_the_service(
+        client, team, operator):
+    run = paused_run(team)
+    signed_in(client, operator)
+    state = client.get(reverse("admin:orchestrator_run_state", args=[run.id])).json()
+    assert state["state"] == "paused"
+    assert set(state["controls"]) == {"cancel", "resume", "retry", "skip"}
+    assert set(state["controls"]["retry"]) == {"call"}  # only the failed step
+    failed = next(step for step in state["steps"] if step["name"] == "call")
+    assert failed["error"]["message"] == "the remote said no" and failed["failed_attempts"] == 1
+
+    client.post(state["controls"]["retry"]["call"])
+    assert Run.objects.get(id=run.id).state == "running"
+    assert run.steps.get(name="call").state == "queued"
+    assert Event.objects.filter(run=run, actor="user:operator").exists()  # audited as the person
+
+
+def test_a_member_sees_no_operator_controls_on_a_paused_run(client, team):
+    run = paused_run(team)
+    viewer = member(team, "viewer", role=Role.MEMBER, staff=True)
+    state = signed_in(client, viewer).get(reverse("admin:orchestrator_run_state", args=[run.id])).json()
+    assert state["controls"] == {}
