@@ -51,7 +51,7 @@ def latest_event_of(run: Run) -> int:
     return Event.objects.filter(run=run).order_by("-id").values_list("id", flat=True).first() or 0
 
 
-LONG_POLL_MAX_S = 30.0
+LONG_POLL_MAX_S = 15.0  # under proxies' and the API fuzzer's 20 s request timeouts
 LONG_POLL_INTERVAL_S = 0.25
 
 

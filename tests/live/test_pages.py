@@ -83,7 +83,7 @@ def test_the_api_run_detail_carries_progress_and_its_newest_event(api, run):
 
 def test_long_polling_answers_at_once_when_the_run_has_moved_on(api, run):
     newest = Event.objects.filter(run=run).order_by("-id").first().id
-    body = api.get(f"/api/v1/runs/{run.id}/?wait_for_change={newest - 1}&timeout=30").json()
+    body = api.get(f"/api/v1/runs/{run.id}/?wait_for_change={newest - 1}&timeout=15").json()
     assert body["last_event"] == newest
 
 
