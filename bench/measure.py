@@ -11,7 +11,8 @@ writes one JSON document. Phases, in order:
    load and throughput;
 3. floor: the same two shapes as a bare Celery canvas on the same broker (bench.floor);
 4. in process, no worker (bench.inprocess): SQL statements per step, the engine's service
-   time per step, the price of a fresh database connection.
+   time per step, the price of a fresh database connection;
+5. with `--live-runs N` (after 1): commit-to-screen latency of the live pages (bench.live).
 
 It reads Stepwise's state only through its models and drives it only through its services
 and API; it changes nothing in the engine.
@@ -238,6 +239,12 @@ def measure(args, result: dict) -> None:
             say(f"idle: WORKER DIED ({result['start']['worker_died']}); restarting it")
             workers.stop()
             workers = start_workers()
+        if args.live_runs:
+            from . import live
+
+            say(f"live: {args.live_runs} runs, commit to a re-read after the websocket's nudge")
+            result["live"] = live.commit_to_screen(base_url, fixtures["token"], "bench-chain",
+                                                   runs=args.live_runs, deadline=args.deadline)
         say(f"step-to-step: {args.runs} concurrent runs of a {args.steps}-step chain")
         # Leave the floor and the query count a share of the time left.
         share = time.time() + 0.6 * (args.deadline - time.time())
@@ -286,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--start-runs", type=int, default=30)
     parser.add_argument("--workers-concurrency", type=int, default=2)
+    parser.add_argument("--live-runs", type=int, default=0)
     parser.add_argument("--deadline", type=float, required=True, help="epoch seconds")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)

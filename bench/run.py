@@ -36,6 +36,7 @@ def run_backend(backend: str, args, deadline: float) -> dict:
                    "--runs", str(args.runs), "--steps", str(args.steps),
                    "--start-runs", str(args.start_runs),
                    "--workers-concurrency", str(args.workers_concurrency),
+                   "--live-runs", str(args.live_runs),
                    "--deadline", str(deadline)]
             child = subprocess.Popen(cmd, cwd=ROOT, env=env)
             try:
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="single runs for the start latency (default 30)")
     parser.add_argument("--workers-concurrency", type=int, default=2,
                         help="prefork processes per worker (default 2)")
+    parser.add_argument("--live-runs", type=int, default=0,
+                        help="runs for the live pages' commit-to-screen latency (default 0: skip)")
     parser.add_argument("--timeout", type=float, default=600,
                         help="seconds for the whole invocation, shared by the backends (default 600)")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "var" / "bench",

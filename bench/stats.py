@@ -91,6 +91,8 @@ def table(results: list[dict]) -> str:
         row(b, "  idle: queued -> started (ms)", st.get("queued_to_started_ms"))
         row(b, "floor idle step-to-step (ms)", fl.get("idle_latency_ms"))
         row(b, "loaded step-to-step latency (ms)", sw.get("latency_ms"))
+        if r.get("live"):
+            row(b, "commit-to-screen latency (ms)", r["live"].get("latency_ms"))
         row(b, "floor loaded step-to-step (ms)", fl.get("latency_ms"))
         for label, a, f in (("idle", st.get("step_latency_ms"), fl.get("idle_latency_ms")),
                             ("loaded", sw.get("latency_ms"), fl.get("latency_ms"))):

@@ -14,8 +14,9 @@ from django.conf import settings
 from django.db import transaction
 
 from orchestrator.clock import now
+from orchestrator.egress import policy_for, url_problems
 
-from .models import Notification
+from .models import CallbackDelivery, Notification, RunCallback
 
 # A notification nobody delivered this long after it was due is sent again by the sweep.
 RESEND_AFTER = timedelta(seconds=60)
@@ -57,4 +58,48 @@ def notifications_resend(*, limit: int = 200) -> int:
         Notification.objects.filter(id__in=due).update(next_attempt_at=now() + RESEND_AFTER)
         for notification_id in due:
             transaction.on_commit(lambda n=notification_id: _dispatch(n), robust=True)
+    return len(due)
+
+
+# --- run callbacks (docs/live.md#callbacks) --------------------------------------------------
+
+CALLBACK_RESEND_AFTER = timedelta(seconds=60)
+CALLBACK_MAX_ATTEMPTS = 8
+CALLBACK_SECRET_MIN = 16
+
+
+def callback_problems(*, url: str, secret: str, team: str) -> list[dict]:
+    """Why a run may not call `url` back ([] if it may): the URL must be one the team's egress
+    policy allows (tool name `run.callback`), and a signing secret is required with it."""
+    problems = []
+    if not url.startswith(("http://", "https://")):
+        problems.append({"path": "callback_url", "message": "must be an http(s) URL"})
+    else:
+        problems += [{"path": "callback_url", "message": message}
+                     for message in url_problems(url, policy_for(tool="run.callback", team=team))]
+    if len(secret) < CALLBACK_SECRET_MIN:
+        problems.append({"path": "callback_secret", "message": f"a signing secret of at least "
+                         f"{CALLBACK_SECRET_MIN} characters is required with callback_url"})
+    return problems
+
+
+def run_callback_register(*, run, url: str, secret: str, team: str) -> RunCallback:
+    """Record a run's callback, in the transaction that creates the run (`run_start` checked
+    it with `callback_problems` first)."""
+    return RunCallback.objects.create(run=run, url=url, secret=secret, team=team)
+
+
+def _dispatch_callback(delivery_id: int) -> None:
+    current_app.send_task("notifications.tasks.deliver_callback", (delivery_id,), queue="orchestrator")
+
+
+def callbacks_resend(*, limit: int = 200) -> int:
+    """Send again every callback delivery that is due (a lost message, a failed attempt)."""
+    due = list(CallbackDelivery.objects.filter(status=CallbackDelivery.Status.PENDING,
+                                               next_attempt_at__lte=now())
+               .values_list("id", flat=True)[:limit])
+    with transaction.atomic():
+        CallbackDelivery.objects.filter(id__in=due).update(next_attempt_at=now() + CALLBACK_RESEND_AFTER)
+        for delivery_id in due:
+            transaction.on_commit(lambda d=delivery_id: _dispatch_callback(d), robust=True)
     return len(due)

@@ -11,12 +11,13 @@ from functools import partial
 
 from django.contrib import admin, messages
 from django.db.models import Max, QuerySet
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils.html import format_html
 
 from .admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column, pretty_json
 from .authz import Action, teams_where
 from .errors import Forbidden, NotAllowed
+from .live import views as live_views
 from .models import (
     DeadLetter,
     Effect,
@@ -192,7 +193,7 @@ class EventInline(ReadOnlyInline):
         return super().get_queryset(request).select_related("step")
 
 
-_RUN_FIELDS = ["id", "team", "version", "state", "trigger", "started_by_trigger", "created_by",
+_RUN_FIELDS = ["id", "live_page", "team", "version", "state", "trigger", "started_by_trigger", "created_by",
                "idempotency_key",
                "parent_step", "created_at", "started_at", "finished_at", "progressed_at",
                "cost_usd", "tokens_in", "tokens_out", "input_pretty", "output_pretty",
@@ -201,7 +202,8 @@ _RUN_FIELDS = ["id", "team", "version", "state", "trigger", "started_by_trigger"
 
 @admin.register(Run)
 class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["id", "workflow", "version_number", "team", badge_column("state"), "cost_usd", "created_at"]
+    list_display = ["id", "workflow", "version_number", "team", badge_column("state"), "cost_usd", "created_at",
+                    "live_page"]
     list_filter = ["state", "version__workflow__name", "team"]
     list_select_related = ["team", "version__workflow"]
     search_fields = ["id", "idempotency_key", "version__workflow__name"]
@@ -212,6 +214,30 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def get_queryset(self, request) -> QuerySet[Run]:
         return super().get_queryset(request).defer("version__definition", "version__normalized")
+
+    def get_urls(self):
+        # The live run page, its JSON state and its operator controls; the operations page
+        # (orchestrator/live/views.py, docs/live.md).
+        def page(view):
+            def wrapped(request, *args, **kwargs):
+                return view(request, *args, admin_context=self.admin_site.each_context(request), **kwargs)
+            return self.admin_site.admin_view(wrapped)
+
+        return [
+            path("operations/", page(live_views.operations_page), name="orchestrator_operations"),
+            path("operations/state/", self.admin_site.admin_view(live_views.operations_state),
+                 name="orchestrator_operations_state"),
+            path("<uuid:run_id>/live/", page(live_views.run_page), name="orchestrator_run_live"),
+            path("<uuid:run_id>/live/state/", self.admin_site.admin_view(live_views.run_state),
+                 name="orchestrator_run_state"),
+            path("<uuid:run_id>/live/operate/<str:operation>/", page(live_views.run_operate),
+                 name="orchestrator_run_operate"),
+            *super().get_urls(),
+        ]
+
+    @admin.display(description="live page")
+    def live_page(self, run: Run) -> str:
+        return format_html('<a href="{}">watch</a>', reverse("admin:orchestrator_run_live", args=[run.id]))
 
     @admin.display(description="workflow", ordering="version__workflow__name")
     def workflow(self, run: Run) -> str:

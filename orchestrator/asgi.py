@@ -1,4 +1,8 @@
-"""ASGI entry point: Django for HTTP, Channels for the live dashboard's websockets."""
+"""ASGI entry point: Django for HTTP, Channels for the live pages' websockets (docs/live.md).
+
+Websockets are authenticated by the Django session (the admin's sign-in), and only from this
+site's origins (`ALLOWED_HOSTS`); each consumer then checks who may watch what (`authz`).
+"""
 import os
 
 from django.core.asgi import get_asgi_application
@@ -6,6 +10,13 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
 django_asgi = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_asgi})
+from orchestrator.live.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter({
+    "http": django_asgi,
+    "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+})

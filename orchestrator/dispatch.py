@@ -16,6 +16,7 @@ A message about a step carries its run id and step name as headers (`stepwise_ru
 representation (what Flower shows), and the sender's trace as `traceparent`
 (`orchestrator.tracing`), so Flower rows, logs and traces join up with runs.
 """
+import time
 from functools import partial
 
 from celery import chord, current_app, signature
@@ -32,7 +33,9 @@ BROKER_DELAY_LIMIT_S = 30
 
 def about(run_id=None, step_name: str = "") -> dict:
     """The options that name a message's run and step to workers, logs, traces and Flower."""
-    headers = {**tracing.headers_out()}
+    # `sent_at` lets the operations page tell how long the oldest message of a Redis queue has
+    # waited (orchestrator/queues.py): Kombu's messages carry no time of their own.
+    headers = {**tracing.headers_out(), "sent_at": time.time()}
     named = {}
     if run_id:
         headers["stepwise_run"] = named["run"] = str(run_id)
@@ -100,3 +103,9 @@ def child_finished_on_commit(parent_step_id: int) -> None:
 def compensate_on_commit(run_id, delay_s: float = 0) -> None:
     after_commit(lambda: _send("compensate_run", (str(run_id),), countdown=delay_s or None,
                                queue="tools"))
+
+
+def callback_on_commit(delivery_id: int) -> None:
+    """POST a run's callback (notifications/callbacks.py) once the event it reports commits."""
+    after_commit(lambda: current_app.send_task("notifications.tasks.deliver_callback",
+                                               (delivery_id,), queue="orchestrator"))

@@ -10,13 +10,24 @@ dead-letter counters, `orchestrator.metrics`): after the transaction
 commits, each event of a kind in `LOG_LEVELS` is logged once, at its level, with the run, step,
 attempt, workflow and team ids — a failure, a retry, a dead letter, a pause (a budget denial),
 an approval decision — so a rolled-back change logs nothing and a change logs one line.
+
+A run's callback (`notifications.models.RunCallback`, the `callback_url` given at its start) is
+owed one delivery per event that says the run waits or has ended (`CALLBACK_KINDS`): the
+`CallbackDelivery` row is written here, in the same transaction, and sent after commit.
+
+On PostgreSQL each also sends `NOTIFY stepwise_events` in the same transaction: PostgreSQL
+delivers it when (and only if) the transaction commits, and folds repeats within one
+transaction into one, so the live pages' relay (`orchestrator.live.relay`) wakes once per
+committed change and never for a rolled-back one.
 """
 import logging
 
 from django.db import connection, transaction
 
 from audit.services import audit_record_events
+from notifications.models import CallbackDelivery, RunCallback
 
+from .dispatch import callback_on_commit
 from .logcontext import describing
 from .metrics import observe_event
 from .models import Event, Run, StepRun
@@ -75,6 +86,11 @@ def _log_after_commit(events: list[Event]) -> None:
     transaction.on_commit(write, robust=True)
 
 
+# The run events a callback reports: it waits (for a person, a child run...), or it has ended.
+CALLBACK_KINDS = frozenset({"run.waiting", "run.completed", "run.failed", "run.timed_out",
+                            "run.cancelled", "run.compensation_failed"})
+
+
 def event_record(*, run: Run, kind: str, step: StepRun | None = None, payload: dict | None = None,
                  actor: str = "service:stepwise") -> Event:
     """Append an event for `run` (and `step`). Raises RuntimeError outside a transaction."""
@@ -83,6 +99,8 @@ def event_record(*, run: Run, kind: str, step: StepRun | None = None, payload: d
     event = Event.objects.create(run=run, step=step, kind=kind, actor=actor, payload=payload or {})
     audit_record_events([event])
     _log_after_commit([event])
+    _owe_callbacks([event])
+    _notify_on_commit()
     return event
 
 
@@ -93,3 +111,27 @@ def events_record(events: list[Event]) -> None:
     Event.objects.bulk_create(events)
     audit_record_events(events)
     _log_after_commit(events)
+    _owe_callbacks(events)
+    _notify_on_commit()
+
+
+def _owe_callbacks(events: list[Event]) -> None:
+    reported = [event for event in events if event.kind in CALLBACK_KINDS]
+    if not reported:
+        return
+    callbacks = {c.run_id: c for c in RunCallback.objects.filter(run_id__in={e.run_id for e in reported})}
+    for event in reported:
+        callback = callbacks.get(event.run_id)
+        if callback is not None:
+            delivery = CallbackDelivery.objects.create(callback=callback, event=event, kind=event.kind)
+            callback_on_commit(delivery.id)
+
+
+RELAY_CHANNEL = "stepwise_events"
+
+
+def _notify_on_commit() -> None:
+    """Wake the outbox relays at commit (PostgreSQL; the relay polls elsewhere)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"NOTIFY {RELAY_CHANNEL}")

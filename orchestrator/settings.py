@@ -183,6 +183,12 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# The live pages' outbox relay (orchestrator/live/relay.py, docs/live.md): how often it reads
+# the outbox when nothing woke it. On PostgreSQL a NOTIFY wakes it at each commit, so polling
+# is only a backstop; SQLite has no NOTIFY, so there it polls often (one indexed query).
+STEPWISE_RELAY_POLL_S = float(os.environ.get("STEPWISE_RELAY_POLL_S",
+                                             "0.25" if not os.environ.get("DATABASE_URL") else "2"))
+
 # Shared counters for rate limits and circuit breakers: every worker must see the same ones.
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",

@@ -14,6 +14,7 @@ from approvals.models import ApprovalDecision, ApprovalRequest
 
 from ..executors import ATTEMPT_META_FIELDS
 from ..models import DeadLetter, Run, StepAttempt, StepRun, Workflow, WorkflowVersion
+from ..progress import latest_event_of, run_progress
 
 
 def _absolute(serializer: serializers.Serializer, path: str) -> str:
@@ -62,6 +63,14 @@ class RunStartRequestSerializer(serializers.Serializer):
     version = serializers.IntegerField(
         required=False, min_value=1, help_text="Pin an older version (default: the latest)."
     )
+    callback_url = serializers.URLField(
+        required=False, max_length=2000, default="",
+        help_text="POSTed (signed, at least once) when the run waits, completes or fails; must "
+        "be allowed by the egress policy (docs/live.md#callbacks).")
+    callback_secret = serializers.CharField(
+        required=False, max_length=200, default="", write_only=True,
+        help_text="The key the callback's X-Stepwise-Signature (HMAC-SHA256) is made with; "
+        "required with callback_url, at least 16 characters.")
 
     def validate(self, attrs: dict) -> dict:
         unknown = set(self.initial_data) - set(self.fields)
@@ -292,14 +301,42 @@ class StartedBySerializer(serializers.Serializer):
     url = serializers.CharField()
 
 
+class MapProgressSerializer(serializers.Serializer):
+    step = serializers.CharField()
+    done = serializers.IntegerField()
+    total = serializers.IntegerField()
+
+
+class ProgressSerializer(serializers.Serializer):
+    """How far the run has got, counted, never estimated (docs/live.md)."""
+
+    steps_total = serializers.IntegerField()
+    steps_done = serializers.IntegerField(help_text="Steps that have ended (completed, skipped, "
+                                          "failed, timed out or cancelled).")
+    steps_failed = serializers.IntegerField()
+    by_state = serializers.DictField(child=serializers.IntegerField(), help_text="Steps per state.")
+    map_items = MapProgressSerializer(many=True, help_text="Each map step's items done of its items.")
+
+
 class RunDetailSerializer(RunSerializer):
     steps = StepRunSerializer(many=True, read_only=True)
     parent_run = serializers.SerializerMethodField()
     started_by = serializers.SerializerMethodField()
+    progress = serializers.SerializerMethodField()
+    last_event = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "input", "output", "error", "idempotency_key",
-                  "parent_run", "started_by", "steps"]
+                  "parent_run", "started_by", "progress", "last_event", "steps"]
+
+    @extend_schema_field(ProgressSerializer)
+    def get_progress(self, run: Run) -> dict:
+        return run_progress(run, list(run.steps.all()))
+
+    def get_last_event(self, run: Run) -> int:
+        """The id of the run's newest event: pass it as `wait_for_change` to long-poll."""
+        newest = getattr(run, "newest_event", None)  # annotated by the view: no query
+        return newest if newest is not None else latest_event_of(run)
 
     @extend_schema_field(StartedBySerializer(allow_null=True))
     def get_started_by(self, run: Run) -> dict | None:

@@ -23,7 +23,8 @@ from approvals.models import ApprovalDecision, ApprovalRequest
 from ..authz import visible
 from ..definitions import DefinitionInvalid, parse_definition_text
 from ..errors import NotAllowed
-from ..models import DeadLetter, Run, StepRun, Workflow, WorkflowVersion
+from ..models import DeadLetter, Event, Run, StepRun, Workflow, WorkflowVersion
+from ..progress import LONG_POLL_MAX_S, wait_for_event
 from ..selectors import latest_version, runs_with_version
 from ..services.kinds.human_gate import (
     approval_edit,
@@ -247,7 +248,8 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
         run = run_start(
             version=self._version_to_run(workflow, body.get("version")), input=body["input"],
             actor=request.user, idempotency_key=request.headers.get("Idempotency-Key"),
-            trigger="api",
+            trigger="api", callback_url=body.get("callback_url", ""),
+            callback_secret=body.get("callback_secret", ""),
         )
         return Response(s.RunSerializer(run, context=self.get_serializer_context()).data,
                         status=status.HTTP_202_ACCEPTED if run._created else status.HTTP_200_OK)
@@ -271,8 +273,17 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
 
 @extend_schema_view(
     list=extend_schema(description="Runs of your teams, newest first."),
-    retrieve=extend_schema(description="A run with every step in order, each step's attempts, "
-                           "and the approval of each human gate."),
+    retrieve=extend_schema(
+        description="A run with every step in order, each step's attempts, the approval of each "
+        "human gate, and its `progress`. With `wait_for_change=<event id>` (the `last_event` of "
+        "the detail you have) the answer waits until the run has a newer event or `timeout` "
+        "seconds pass (long-polling for clients without a websocket; docs/live.md).",
+        parameters=[
+            OpenApiParameter("wait_for_change", int, description="Answer once the run has an "
+                             "event newer than this id (its `last_event`)."),
+            OpenApiParameter("timeout", float, description=f"Seconds to wait at most (default "
+                             f"and at most {LONG_POLL_MAX_S}); then the unchanged run is returned."),
+        ]),
 )
 class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                  viewsets.GenericViewSet):
@@ -288,6 +299,18 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
 
     def get_serializer_class(self):
         return s.RunSerializer if self.action == "list" else s.RunDetailSerializer
+
+    def retrieve(self, request, *args, **kwargs):
+        after = request.query_params.get("wait_for_change")
+        if after is not None:
+            run = self.get_object()  # 404 before waiting, for a run the person may not see
+            try:
+                after, timeout = int(after), float(request.query_params.get("timeout", LONG_POLL_MAX_S))
+            except ValueError:
+                raise ValidationError(error_body("wait_for_change must be an event id and timeout "
+                                                 "a number of seconds", "wait_for_change")) from None
+            wait_for_event(run, after=after, timeout=min(max(timeout, 0), LONG_POLL_MAX_S))
+        return super().retrieve(request, *args, **kwargs)
 
     @extend_schema(request=None, responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS},
                    description="Cancel the run: nothing new starts, running steps finish, then "
@@ -361,8 +384,9 @@ def with_steps(runs: QuerySet[Run]) -> QuerySet[Run]:
     steps = (StepRun.objects.annotate(approval_id=Subquery(latest.values("id")[:1]),
                                       approval_state=Subquery(latest.values("state")[:1]))
              .prefetch_related("attempt_records").order_by("position"))
+    newest = Event.objects.filter(run=OuterRef("pk")).order_by("-id").values("id")[:1]
     return runs.select_related("parent_step", "trigger_firing__trigger").prefetch_related(
-        Prefetch("steps", queryset=steps))
+        Prefetch("steps", queryset=steps)).annotate(newest_event=Subquery(newest))
 
 
 @extend_schema_view(

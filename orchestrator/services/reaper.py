@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from approvals.services import approval_reminders_send
-from notifications.services import notifications_resend
+from notifications.services import callbacks_resend, notifications_resend
 
 from ..authz import REAPER, label
 from ..clock import now
@@ -33,7 +33,8 @@ def reap() -> dict[str, int]:
     at = now()
     report = {"timed_out": 0, "leases": 0, "retries": 0, "redispatched": 0, "joined": 0,
               "items_resent": 0, "children": 0, "stuck": 0, "runs_timed_out": 0,
-              "compensations": 0, "approval_reminders": 0, "notifications": 0}
+              "compensations": 0, "approval_reminders": 0, "notifications": 0,
+              "callbacks": 0}
     late = StepRun.objects.filter(state__in=[StepState.RUNNING, StepState.WAITING], deadline_at__lt=at)
     for step_id, kind in late.values_list("id", "kind")[:BATCH]:
         report["timed_out"] += handler_for(kind).time_out(step_id=step_id, reason="step timeout elapsed")
@@ -52,6 +53,7 @@ def reap() -> dict[str, int]:
     _flag_stuck(at, report)
     report["approval_reminders"] = approval_reminders_send()
     report["notifications"] = notifications_resend()
+    report["callbacks"] = callbacks_resend()
     return report
 
 

@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from jsonschema import Draft202012Validator
 
 from audit.redaction import keyed_hash
+from notifications.services import callback_problems, run_callback_register
 
 from ..authz import REAPER, Action, Actor, is_person, label, may, require
 from ..clock import now
@@ -48,7 +49,8 @@ def input_problems(schema: dict, value: object) -> list[dict]:
 def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by=None,
               idempotency_key: str | None = None, parent_step: StepRun | None = None,
               trigger: str = "api", origin: dict | None = None,
-              known_secrets: Collection[str] = ()) -> Run:
+              known_secrets: Collection[str] = (), callback_url: str = "",
+              callback_secret: str = "") -> Run:
     """Create a run pinned to `version`, start it, and schedule its first steps.
 
     `actor` starts it (a person needs the run.start permission in the workflow's team);
@@ -65,10 +67,15 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     Secret values of the input (`secret_inputs`: `writeOnly` in the input schema, a key that
     names a secret, or one of `known_secrets`, a parent's) are stored sealed, and the run's
     input holds a marker in their place.
+
+    `callback_url` (with `callback_secret`, its signing key) is POSTed when the run waits or
+    ends (docs/live.md#callbacks); a URL the team's egress policy refuses is InputInvalid.
     """
     team = version.workflow.team
     require(actor, Action.RUN_START, team=team)
     problems = run_input_problems(input) or input_problems(version.normalized["input_schema"], input)
+    if callback_url or callback_secret:
+        problems += callback_problems(url=callback_url, secret=callback_secret, team=team.slug)
     if problems:
         raise InputInvalid("run input is invalid", problems)
     stored_input, secrets = split(version.normalized["input_schema"], input, known=known_secrets)
@@ -85,7 +92,8 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     try:
         with transaction.atomic():
             run = _create(version, stored_input, actor, created_by, idempotency_key,
-                          request_digest, parent_step, trigger, origin, secrets)
+                          request_digest, parent_step, trigger, origin, secrets,
+                          (callback_url, callback_secret))
     except IntegrityError:
         existing = idempotency_key and _idempotent_replay(team.id, idempotency_key, request_digest)
         if not existing:
@@ -131,13 +139,15 @@ def _idempotent_replay(team_id: int, key: str, request_digest: str) -> Run | Non
 
 
 def _create(version, input, actor, created_by, idempotency_key, request_digest, parent_step,
-            trigger, origin, secrets) -> Run:
+            trigger, origin, secrets, callback) -> Run:
     run = Run.objects.create(
         team=version.workflow.team, version=version, input=input, created_by=created_by,
         idempotency_key=idempotency_key or None, request_digest=request_digest,
         parent_step=parent_step, trigger=trigger,
     )
     seal_for(run, secrets)
+    if callback[0]:
+        run_callback_register(run=run, url=callback[0], secret=callback[1], team=run.team.slug)
     StepRun.objects.bulk_create(
         StepRun(run=run, name=s["name"], kind=s["type"], position=i)
         for i, s in enumerate(version.normalized["steps"])

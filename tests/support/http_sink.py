@@ -66,6 +66,7 @@ class HttpSink:
                     sink.open_keys[key] -= 1
                     status, headers = sink._next_outcome(self.path)
                     sink.requests.append({"path": self.path, "key": key, "body": body.decode(),
+                                          "headers": dict(self.headers.items()),
                                           "status": status, "arrived_at": arrived_at})
                     sink.by_key[key] += 1
                     if status == 200:

@@ -116,6 +116,8 @@ Stepwise is starting on {base}
   reviewer: {base}/admin/   user: {reviewer.username}   password: {reviewer_password}
             (not staff; in support_leads: the support example waits in their inbox)
             API token: {reviewer_token.key}
+  live:     {base}/admin/orchestrator/run/ (each run's "watch" page updates as it moves),
+            {base}/admin/orchestrator/run/operations/ (queues, workers, failures, spend)
   API docs: {base}/api/v1/docs/
   API token: {token.key}{secrets_line}
   e-mail:   notifications in {settings.VAR_DIR / "mail"}/, the example's e-mails in {settings.VAR_DIR / "outbox" / "emails.jsonl"}
