@@ -464,6 +464,9 @@ class Effect(models.Model):
     tool = models.CharField(max_length=100)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.STARTED)
     attempts = models.PositiveIntegerField(default=1)
+    # The fencing token of the attempt that last started the effect (0: unfenced): an older
+    # attempt may neither restart it nor record its outcome (services/effects.py).
+    fence = models.PositiveIntegerField(default=0)
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     started_at = models.DateTimeField(default=now)

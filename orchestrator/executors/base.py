@@ -25,6 +25,11 @@ class ExecContext:
     # Parameters a reviewer changed at the step's approval gate (approvals.binding): they
     # replace the rendered ones before the call is checked against the tool's schema.
     params_override: dict = field(default_factory=dict)
+    # The attempt's fencing token (its claim generation, docs/failure-semantics.md): every
+    # write that finishes the attempt is refused once a newer claim exists, and tools pass it
+    # to remotes that can refuse a stale writer. 0: unfenced (a compensation, one worker at a
+    # time under the run's compensation lease).
+    fencing_token: int = 0
 
 
 @dataclass(frozen=True)
