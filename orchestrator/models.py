@@ -520,3 +520,14 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hostname} ({self.last_seen:%H:%M:%S})"
+
+
+class Leadership(models.Model):
+    """A leader lease: who may do work that must not run twice at once (services/leadership.py)."""
+
+    name = models.CharField(max_length=64, unique=True)
+    holder = models.CharField(max_length=200)
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.holder} until {self.expires_at:%H:%M:%S}"
