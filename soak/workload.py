@@ -19,6 +19,8 @@ from orchestrator.models import Role, Run, Team, TeamMembership
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 
+# Every step retries: a step without a policy survives only LOST_ATTEMPTS_ALLOWED lost attempts
+# (poison-message protection), fewer than the soak's clock jumps and partitions may cost it.
 RETRY = {"max_attempts": 20, "base_s": 0.5, "max_s": 3, "jitter": True}
 # Generous: each step is projected at STEPWISE_DEFAULT_STEP_COST_USD before any history exists.
 BUDGET_USD = "1.00"
@@ -34,14 +36,14 @@ def definitions(sink: str) -> list[dict]:
     effect = {"type": "tool", "tool": "http.request", "side_effect": True, "retry": RETRY}
     return [
         {"name": "soak-chain", "input_schema": {"type": "object", "required": ["order"]}, "steps": [
-            {"name": "prepare", "type": "tool", "tool": "core.echo", "params": order},
+            {"name": "prepare", "type": "tool", "tool": "core.echo", "params": order, "retry": RETRY},
             {"name": "quote", "type": "map", "after": ["prepare"], "over": "input.lines",
              "item": {"type": "tool", "tool": "core.echo", "params": {"line": "{{ item }}"}, "retry": RETRY}},
             {"name": "pay", **effect, "after": ["quote"], "params": _post(sink, "/pay", order)},
             {"name": "notify", **effect, "after": ["pay"], "params": _post(sink, "/notify", order)},
         ]},
         {"name": "soak-gate", "input_schema": {"type": "object", "required": ["order"]}, "steps": [
-            {"name": "draft", "type": "tool", "tool": "core.echo", "params": order},
+            {"name": "draft", "type": "tool", "tool": "core.echo", "params": order, "retry": RETRY},
             {"name": "approve", "type": "human_gate", "after": ["draft"], "approvers": "soak-leads",
              "timeout_s": 86400},
             {"name": "send", **effect, "after": ["approve"], "params": _post(sink, "/send", order)},
@@ -60,7 +62,8 @@ def definitions(sink: str) -> list[dict]:
         {"name": "soak-parent", "input_schema": {"type": "object", "required": ["order"]}, "steps": [
             {"name": "child", "type": "sub_workflow", "workflow": "soak-child", "input": order,
              "timeout_s": 86400},
-            {"name": "summary", "type": "tool", "tool": "core.echo", "after": ["child"], "params": order},
+            {"name": "summary", "type": "tool", "tool": "core.echo", "after": ["child"], "params": order,
+             "retry": RETRY},
         ]},
         {"name": "soak-budget", "input_schema": {"type": "object", "required": ["order"]},
          "budget": {"max_cost_usd": float(BUDGET_USD), "max_duration_s": 86400}, "steps": [
