@@ -16,7 +16,7 @@ export STEPWISE_BASE_URL
 STEPWISE_EXAMPLE_RABBITMQ_PASSWORD ?= guest
 export STEPWISE_EXAMPLE_RABBITMQ_PASSWORD
 
-.PHONY: run test install lint bench clean mutate mutate-results
+.PHONY: run test install lint bench clean mutate mutate-results soak
 
 # Mutation testing of the core (docs/testing.md): one module at a time, two mutants at once,
 # each module stopped after MUTATE_BUDGET_S seconds. Results are kept in mutants/, so the next
@@ -45,14 +45,22 @@ run: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/pytest -n 2 --dist loadfile -q -m "not ledger_prefix and not restarts_services and not fuzz"
+	$(BIN)/pytest -n 2 --dist loadfile -q -m "not ledger_prefix and not restarts_services and not fuzz and not soak"
 	$(BIN)/pytest -p no:xdist -q -m ledger_prefix
 	$(BIN)/pytest -p no:xdist -q -m fuzz
+	$(BIN)/pytest -p no:xdist -q -m soak
 	$(BIN)/pytest -p no:xdist -q -m restarts_services
 
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+
+# The soak (docs/failure-semantics.md): a mixed workload under random faults on its own
+# PostgreSQL + Redis (never the shared servers), then every invariant checked.
+SOAK_MINUTES ?= 10
+SOAK_SEED ?= 1
+soak: install
+	$(BIN)/python manage.py stepwise_soak --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED)
 
 bench: install
 	$(BIN)/python bench/run.py --backend embedded

@@ -490,6 +490,9 @@ class Effect(models.Model):
     tool = models.CharField(max_length=100)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.STARTED)
     attempts = models.PositiveIntegerField(default=1)
+    # The fencing token of the attempt that last started the effect (0: unfenced): an older
+    # attempt may neither restart it nor record its outcome (services/effects.py).
+    fence = models.PositiveIntegerField(default=0)
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     started_at = models.DateTimeField(default=now)
@@ -543,3 +546,14 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hostname} ({self.last_seen:%H:%M:%S})"
+
+
+class Leadership(models.Model):
+    """A leader lease: who may do work that must not run twice at once (services/leadership.py)."""
+
+    name = models.CharField(max_length=64, unique=True)
+    holder = models.CharField(max_length=200)
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.holder} until {self.expires_at:%H:%M:%S}"

@@ -4,14 +4,15 @@ Error classes (the vocabulary of every executor, provider and tool):
 retryable when the policy lists them: timeout, rate_limit, transient, invalid_output;
 `lost` (the worker died mid-step) is retried up to LOST_ATTEMPTS_ALLOWED attempts whatever the
 policy; never retried: auth, policy, validation, permanent, invalid_request, rejected,
-cancelled, budget, uncertain (an effect that may have happened needs a person).
+cancelled, budget, uncertain (an effect that may have happened needs a person), stale (the
+attempt's claim was superseded: its fencing token is old, and a newer attempt owns the step).
 """
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 NEVER_RETRIED = frozenset({"auth", "policy", "validation", "permanent", "invalid_request",
-                           "rejected", "cancelled", "budget", "uncertain"})
+                           "rejected", "cancelled", "budget", "uncertain", "stale"})
 LOST_ATTEMPTS_ALLOWED = 3
 ERROR_CLASSES = frozenset({"timeout", "rate_limit", "transient", "invalid_output", "lost"}) | NEVER_RETRIED
 

@@ -236,7 +236,10 @@ CELERY_TASK_DEFAULT_QUEUE = "orchestrator"
 CELERY_DB_REUSE_MAX = int(os.environ.get("CELERY_DB_REUSE_MAX", "1000"))
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_SEND_TASK_EVENTS = False
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# The database scheduler, sending only while its process holds the beat leader lease, so
+# several beats may run (orchestrator/beat.py); a follower takes over within the lease.
+CELERY_BEAT_SCHEDULER = "orchestrator.beat:LeaderScheduler"
+STEPWISE_BEAT_LEASE_S = float(os.environ.get("STEPWISE_BEAT_LEASE_S", "10"))
 CELERY_BEAT_SCHEDULE = {
     "stepwise-reap": {
         "task": "orchestrator.tasks.reap",

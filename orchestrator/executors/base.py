@@ -27,6 +27,11 @@ class ExecContext:
     params_override: dict = field(default_factory=dict)
     # Masks the run's secret inputs in what is recorded of the call (secret_inputs.Revealed).
     scrub: Callable[[object], object] = lambda value: value
+    # The attempt's fencing token (its claim generation, docs/failure-semantics.md): every
+    # write that finishes the attempt is refused once a newer claim exists, and tools pass it
+    # to remotes that can refuse a stale writer. 0: unfenced (a compensation, one worker at a
+    # time under the run's compensation lease).
+    fencing_token: int = 0
 
 
 @dataclass(frozen=True)

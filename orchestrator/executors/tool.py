@@ -40,7 +40,8 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
         raise StepError("validation", "; ".join(e.message for e in errors[:10]))
     tool_ctx = ToolContext(ctx.run_id, ctx.step_name, ctx.attempt, ctx.idempotency_key,
                            side_effect=bool(spec.get("side_effect")),
-                           timeout_s=spec.get("timeout_s"), team_lookup=partial(_team_of, ctx.run_id))
+                           timeout_s=spec.get("timeout_s"), team_lookup=partial(_team_of, ctx.run_id),
+                           fencing_token=ctx.fencing_token)
 
     def call():
         # Audit: the entry authorizing this call is committed before the call is made, so a

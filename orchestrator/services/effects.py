@@ -9,6 +9,13 @@
 - the `started` row is committed BEFORE the call, so a crash mid-call leaves the evidence.
 The call, and a reconciling `lookup`, run outside any transaction: no row lock is held across
 the network.
+
+Fencing: a fenced caller passes its attempt's token (`fence`, the claim generation) and a
+`holds()` check of its claim. The row records the token of the attempt that last started it;
+an attempt whose claim was superseded may not start, restart or reconcile the effect (its
+claim no longer holds, or the row carries a newer token), and its `_finish` is a conditional
+UPDATE on its own token, so a worker resumed after its lease expired never overwrites the
+outcome the newer attempt recorded.
 """
 from collections.abc import Callable
 
@@ -23,20 +30,24 @@ from ..tools.registry import Tool
 
 
 def effect_perform(*, tool: Tool, call: Callable[[], object], step_id: int, key: str,
-                   action: str = "default", scrub: Callable[[object], object] = lambda v: v) -> object:
+                   action: str = "default", fence: int = 0,
+                   holds: Callable[[], bool] | None = None,
+                   scrub: Callable[[object], object] = lambda v: v) -> object:
     """Perform `call` once for `key`, or return what the first time produced.
 
-    What is stored of the outcome passes through `scrub` first (the run's secret inputs are
-    masked: secret_inputs); the caller gets the result as the tool returned it.
+    `fence` and `holds` fence the caller (module docstring). What is stored of the outcome
+    passes through `scrub` first (the run's secret inputs are masked: secret_inputs); the
+    caller gets the result as the tool returned it.
 
     Raises StepError from the call, StepError("cancelled") if the run is being cancelled (the
-    last safe point before the effect), and StepError("uncertain") when a previous attempt's
-    outcome cannot be reconciled.
+    last safe point before the effect), StepError("uncertain") when a previous attempt's
+    outcome cannot be reconciled, and StepError("stale") when the caller's claim was superseded.
     """
-    effect, uncertain = _begin(step_id=step_id, key=key, tool=tool, action=action)
+    effect, uncertain = _begin(step_id=step_id, key=key, tool=tool, action=action, fence=fence,
+                               holds=holds)
     if uncertain:
         found = tool.lookup(key) if tool.lookup is not None else None  # outside any transaction
-        effect = _reconciled(effect, tool, found)
+        effect = _reconciled(effect, tool, found, fence=fence)
     if effect.status == Effect.Status.SUCCEEDED:
         return effect.result
     try:
@@ -48,7 +59,13 @@ def effect_perform(*, tool: Tool, call: Callable[[], object], step_id: int, key:
     return result
 
 
-def _begin(*, step_id: int, key: str, tool: Tool, action: str) -> tuple[Effect, bool]:
+def _stale(key: str, fence: int) -> StepError:
+    return StepError("stale", f"attempt {fence} no longer holds its claim; effect {key} is "
+                              "another attempt's")
+
+
+def _begin(*, step_id: int, key: str, tool: Tool, action: str, fence: int,
+           holds: Callable[[], bool] | None) -> tuple[Effect, bool]:
     """(the ledger row for `key`, whether its outcome is uncertain): created `started` for this
     attempt, already succeeded, restarted after a failure, or left `started` by an attempt
     that died during the call (uncertain: to reconcile before anything is called)."""
@@ -56,27 +73,31 @@ def _begin(*, step_id: int, key: str, tool: Tool, action: str) -> tuple[Effect, 
         step = StepRun.objects.select_related("run").defer("input", "output").get(id=step_id)
         if step.run.state not in RUN_EFFECTS_ALLOWED:
             raise StepError("cancelled", f"run is {step.run.state}; the effect was not started")
+        if holds is not None and not holds():
+            raise _stale(key, fence)
         try:
             with transaction.atomic():
                 effect = Effect.objects.create(key=key, run_id=step.run_id, step=step,
-                                               action=action, tool=tool.name)
+                                               action=action, tool=tool.name, fence=fence)
                 event_record(run=step.run, step=step, kind="effect.started",
                              payload={"key": key, "tool": tool.name, "action": action})
                 return effect, False
         except IntegrityError:
             effect = Effect.objects.select_for_update().get(key=key)
+        if effect.fence > fence and effect.status != Effect.Status.SUCCEEDED:
+            raise _stale(key, fence)  # a newer attempt owns it: never restart or reconcile it
         if effect.status == Effect.Status.SUCCEEDED:
             event_record(run=step.run, step=step, kind="effect.replayed",
                          payload={"key": key, "tool": tool.name})
             return effect, False
         if effect.status == Effect.Status.FAILED:
-            _restart(effect, attempts=effect.attempts)
+            _restart(effect, attempts=effect.attempts, fence=fence)
             return effect, False
         effect.attempts_seen = effect.attempts
         return effect, True
 
 
-def _reconciled(effect: Effect, tool: Tool, found: object) -> Effect:
+def _reconciled(effect: Effect, tool: Tool, found: object, *, fence: int) -> Effect:
     """Decide an uncertain effect with what `lookup` found (None: not found, or no lookup)."""
     with transaction.atomic():
         current = Effect.objects.select_for_update().select_related("step__run").get(id=effect.id)
@@ -102,21 +123,26 @@ def _reconciled(effect: Effect, tool: Tool, found: object) -> Effect:
         else:
             raise StepError("uncertain", f"effect {current.key} may have happened; tool "
                                          f"'{tool.name}' offers no lookup, so a person must reconcile it")
-        _restart(current, attempts=current.attempts)
+        _restart(current, attempts=current.attempts, fence=fence)
         return current
 
 
-def _restart(effect: Effect, *, attempts: int) -> None:
-    """Mark the effect started again for one more attempt (inside the caller's transaction)."""
-    Effect.objects.filter(id=effect.id).update(status=Effect.Status.STARTED,
+def _restart(effect: Effect, *, attempts: int, fence: int) -> None:
+    """Mark the effect started again for one more attempt, `fence`'s (inside the caller's
+    transaction)."""
+    Effect.objects.filter(id=effect.id).update(status=Effect.Status.STARTED, fence=fence,
                                                attempts=attempts + 1, error=None)
     effect.refresh_from_db()
 
 
 def _finish(effect: Effect, *, status: str, result=None, error=None) -> None:
+    """Record the outcome, only if the row still carries this attempt's token. Raises
+    StepError("stale") when a newer attempt took the effect over meanwhile."""
     with transaction.atomic():
-        Effect.objects.filter(id=effect.id).update(status=status, result=result, error=error,
-                                                   finished_at=now())
+        if not Effect.objects.filter(id=effect.id, fence=effect.fence).exclude(
+                status=Effect.Status.SUCCEEDED).update(status=status, result=result, error=error,
+                                                       finished_at=now()):
+            raise _stale(effect.key, effect.fence)
         step = StepRun.objects.select_related("run").get(id=effect.step_id)
         event_record(run=step.run, step=step, kind=f"effect.{status}",
                      payload={"key": effect.key, "tool": effect.tool, "action": effect.action,

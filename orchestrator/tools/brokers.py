@@ -35,7 +35,7 @@ from paho.mqtt.properties import Properties
 from ..connections import Connection
 from ..retry import StepError
 from .named import CONNECTION_PARAM, connection_for, deadline_s, failure, message_id
-from .registry import ToolContext, tool
+from .registry import FENCING_HEADER, ToolContext, tool
 
 DEDUPE_TTL_S = 7 * 24 * 3600
 MAX_MESSAGE_BYTES = 1024 * 1024
@@ -165,7 +165,9 @@ def rabbitmq_publish(params: dict, ctx: ToolContext) -> dict:
                 content_type="application/json", content_encoding="utf-8",
                 delivery_mode=2 if params.get("persistent", True) else 1,
                 message_id=mid, headers={**(params.get("headers") or {}),
-                                         "x-stepwise-step": ctx.step_name},
+                                         "x-stepwise-step": ctx.step_name,
+                                         # A consumer refuses a token older than one it saw.
+                                         FENCING_HEADER: ctx.fencing_token},
                 timeout=seconds, confirm_timeout=seconds, retry=False)
     except StepError:
         raise
@@ -177,16 +179,16 @@ def rabbitmq_publish(params: dict, ctx: ToolContext) -> dict:
 
 # --- Redis streams ----------------------------------------------------------------------------
 
-# KEYS: stream, dedupe key. ARGV: message id, data, max_len (0: none), ttl.
+# KEYS: stream, dedupe key. ARGV: message id, data, max_len (0: none), ttl, fencing token.
 # One script, so recording the id and appending the entry happen together or not at all.
 _XADD_ONCE = """
 local seen = redis.call('GET', KEYS[2])
 if seen then return {seen, 1} end
 local id
 if tonumber(ARGV[3]) > 0 then
-  id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'message_id', ARGV[1], 'data', ARGV[2])
+  id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'message_id', ARGV[1], 'data', ARGV[2], 'fencing_token', ARGV[5])
 else
-  id = redis.call('XADD', KEYS[1], '*', 'message_id', ARGV[1], 'data', ARGV[2])
+  id = redis.call('XADD', KEYS[1], '*', 'message_id', ARGV[1], 'data', ARGV[2], 'fencing_token', ARGV[5])
 end
 redis.call('SET', KEYS[2], id, 'EX', ARGV[4])
 return {id, 0}
@@ -227,7 +229,7 @@ def redis_stream_add(params: dict, ctx: ToolContext) -> dict:
                                       socket_timeout=seconds, socket_connect_timeout=seconds)
         try:
             entry_id, seen = client.eval(_XADD_ONCE, 2, stream, f"{prefix}stepwise-dedupe:{mid}",
-                                         mid, body, max_len, ttl)
+                                         mid, body, max_len, ttl, ctx.fencing_token)
         finally:
             client.close()
     except redis.RedisError as exc:
@@ -278,7 +280,8 @@ def mqtt_publish(params: dict, ctx: ToolContext) -> dict:
 
     client.on_connect, client.on_publish = on_connect, on_publish
     properties = Properties(PacketTypes.PUBLISH)
-    properties.UserProperty = [("message_id", mid), ("step", ctx.step_name)]
+    properties.UserProperty = [("message_id", mid), ("step", ctx.step_name),
+                               (FENCING_HEADER, str(ctx.fencing_token))]
     properties.CorrelationData = mid.encode()
     properties.ContentType = "application/json"
     try:

@@ -4,7 +4,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .. import egress
 from ..retry import StepError
-from .registry import ToolContext, tool
+from .registry import FENCING_HEADER, ToolContext, tool
 
 HTTP_PARAMS = {
     "type": "object",
@@ -51,6 +51,8 @@ def http_request(params: dict, ctx: ToolContext) -> dict:
     headers = dict(params.get("headers") or {})
     if ctx.side_effect:
         headers.setdefault("Idempotency-Key", ctx.idempotency_key)
+        if ctx.fencing_token:  # a remote that keeps the highest token per key refuses older ones
+            headers.setdefault(FENCING_HEADER, str(ctx.fencing_token))
     deadline_s = float(params.get("timeout_s", 30))
     if ctx.timeout_s:
         deadline_s = min(deadline_s, float(ctx.timeout_s))

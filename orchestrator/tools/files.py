@@ -18,8 +18,10 @@ Repeating a write with the same content, or a delete, changes nothing further: b
 """
 import base64
 import errno
+import fcntl
 import fnmatch
 import hashlib
+import json
 import os
 import secrets
 import stat
@@ -189,8 +191,32 @@ def _local_read(connection: Connection, parts: list[str], path: str) -> bytes:
     return data
 
 
+@contextmanager
+def _fence(dir_fd: int, name: str, key: str, token: int) -> Iterator[None]:
+    """Fencing of a local write: under an exclusive lock on `.<name>.fence`, refuse (StepError
+    "stale") when the last writer of `key` held a newer token than `token`; else record
+    (key, token) and let the caller rename its file into place while the lock is held."""
+    fd = os.open(f".{name}.fence", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640,
+                 dir_fd=dir_fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            seen = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        except ValueError:
+            seen = {}
+        if seen.get("key") == key and int(seen.get("token", 0)) > token:
+            raise StepError("stale", f"a newer attempt (token {seen['token']}) wrote this file; "
+                                     f"attempt token {token} is refused")
+        record = json.dumps({"key": key, "token": token}).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record, 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _local_write(connection: Connection, parts: list[str], path: str, data: bytes,
-                 if_exists: str) -> None:
+                 if_exists: str, *, key: str = "", token: int = 0) -> None:
     with _directory(connection, parts, create=True) as dir_fd:
         name = parts[-1]
         if if_exists == "fail":
@@ -212,7 +238,11 @@ def _local_write(connection: Connection, parts: list[str], path: str, data: byte
                 handle.flush()
                 os.fsync(handle.fileno())
             # rename() replaces a symlink named `name` rather than following it.
-            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            if token:
+                with _fence(dir_fd, name, key, token):
+                    os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            else:
+                os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             try:
                 os.unlink(temp, dir_fd=dir_fd)
@@ -233,8 +263,8 @@ def _local_list(connection: Connection, parts: list[str], path: str, pattern: st
                 fd, prefix = stack.pop()
                 try:
                     for entry in sorted(os.scandir(fd), key=lambda e: e.name):
-                        if entry.name.startswith(".") and entry.name.endswith(".tmp"):
-                            continue  # a write in progress
+                        if entry.name.startswith(".") and entry.name.endswith((".tmp", ".fence")):
+                            continue  # a write in progress, or a file's fencing record
                         rel = f"{prefix}/{entry.name}" if prefix else entry.name
                         if entry.is_symlink():
                             continue  # never reported, never followed
@@ -380,9 +410,12 @@ def files_write(params: dict, ctx: ToolContext) -> dict:
                                                  "(if_exists: fail)")
                 return
         client.put_object(Bucket=connection.get("bucket"), Key=key, Body=data,
-                          Metadata={"stepwise-idempotency-key": ctx.idempotency_key[:200]})
+                          Metadata={"stepwise-idempotency-key": ctx.idempotency_key[:200],
+                                    "stepwise-fencing-token": str(ctx.fencing_token)})
 
-    _run(connection, path, lambda: _local_write(connection, parts, path, data, if_exists), remote)
+    _run(connection, path, lambda: _local_write(connection, parts, path, data, if_exists,
+                                                key=ctx.idempotency_key, token=ctx.fencing_token),
+         remote)
     return {"path": path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 

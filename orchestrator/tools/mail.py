@@ -27,7 +27,7 @@ from ..definitions import contains_template
 from ..retry import StepError
 from ..risk import in_scope
 from .named import CONNECTION_PARAM, connection_for, deadline_s, failure, message_id
-from .registry import ToolContext, tool
+from .registry import FENCING_HEADER, ToolContext, tool
 
 _ADDRESS = {"type": "string", "minLength": 3, "maxLength": 320, "pattern": r"^[^@\s<>,;]+@[^@\s<>,;]+$"}
 _ADDRESSES = {"type": "array", "items": _ADDRESS, "maxItems": 50}
@@ -141,7 +141,8 @@ def mail_send(params: dict, ctx: ToolContext) -> dict:
         message = EmailMultiAlternatives(
             subject=params["subject"], body=params["body"], from_email=sender, to=params["to"],
             cc=params.get("cc"), bcc=params.get("bcc"), reply_to=params.get("reply_to"),
-            headers={"Message-ID": mid, "X-Stepwise-Step": ctx.step_name}, connection=backend)
+            headers={"Message-ID": mid, "X-Stepwise-Step": ctx.step_name,
+                     FENCING_HEADER: str(ctx.fencing_token)}, connection=backend)
         if params.get("html"):
             message.attach_alternative(params["html"], "text/html")
         sent = message.send()

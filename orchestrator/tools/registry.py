@@ -31,6 +31,9 @@ class ToolContext:
     # Finds the run's team slug the first time a tool asks for `team`; most tools never do,
     # so most tool steps make no query for it.
     team_lookup: Callable[[], str] | None = field(default=None, repr=False, compare=False)
+    # The attempt's fencing token (0: unfenced): adapters send it so a remote can refuse a
+    # writer whose claim was superseded (FENCING_HEADER; docs/failure-semantics.md).
+    fencing_token: int = 0
 
     @cached_property
     def team(self) -> str:
@@ -61,6 +64,9 @@ class Tool:
     # -> [(path inside params, message)]; literal values only (templates are run-time's).
     check: Callable[[dict, object], list[tuple[tuple, str]]] | None = field(default=None)
 
+
+# The header (HTTP, e-mail) and message property (brokers) carrying the fencing token.
+FENCING_HEADER = "Stepwise-Fencing-Token"
 
 _TOOLS: dict[str, Tool] = {}
 

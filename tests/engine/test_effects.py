@@ -123,3 +123,46 @@ def test_a_reconciling_lookup_runs_outside_any_transaction(team):
 
     assert seen == [False]
     assert Effect.objects.get(key="k").status == "succeeded"
+
+
+# --- fencing: an attempt whose claim was superseded writes nothing -----------------------------
+
+
+def test_a_stale_attempt_resumed_after_a_newer_one_took_the_effect_over_cannot_record_its_outcome(step):
+    """Attempt 1 started the call and stalled; attempt 2 reconciled it (the remote dedupes by
+    key), called and succeeded. Attempt 1's late answer must not overwrite attempt 2's result."""
+    remote = Remote()
+    stalled: dict = {}
+
+    def first_call():  # attempt 2 runs while attempt 1 is still "in its call"
+        stalled["newer"] = effect_perform(tool=tool(dedupes_by_key=True), call=remote,
+                                          step_id=step.id, key="k", fence=2)
+        return {"late": True}
+
+    with pytest.raises(StepError) as refused:
+        effect_perform(tool=tool(dedupes_by_key=True), call=first_call, step_id=step.id, key="k",
+                       fence=1)
+    assert refused.value.error_class == "stale"
+    effect = Effect.objects.get(key="k")
+    assert (effect.status, effect.fence, effect.result) == ("succeeded", 2, {"n": 1})
+    assert stalled["newer"] == {"n": 1} and remote.calls == 1
+
+
+def test_an_older_token_may_not_restart_or_reconcile_an_effect_a_newer_attempt_holds(step):
+    failing = Remote(fail_with=StepError("transient", "HTTP 503"))
+    with pytest.raises(StepError):
+        effect_perform(tool=tool(dedupes_by_key=True), call=failing, step_id=step.id, key="k", fence=3)
+    remote = Remote()
+    with pytest.raises(StepError) as refused:
+        effect_perform(tool=tool(dedupes_by_key=True), call=remote, step_id=step.id, key="k", fence=2)
+    assert refused.value.error_class == "stale" and remote.calls == 0
+    assert Effect.objects.get(key="k").attempts == 1
+
+
+def test_an_attempt_whose_claim_no_longer_holds_starts_no_effect(step):
+    remote = Remote()
+    with pytest.raises(StepError) as refused:
+        effect_perform(tool=tool(), call=remote, step_id=step.id, key="k", fence=1,
+                       holds=lambda: False)
+    assert refused.value.error_class == "stale" and remote.calls == 0
+    assert not Effect.objects.filter(key="k").exists()

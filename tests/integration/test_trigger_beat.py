@@ -1,6 +1,8 @@
 """A schedule fired by a real `celery beat` (the database scheduler) and real workers: one run
 per slot, even when every tick is delivered twice (a second beat process, and the test sending
-each tick again)."""
+each tick again). The beats here run the plain database scheduler, without the leader lease
+(`orchestrator.beat`), as two beats by mistake would: the slot keys alone keep one run per slot.
+test_beat_leader.py covers the leader lease."""
 import subprocess
 import sys
 import threading
@@ -32,12 +34,14 @@ INTERVAL_S = 2
 class Beat:
     """A real `celery beat` process on the test database."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, *, scheduler: str = "django_celery_beat.schedulers:DatabaseScheduler",
+                 env: dict | None = None):
         self.log = settings.VAR_DIR / f"itest-beat-{name}.log"
         self.log.unlink(missing_ok=True)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "orchestrator", "beat", "-l", "info",
-             "--pidfile=", "--max-interval", "1"], cwd=ROOT, env=worker_env(),
+             "--pidfile=", "--max-interval", "1", "--scheduler", scheduler], cwd=ROOT,
+            env={**worker_env(), **(env or {})},
             stdout=self.log.open("a"), stderr=subprocess.STDOUT, start_new_session=True)
 
     def stop(self) -> None:

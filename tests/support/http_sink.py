@@ -8,6 +8,11 @@ repeated key is answered "duplicate" and not counted again), and `calls_by_key`,
 successful request whatever its key, as a remote that does NOT de-duplicate would have acted
 on. It can be told to fail the first N requests with a status (e.g. 500 or 429 with
 Retry-After), or to refuse every request to a path, so tests see what a remote API would see.
+
+With `fenced=True` it is also a remote that checks fencing tokens: it keeps the highest
+`Stepwise-Fencing-Token` it acted on per key and answers 409 to a request carrying an older one,
+checked when the request is acted on (after any hold), not when it arrives — the moment a
+stale writer's delayed request would do harm.
 """
 import json
 import threading
@@ -20,7 +25,11 @@ HOLD_LIMIT_S = 120  # a held request is answered after this long even if nobody 
 
 
 class HttpSink:
-    def __init__(self):
+    def __init__(self, *, fenced: bool = False):
+        self.fenced = fenced
+        self.fences: dict[str, int] = {}  # key -> the highest fencing token acted on
+        self.stale_refused: list[tuple[str, int]] = []  # (key, token) refused as stale
+        self.held_once: dict[str, threading.Event] = {}  # path -> hold only its next request
         self.requests: list[dict] = []
         self.by_key: Counter = Counter()
         self.effects: Counter = Counter()  # keys whose request succeeded (the business effect)
@@ -46,6 +55,7 @@ class HttpSink:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 key = self.headers.get("Idempotency-Key", "")
+                token = int(self.headers.get("Stepwise-Fencing-Token") or 0)
                 arrived_at = datetime.now(UTC)
                 with sink._lock:
                     sink.arrived += 1
@@ -54,17 +64,26 @@ class HttpSink:
                     sink.in_flight[self.path] += 1
                     sink.open_keys[key] += 1
                     sink.peak[self.path] = max(sink.peak[self.path], sink.in_flight[self.path])
+                    once = sink.held_once.pop(self.path, None)
                 if sink.delay_s:
                     time.sleep(sink.delay_s)
                 held = sink.held.get(self.path)
                 if held is not None:
                     held.wait(timeout=HOLD_LIMIT_S)
+                if once is not None:
+                    once.wait(timeout=HOLD_LIMIT_S)
                 with sink._lock:
                     # Handled once answered: counted out before the answer leaves, so a caller
                     # that sends its next request after reading it is never seen overlapping.
                     sink.in_flight[self.path] -= 1
                     sink.open_keys[key] -= 1
                     status, headers = sink._next_outcome(self.path)
+                    if sink.fenced and status == 200:
+                        if token < sink.fences.get(key, 0):
+                            status, headers = 409, {}
+                            sink.stale_refused.append((key, token))
+                        else:
+                            sink.fences[key] = token
                     sink.requests.append({"path": self.path, "key": key, "body": body.decode(),
                                           "headers": dict(self.headers.items()),
                                           "status": status, "arrived_at": arrived_at})
@@ -107,6 +126,11 @@ class HttpSink:
     def release(self, path: str) -> None:
         self.held.pop(path).set()
 
+    def hold_next(self, path: str) -> threading.Event:
+        """Keep only the next request to `path` waiting, until the returned event is set."""
+        event = self.held_once[path] = threading.Event()
+        return event
+
     def refuse(self, path: str, status: int) -> None:
         """Answer every request to `path` with `status` (e.g. 422: a permanent refusal)."""
         self.refused[path] = status
@@ -130,5 +154,7 @@ class HttpSink:
     def __exit__(self, *exc):
         for path in list(self.held):
             self.release(path)
+        for event in self.held_once.values():
+            event.set()
         self.server.shutdown()
         self.server.server_close()

@@ -60,6 +60,26 @@ def test_a_write_replaces_the_file_atomically_and_leaves_no_temporary_file(root)
     assert sorted(p.name for p in root.iterdir()) == ["a.txt"]
 
 
+def test_a_write_with_an_older_fencing_token_than_the_last_writer_of_its_key_is_refused(root):
+    """A worker resumed after its claim was superseded renames nothing over the newer
+    attempt's file; another key (another step) may overwrite it whatever its token."""
+    write = get_tool("files.write").fn
+
+    def ctx(key: str, token: int) -> ToolContext:
+        return ToolContext(run_id="r", step_name="step", attempt=token, idempotency_key=key,
+                           side_effect=True, team_lookup=lambda: "support", fencing_token=token)
+
+    write({"connection": "box", "path": "a.txt", "content": "attempt 2"}, ctx("r:step:default", 2))
+    with pytest.raises(StepError) as refused:
+        write({"connection": "box", "path": "a.txt", "content": "attempt 1"}, ctx("r:step:default", 1))
+    assert refused.value.error_class == "stale"
+    assert (root / "a.txt").read_text() == "attempt 2"
+    write({"connection": "box", "path": "a.txt", "content": "attempt 3"}, ctx("r:step:default", 3))
+    write({"connection": "box", "path": "a.txt", "content": "other"}, ctx("r:other:default", 1))
+    assert (root / "a.txt").read_text() == "other"
+    assert [e["path"] for e in call("files.list", {"connection": "box"})["entries"]] == ["a.txt"]
+
+
 def test_if_exists_fail_refuses_other_content_but_accepts_its_own_repeat(root):
     params = {"connection": "box", "path": "once.txt", "content": "v1", "if_exists": "fail"}
     call("files.write", params)

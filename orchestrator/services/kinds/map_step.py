@@ -116,8 +116,9 @@ def map_item_run(*, step_id: int, index: int) -> ItemOutcome:
     step_input = secrets.reveal({**(item.step.input or {}), "item": item.item, "index": index})
     key = idempotency_key_for(run.id, item.step.name, f"item-{index}")
     ctx = ExecContext(str(run.id), run.version.workflow.name, item.step.name, attempt, key,
-                      step_id=item.step_id, scrub=secrets.scrub,
-                      effects=partial(effect_perform, step_id=item.step_id, key=key,
+                      step_id=item.step_id, scrub=secrets.scrub, fencing_token=attempt,
+                      effects=partial(effect_perform, step_id=item.step_id, key=key, fence=attempt,
+                                      holds=lambda: _owned(item, attempt).exists(),
                                       scrub=secrets.scrub))
     try:
         with heartbeat(lambda: bool(_owned(item, attempt).update(lease_expires_at=lease_until())),

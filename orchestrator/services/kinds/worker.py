@@ -143,8 +143,11 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str) -> None:
     ctx = ExecContext(str(claim.run_id), claim.workflow, claim.spec["name"], claim.attempt,
                       claim.idempotency_key, step_id=step_id,
                       effects=partial(effect_perform, step_id=step_id, key=claim.idempotency_key,
+                                      fence=claim.attempt,
+                                      holds=partial(claim_holds, step_id=step_id, attempt=claim.attempt),
                                       scrub=secrets.scrub),
-                      params_override=claim.params_override, scrub=secrets.scrub)
+                      params_override=claim.params_override, scrub=secrets.scrub,
+                      fencing_token=claim.attempt)
     dependency = limits.dependency_of(claim.spec)
     try:
         if closed_for := limits.breaker_open_for(dependency):
@@ -245,6 +248,20 @@ def step_spec(*, step_id: int) -> dict:
     return spec_of(runs_with_version().get(id=step.run_id), step.name)
 
 
+def fenced(step: StepRun, attempt: int) -> bool:
+    """Fencing: whether `attempt` (its token) still holds `step`'s claim. Every write that
+    finishes an attempt (result, failure, retry, cost, advancing the run) asks this under the
+    run's lock; a worker resumed after its lease expired and another attempt claimed the step
+    holds an old token and writes nothing."""
+    return step.state == StepState.RUNNING and step.attempts == attempt
+
+
+def claim_holds(*, step_id: int, attempt: int) -> bool:
+    """`fenced`, for the effect ledger: read under a row lock inside its transaction."""
+    step = StepRun.objects.select_for_update().only("state", "attempts").filter(id=step_id).first()
+    return step is not None and fenced(step, attempt)
+
+
 def _charge(run: Run, step: StepRun, usage: Usage) -> None:
     if not (usage.tokens_in or usage.tokens_out or usage.cost_usd):
         return  # a tool step spends nothing: spare the run row an UPDATE
@@ -273,7 +290,7 @@ def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: st
     """Commit a step's output and move the run forward. False if the attempt is stale."""
     with transaction.atomic():
         run, step = lock_run_of_step(step_id)
-        if step.state != StepState.RUNNING or step.attempts != attempt:
+        if not fenced(step, attempt):
             _close_attempt(step, attempt, outcome="stale", usage=usage)
             return False
         step.complete(output=output)
@@ -291,7 +308,7 @@ def step_fail(*, step_id: int, attempt: int, error: StepError, usage: Usage, wor
     """Record a failed attempt; retry under the step's policy or fail it. False if stale."""
     with transaction.atomic():
         run, step = lock_run_of_step(step_id)
-        if step.state != StepState.RUNNING or step.attempts != attempt:
+        if not fenced(step, attempt):
             _close_attempt(step, attempt, outcome="stale", usage=usage, error=error)
             return False
         _charge(run, step, usage)
