@@ -34,10 +34,12 @@ class Action(StrEnum):
     STEP_SKIP = "step.skip"
     DEAD_LETTER_REDRIVE = "dead_letter.redrive"
     TRIGGER_MANAGE = "trigger.manage"  # create, change, enable, disable; rotate a webhook secret
+    BUDGET_RAISE = "budget.raise"  # raise one run's cost limit (an override on the run)
+    BUDGET_MANAGE = "budget.manage"  # set the team's and its workflows' budget limits
 
 
 _OPERATE = {Action.RUN_CANCEL, Action.RUN_RESUME, Action.STEP_RETRY, Action.STEP_SKIP,
-            Action.DEAD_LETTER_REDRIVE}
+            Action.DEAD_LETTER_REDRIVE, Action.BUDGET_RAISE}
 GRANTS: dict[str, frozenset[Action]] = {
     Role.MEMBER: frozenset({Action.VIEW, Action.RUN_START}),
     Role.EDITOR: frozenset({Action.VIEW, Action.RUN_START, Action.WORKFLOW_SAVE,
