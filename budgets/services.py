@@ -66,6 +66,11 @@ def cost_of(model_config: dict, tokens_in: int, tokens_out: int, *, model: str =
     return (price_in * tokens_in + price_out * tokens_out) / MTOK
 
 
+def usd(value: Decimal) -> str:
+    """A figure as the API and the ledger show it: six decimals, like the cost columns."""
+    return str(Decimal(value).quantize(Decimal("0.000001")))
+
+
 # --- estimates ----------------------------------------------------------------------------
 
 
@@ -203,8 +208,8 @@ class Denial:
     def as_error(self) -> dict:
         """The run's `error` while it is paused for this (class `budget`)."""
         return {"class": "budget", "level": self.level, "step": self.step,
-                "limit_usd": str(self.limit), "committed_usd": str(self.committed),
-                "projected_usd": str(self.projected), "message": self.message}
+                "limit_usd": usd(self.limit), "committed_usd": usd(self.committed),
+                "projected_usd": usd(self.projected), "message": self.message}
 
 
 @dataclass
@@ -355,8 +360,8 @@ def budget_admit(*, team: Team, workflow: Workflow) -> None:
             if spent >= cap:
                 raise BudgetExceeded(
                     f"{scope} has committed ${spent:.2f} this {period}; its limit is ${cap:.2f}",
-                    detail={"level": f"{row.scope}.{period}", "limit_usd": str(cap),
-                            "committed_usd": str(spent)}, retry_after_s=3600)
+                    detail={"level": f"{row.scope}.{period}", "limit_usd": usd(cap),
+                            "committed_usd": usd(spent)}, retry_after_s=3600)
 
 
 # --- limits, recorded ---------------------------------------------------------------------
