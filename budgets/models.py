@@ -147,3 +147,11 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.key}"
+
+
+class CostReport(Reservation):
+    """The admin's cost page (no table of its own: a view over what calls cost)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = verbose_name_plural = "costs"

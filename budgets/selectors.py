@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
@@ -43,12 +43,14 @@ class RunBudget:
 def run_budget(run: Run) -> RunBudget:
     """What `run` has spent, holds reserved for calls in flight, and has left under its limit
     (the latest operator override, else its definition's budget.max_cost_usd)."""
-    ledger = Reservation.objects.filter(run=run)
-    reserved = ledger.filter(state=Reservation.State.RESERVED).aggregate(t=Sum("amount"))["t"] or ZERO
-    settled = ledger.filter(state=Reservation.State.SETTLED).aggregate(t=Sum("actual"))["t"] or ZERO
-    spent = max(settled, run.cost_usd)
-    override = (BudgetOverride.objects.filter(run=run).order_by("-created_at", "-id")
-                .values_list("max_cost_usd", flat=True).first())
+    figures = Run.objects.filter(pk=run.pk).annotate(
+        reserved=_ledger_sum(Reservation.State.RESERVED, "amount"),
+        settled=_ledger_sum(Reservation.State.SETTLED, "actual"),
+        override=Subquery(BudgetOverride.objects.filter(run=OuterRef("pk")).order_by("-created_at", "-id")
+                          .values("max_cost_usd")[:1]),
+    ).values("reserved", "settled", "override").get()  # one query, however far the run got
+    reserved, override = figures["reserved"] or ZERO, figures["override"]
+    spent = max(figures["settled"] or ZERO, run.cost_usd)
     if override is not None:
         limit = override
     else:
@@ -56,6 +58,11 @@ def run_budget(run: Run) -> RunBudget:
         limit = None if value is None else Decimal(str(value))
     remaining = None if limit is None else max(limit - spent - reserved, ZERO)
     return RunBudget(limit, spent, reserved, remaining, override is not None)
+
+
+def _ledger_sum(state: str, column: str) -> Subquery:
+    rows = Reservation.objects.filter(run=OuterRef("pk"), state=state).order_by()
+    return Subquery(rows.values("run").annotate(total=Sum(column)).values("total")[:1])
 
 
 # --- where the money went -------------------------------------------------------------------

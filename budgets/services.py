@@ -30,7 +30,7 @@ from django.db.models.functions import Coalesce
 from audit.services import audit_record
 from orchestrator.authz import Action, Actor, label, person, require
 from orchestrator.clock import now
-from orchestrator.definitions import calls_model
+from orchestrator.definitions import ExpressionError, calls_model, evaluate_expression
 from orchestrator.errors import BudgetExceeded, Forbidden
 from orchestrator.models import Run, StepAttempt, StepRun, Team, Workflow
 from orchestrator.states import RUN_TERMINAL
@@ -109,6 +109,83 @@ def model_calls(spec: dict) -> dict | None:
     the step calls no model (tools, gates, sub-workflows: nothing to reserve)."""
     body = spec.get("item") if spec["type"] == "map" else spec
     return body if body and calls_model(body) else None
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    step: str
+    calls: int
+    cost_usd: Decimal
+    duration_s: float | None
+
+
+@dataclass(frozen=True)
+class RunEstimate:
+    cost_usd: Decimal
+    duration_s: float
+    limit_usd: Decimal | None
+    steps: list[StepEstimate]
+
+    @property
+    def within_budget(self) -> bool:
+        return self.limit_usd is None or self.cost_usd <= self.limit_usd
+
+
+def _calls_of(spec: dict, run_input: dict) -> int:
+    """How many model calls one attempt of `spec` makes: a map's items when its list can be
+    told from the run input alone, else one."""
+    if model_calls(spec) is None:
+        return 0
+    if spec["type"] != "map":
+        return 1
+    try:
+        items = evaluate_expression(spec["over"], {"input": run_input, "steps": {}})
+    except ExpressionError:
+        return 1  # it reads an upstream step's output: one item is the floor
+    return len(items) if isinstance(items, list) else 1
+
+
+def _average_duration(workflow_id: int, step_name: str) -> float | None:
+    recent = list(StepRun.objects.filter(
+        run__version__workflow_id=workflow_id, name=step_name, state="completed",
+        started_at__isnull=False, finished_at__isnull=False,
+    ).order_by("-id").values_list("started_at", "finished_at")[:RECENT_ATTEMPTS])
+    if not recent:
+        return None
+    return sum((end - begin).total_seconds() for begin, end in recent) / len(recent)
+
+
+def run_estimate(*, version, run_input: dict) -> RunEstimate:
+    """What a run of `version` with `run_input` is projected to cost and take, from the same
+    estimates the reservations use (one attempt of every model step; a map per item) and the
+    average durations of the workflow's past steps along its longest chain. Starts nothing."""
+    definition = version.normalized
+    workflow_id = version.workflow_id
+    steps: list[StepEstimate] = []
+    for spec in definition["steps"]:
+        calls = _calls_of(spec, run_input)
+        cap = spec.get("max_cost_usd")
+        if not calls:
+            each = ZERO
+        elif cap is not None and spec["type"] != "map":
+            each = Decimal(str(cap))
+        else:
+            each = history_estimate(model_calls(spec), workflow_id=workflow_id, step_name=spec["name"])
+        steps.append(StepEstimate(spec["name"], calls, each * calls,
+                                  _average_duration(workflow_id, spec["name"])))
+    by_name = {s.step: s for s in steps}
+    after = {spec["name"]: spec.get("after") or [] for spec in definition["steps"]}
+    finish: dict[str, float] = {}
+
+    def finish_of(name: str) -> float:  # the DAG is acyclic: validated when it was saved
+        if name not in finish:
+            finish[name] = max((finish_of(d) for d in after[name]), default=0.0) + (by_name[name].duration_s or 0.0)
+        return finish[name]
+
+    duration = max((finish_of(name) for name in after), default=0.0)
+    limit = (definition.get("budget") or {}).get("max_cost_usd")
+    return RunEstimate(sum((s.cost_usd for s in steps), ZERO), round(duration, 3),
+                       None if limit is None else Decimal(str(limit)), steps)
 
 
 # --- levels -------------------------------------------------------------------------------

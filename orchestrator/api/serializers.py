@@ -10,6 +10,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from approvals.models import ApprovalDecision, ApprovalRequest
+from budgets.selectors import run_budget
+from budgets.serializers import RunBudgetSerializer
 
 from ..executors import ATTEMPT_META_FIELDS
 from ..models import DeadLetter, Run, StepAttempt, StepRun, Workflow, WorkflowVersion
@@ -256,10 +258,16 @@ class RunDetailSerializer(RunSerializer):
     steps = StepRunSerializer(many=True, read_only=True)
     parent_run = serializers.SerializerMethodField()
     started_by = serializers.SerializerMethodField()
+    budget = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "input", "output", "error", "idempotency_key",
-                  "parent_run", "started_by", "steps"]
+                  "parent_run", "started_by", "budget", "steps"]
+
+    @extend_schema_field(RunBudgetSerializer)
+    def get_budget(self, run: Run) -> dict:
+        """What the run has spent, holds reserved and has left under its cost limit."""
+        return run_budget(run).as_dict()
 
     @extend_schema_field(StartedBySerializer(allow_null=True))
     def get_started_by(self, run: Run) -> dict | None:

@@ -1,0 +1,58 @@
+"""The shapes budgets take in the API (responses and request bodies); no logic."""
+from rest_framework import serializers
+
+from .selectors import GROUPS
+
+
+class CostRowSerializer(serializers.Serializer):
+    group = serializers.CharField(help_text="The day (YYYY-MM-DD), workflow name, model, team "
+                                            "slug or run id; \"-\" for calls with no model recorded.")
+    cost_usd = serializers.DecimalField(max_digits=14, decimal_places=6)
+    tokens_in = serializers.IntegerField(min_value=0)
+    tokens_out = serializers.IntegerField(min_value=0)
+    calls = serializers.IntegerField(min_value=0, help_text="Attempts and map item attempts.")
+
+
+class CostReportSerializer(serializers.Serializer):
+    group_by = serializers.ChoiceField(choices=GROUPS)
+    from_date = serializers.DateField(help_text="First day covered (inclusive).")
+    to_date = serializers.DateField(help_text="Last day covered (inclusive).")
+    team = serializers.CharField(allow_null=True, help_text="The team asked for, or null: all yours.")
+    total_usd = serializers.DecimalField(max_digits=14, decimal_places=6)
+    rows = CostRowSerializer(many=True)
+
+
+# --- a run's budget ---------------------------------------------------------------------------
+
+
+class RunBudgetSerializer(serializers.Serializer):
+    limit_usd = serializers.DecimalField(max_digits=14, decimal_places=6, allow_null=True,
+                                         help_text="The run's cost limit (null: none).")
+    spent_usd = serializers.DecimalField(max_digits=14, decimal_places=6)
+    reserved_usd = serializers.DecimalField(max_digits=14, decimal_places=6,
+                                            help_text="Held for model calls dispatched and not yet settled.")
+    remaining_usd = serializers.DecimalField(max_digits=14, decimal_places=6, allow_null=True)
+    overridden = serializers.BooleanField(help_text="An operator raised the limit.")
+
+
+class BudgetRaiseSerializer(serializers.Serializer):
+    max_cost_usd = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0,
+                                            max_value=1_000_000)
+    reason = serializers.CharField(max_length=500)
+    resume = serializers.BooleanField(default=True, help_text="Resume the run if it is paused.")
+
+
+class StepEstimateSerializer(serializers.Serializer):
+    step = serializers.CharField()
+    calls = serializers.IntegerField(min_value=0, help_text="Model calls (a map: one per item).")
+    cost_usd = serializers.DecimalField(max_digits=14, decimal_places=6)
+    duration_s = serializers.FloatField(allow_null=True, help_text="Average of past runs; null: none yet.")
+
+
+class RunEstimateSerializer(serializers.Serializer):
+    cost_usd = serializers.DecimalField(max_digits=14, decimal_places=6,
+                                        help_text="Projected cost of one attempt of every model step.")
+    duration_s = serializers.FloatField(help_text="The longest chain of steps, from past runs' averages.")
+    limit_usd = serializers.DecimalField(max_digits=14, decimal_places=6, allow_null=True)
+    within_budget = serializers.BooleanField()
+    steps = StepEstimateSerializer(many=True)
