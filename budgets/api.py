@@ -8,19 +8,36 @@ actions).
 from datetime import timedelta
 
 from django import forms
+from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
+from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from orchestrator.api.errors import ServiceErrorsMixin, flatten_serializer_errors
+from orchestrator.api.errors import (
+    ServiceErrorsMixin,
+    error_body,
+    flatten_serializer_errors,
+    valid_data,
+)
 from orchestrator.api.filters import QueryForm
+from orchestrator.api.permissions import team_for_write
 from orchestrator.api.serializers import ErrorsSerializer
+from orchestrator.authz import visible
 from orchestrator.clock import now
+from orchestrator.models import Workflow
 
+from .models import BudgetLimit
 from .selectors import GROUPS, cost_report
-from .serializers import CostReportSerializer
+from .serializers import BudgetLimitCreateSerializer, BudgetLimitSerializer, CostReportSerializer
+from .services import budget_limit_create
 
 # The longest range one report covers: a year and a day (a leap year).
 MAX_RANGE_DAYS = 366
@@ -84,3 +101,39 @@ class CostsView(ServiceErrorsMixin, APIView):
                 "total_usd": sum((r.cost_usd for r in rows), start=0),
                 "rows": [r.__dict__ for r in rows]}
         return Response(CostReportSerializer(body).data)
+
+
+# --- limits -----------------------------------------------------------------------------------
+
+
+@extend_schema_view(list=extend_schema(description="The budget limits of your teams, newest first "
+                                                   "(each in force from its effective_from)."))
+class BudgetLimitViewSet(ServiceErrorsMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """A team's and its workflows' limits: effective-dated records, added, never edited."""
+
+    serializer_class = BudgetLimitSerializer
+
+    def get_queryset(self):
+        rows = BudgetLimit.objects.select_related("team", "workflow", "created_by")
+        return visible(rows, self.request.user).order_by("-effective_from", "-id")
+
+    @extend_schema(request=BudgetLimitCreateSerializer,
+                   responses={201: BudgetLimitSerializer, 400: ErrorsSerializer, 403: ErrorsSerializer},
+                   description="Record a limit from effective_from (now) on. Owners (budget.manage); "
+                               "audited. docs/budgets.md.")
+    def create(self, request):
+        body = dict(valid_data(BudgetLimitCreateSerializer(data=request.data)))
+        team = team_for_write(request.user, body.pop("team", None))
+        name = body.pop("workflow", None)
+        workflow = None
+        if name:
+            workflow = Workflow.objects.filter(team=team, name=name).first()
+            if workflow is None:
+                raise ValidationError(error_body(f"team '{team.slug}' has no workflow '{name}'", "workflow"))
+        try:
+            row = budget_limit_create(team=team, workflow=workflow, actor=request.user, **body)
+        except DjangoValidationError as exc:
+            raise ValidationError({"errors": [{"path": "" if field == "__all__" else field, "message": message}
+                                              for field, messages in exc.message_dict.items()
+                                              for message in messages]}) from exc
+        return Response(BudgetLimitSerializer(row).data, status=status.HTTP_201_CREATED)

@@ -56,3 +56,34 @@ class RunEstimateSerializer(serializers.Serializer):
     limit_usd = serializers.DecimalField(max_digits=14, decimal_places=6, allow_null=True)
     within_budget = serializers.BooleanField()
     steps = StepEstimateSerializer(many=True)
+
+
+class BudgetLimitSerializer(serializers.Serializer):
+    id = serializers.IntegerField(read_only=True)
+    team = serializers.SlugField(source="team.slug", read_only=True)
+    workflow = serializers.CharField(source="workflow.name", read_only=True, allow_null=True,
+                                     help_text="null: the whole team's limit.")
+    daily_usd = serializers.DecimalField(max_digits=12, decimal_places=6, allow_null=True, read_only=True)
+    monthly_usd = serializers.DecimalField(max_digits=12, decimal_places=6, allow_null=True, read_only=True)
+    max_concurrent_runs = serializers.IntegerField(allow_null=True, read_only=True)
+    warn_at = serializers.DecimalField(max_digits=4, decimal_places=3, read_only=True)
+    effective_from = serializers.DateTimeField(read_only=True)
+    effective_to = serializers.DateTimeField(allow_null=True, read_only=True)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True)
+    created_at = serializers.DateTimeField(read_only=True)
+
+
+class BudgetLimitCreateSerializer(serializers.Serializer):
+    team = serializers.SlugField(required=False, help_text="Needed when you belong to several teams.")
+    workflow = serializers.CharField(required=False, allow_null=True, max_length=100,
+                                     help_text="A workflow of the team; leave out for the team's own limit.")
+    daily_usd = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0, required=False,
+                                         allow_null=True)
+    monthly_usd = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0, required=False,
+                                           allow_null=True)
+    max_concurrent_runs = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False,
+                                                   allow_null=True)
+    warn_at = serializers.DecimalField(max_digits=4, decimal_places=3, min_value=0, max_value=1,
+                                       required=False)
+    effective_from = serializers.DateTimeField(required=False)
+    effective_to = serializers.DateTimeField(required=False, allow_null=True)

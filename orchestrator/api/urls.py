@@ -3,7 +3,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from budgets.api import CostsView
+from budgets.api import BudgetLimitViewSet, CostsView
 from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView
@@ -20,6 +20,7 @@ router.register("dead-letters", DeadLetterViewSet, basename="deadletter")
 router.register("triggers", TriggerViewSet, basename="trigger")
 router.register("event-dead-letters", EventDeadLetterViewSet, basename="eventdeadletter")
 router.register("tools", ToolViewSet, basename="tool")
+router.register("budget-limits", BudgetLimitViewSet, basename="budgetlimit")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),

@@ -144,3 +144,48 @@ def test_the_estimate_uses_the_reservations_estimator_and_starts_nothing(api, te
     assert StepAttempt.objects.count() == 0
     bad = api.post("/api/v1/workflows/plan/estimate/", {"input": []}, format="json")
     assert bad.status_code == 400
+
+
+# --- limits as records in the API ------------------------------------------------------------
+
+
+@pytest.fixture
+def owner(team):
+    from orchestrator.models import Role
+    from tests.factories import member
+    return member(team, "owner", role=Role.OWNER)
+
+
+def test_an_owner_records_a_limit_and_members_list_it(team, owner, api):
+    from tests.conftest import client_for
+
+    workflow_save(team=team, definition={"name": "triage", "input_schema": {"type": "object"},
+                                         "steps": [agent("a")]}, actor=SETUP)
+    response = client_for(owner).post("/api/v1/budget-limits/", {
+        "workflow": "triage", "monthly_usd": "25", "max_concurrent_runs": 3}, format="json")
+    assert response.status_code == 201, response.json()
+    created = response.json()
+    assert (created["team"], created["workflow"], created["monthly_usd"], created["warn_at"],
+            created["created_by"]) == ("support", "triage", "25.000000", "0.800", "owner")
+    listed = api.get("/api/v1/budget-limits/").json()["results"]
+    assert [row["id"] for row in listed] == [created["id"]]
+
+
+@pytest.mark.parametrize("body, status, path", [
+    ({"workflow": "nope", "monthly_usd": "1"}, 400, "workflow"),
+    ({"monthly_usd": "-1"}, 400, "monthly_usd"),
+    ({"effective_from": "2026-02-01T00:00:00Z", "effective_to": "2026-01-01T00:00:00Z"}, 400, ""),
+])
+def test_a_limit_the_service_cannot_record_is_a_400_naming_it(team, owner, body, status, path):
+    from tests.conftest import client_for
+
+    response = client_for(owner).post("/api/v1/budget-limits/", body, format="json")
+    assert response.status_code == status
+    assert [e["path"] for e in response.json()["errors"]] == [path]
+
+
+def test_a_limit_needs_budget_manage(team, operator):
+    from tests.conftest import client_for
+
+    response = client_for(operator).post("/api/v1/budget-limits/", {"monthly_usd": "1"}, format="json")
+    assert response.status_code == 403
