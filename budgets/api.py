@@ -28,6 +28,7 @@ from orchestrator.api.errors import (
     valid_data,
 )
 from orchestrator.api.filters import QueryForm
+from orchestrator.api.parsers import JSONBodyParser
 from orchestrator.api.permissions import team_for_write
 from orchestrator.api.serializers import ErrorsSerializer
 from orchestrator.authz import visible
@@ -112,6 +113,7 @@ class BudgetLimitViewSet(ServiceErrorsMixin, mixins.ListModelMixin, viewsets.Gen
     """A team's and its workflows' limits: effective-dated records, added, never edited."""
 
     serializer_class = BudgetLimitSerializer
+    parser_classes = [JSONBodyParser]
 
     def get_queryset(self):
         rows = BudgetLimit.objects.select_related("team", "workflow", "created_by")

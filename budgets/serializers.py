@@ -37,8 +37,9 @@ class RunBudgetSerializer(serializers.Serializer):
 
 class BudgetRaiseSerializer(serializers.Serializer):
     max_cost_usd = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0,
-                                            max_value=1_000_000)
-    reason = serializers.CharField(max_length=500)
+                                            max_value=1_000_000, coerce_to_string=False)
+    # Not trimmed: a reason of only spaces reaches the service, which refuses it (409).
+    reason = serializers.CharField(min_length=1, max_length=500, trim_whitespace=False)
     resume = serializers.BooleanField(default=True, help_text="Resume the run if it is paused.")
 
 
