@@ -36,11 +36,11 @@ class RunBudgetSerializer(serializers.Serializer):
 
 
 class BudgetRaiseSerializer(serializers.Serializer):
-    max_cost_usd = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0,
+    # Any number in range; stored to the micro-dollar (the cost columns' precision).
+    max_cost_usd = serializers.DecimalField(max_digits=None, decimal_places=None, min_value=0,
                                             max_value=1_000_000, coerce_to_string=False)
     # Not trimmed: a reason of only spaces reaches the service, which refuses it (409).
     reason = serializers.CharField(min_length=1, max_length=500, trim_whitespace=False)
-    resume = serializers.BooleanField(default=True, help_text="Resume the run if it is paused.")
 
 
 class StepEstimateSerializer(serializers.Serializer):

@@ -5,6 +5,8 @@ team is a 404. Whether the caller may act is the service's to decide (`authz`); 
 exceptions propagate to `ServiceErrorsMixin`, which maps them to 400/403/409 with an `errors`
 list; views do not catch them one by one.
 """
+from decimal import Decimal
+
 from django.db.models import Max, OuterRef, Prefetch, QuerySet, Subquery
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -293,8 +295,8 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
     def budget(self, request, pk=None):
         run = self.get_object()
         body = valid_data(BudgetRaiseSerializer(data=request.data))
-        run_budget_raise(run_id=run.id, max_cost_usd=body["max_cost_usd"], reason=body["reason"],
-                         resume=body["resume"], actor=request.user)
+        run_budget_raise(run_id=run.id, max_cost_usd=body["max_cost_usd"].quantize(Decimal("0.000001")),
+                         reason=body["reason"], actor=request.user)
         return self._accepted(run)
 
     @extend_schema(request=None, responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS,
