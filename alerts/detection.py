@@ -4,14 +4,14 @@
 `AlertCursor`), in id order, and raises an alert for each condition one reports: a run failed or
 paused (by the budget gate or for an operator), work dead-lettered, a step retried more than its
 rule allows or held back by an open circuit breaker, a run flagged stuck by the reaper, a run
-past its deadline, a run's spending past the budget warning. `alerts_check_time` finds what no
+past its deadline. Budget warnings and denials are raised by the budget gate itself
+(`budgets.alerts`), which knows the level and the figures. `alerts_check_time` finds what no
 event reports: runs without progress, deadlines at risk or passed, steps waiting too long in a
 queue. Both run from beat (`alerts.tasks.scan`) and only read the engine's rows; every alert goes
 through `alerts.services.alert_raise`, whose unique key makes a second sighting a no-op.
 """
 import logging
 from datetime import timedelta
-from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
@@ -99,9 +99,7 @@ def _on_event(event: Event) -> int:
                       _message(payload) or "The run was timed out at its deadline.")
     if kind == "run.paused":
         if payload.get("class") == "budget":
-            return _raise(RuleKind.BUDGET_DENIED, run, f"budget.denied:{run.pk}",
-                          f"Budget refused a step of run {short} of {name}",
-                          f"The run is paused: {_message(payload)}")
+            return 0  # the budget gate raised its own alert, with the level and the figures
         return _raise(RuleKind.RUN_PAUSED, run, f"run.paused:{run.pk}",
                       f"Run {short} of {name} is paused",
                       "\n".join([f"Reason: {_message(payload) or 'a step failed'}.",
@@ -117,8 +115,6 @@ def _on_event(event: Event) -> int:
                       _message(payload) or "Its retries are exhausted.")
     if kind in ("step.retrying", "step.failed") and event.step is not None:
         return _on_step_failure(event, run)
-    if kind == "step.completed":
-        return _budget_warning(run)
     return 0
 
 
@@ -141,21 +137,6 @@ def _on_step_failure(event: Event, run: Run) -> int:
                              f"Step {step.name} of run {short} retried {retries} times",
                              f"More than {limit:g} retries; the last error: {message}.")
     return raised
-
-
-def _budget_warning(run: Run) -> int:
-    max_cost = ((run.version.normalized or {}).get("budget") or {}).get("max_cost_usd")
-    if not max_cost:
-        return 0
-    share = rule_for(RuleKind.BUDGET_WARNING, team=run.team,
-                     workflow_id=run.version.workflow_id).threshold
-    run.refresh_from_db(fields=["cost_usd"])
-    limit = Decimal(str(max_cost))
-    if share is None or run.cost_usd < limit * Decimal(str(share)):
-        return 0
-    return _raise(RuleKind.BUDGET_WARNING, run, f"budget.warning:{run.pk}",
-                  f"Run {str(run.pk)[:8]} spent {run.cost_usd / limit:.0%} of its budget",
-                  f"Spent ${run.cost_usd:.4f} of ${limit:.2f} (warning at {share:.0%}).")
 
 
 def _smallest(kind: RuleKind) -> float:

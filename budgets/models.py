@@ -1,2 +1,157 @@
-"""Budgets keep no tables of their own yet: prices live in the model registry (settings) and
-spend is accumulated on runs, steps and attempts (orchestrator.models)."""
+"""Budgets' own rows: limits per team and workflow, model prices, the reservation ledger, and
+the overrides and alerts of one run.
+
+Spend itself is accumulated on runs, steps, attempts and map items (orchestrator.models); the
+`Reservation` ledger is what every dispatch of a model call is checked and counted against
+(`budgets.services`). Nothing here writes another row or makes a network call.
+"""
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from orchestrator.clock import now
+from orchestrator.models import Run, StepRun, Team, Workflow
+
+USD = {"max_digits": 12, "decimal_places": 6}
+
+
+class BudgetLimit(models.Model):
+    """A team's (or, with `workflow`, one workflow's) limits over a period of time.
+
+    Effective-dated: the row in force at a moment is the one with the latest `effective_from`
+    not after it, and whose `effective_to` (if any) is after it. A change is a new row, so what
+    was in force when a run was refused stays readable.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budget_limits")
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, null=True, blank=True,
+                                 related_name="budget_limits",
+                                 help_text="Empty: the limit is the whole team's.")
+    daily_usd = models.DecimalField(**USD, null=True, blank=True,
+                                    validators=[MinValueValidator(Decimal(0))],
+                                    help_text="Spend per UTC day (empty: no limit).")
+    monthly_usd = models.DecimalField(**USD, null=True, blank=True,
+                                      validators=[MinValueValidator(Decimal(0))],
+                                      help_text="Spend per UTC calendar month (empty: no limit).")
+    max_concurrent_runs = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Unfinished runs at once (empty: no limit).")
+    warn_at = models.DecimalField(max_digits=4, decimal_places=3, default=Decimal("0.8"),
+                                  validators=[MinValueValidator(Decimal(0)), MaxValueValidator(Decimal(1))],
+                                  help_text="Alert once when this fraction of a limit is committed.")
+    effective_from = models.DateTimeField(default=now)
+    effective_to = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["team", "workflow", "-effective_from"]
+        indexes = [models.Index(fields=["team", "workflow", "effective_from"], name="budget_limit_in_force")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(effective_to__isnull=True) | models.Q(effective_to__gt=models.F("effective_from")),
+                name="budget_limit_period_ordered"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} / {self.workflow.name}" if self.workflow_id else f"{self.team}"
+
+    @property
+    def scope(self) -> str:
+        return "workflow" if self.workflow_id else "team"
+
+
+class ModelPrice(models.Model):
+    """What a model's tokens cost from `effective_from` on. An attempt is priced when it runs,
+    so a new price never rewrites a past cost; without a row, the registry's price applies."""
+
+    model = models.CharField(max_length=100, help_text="A name in STEPWISE_MODELS.")
+    input_usd_per_mtok = models.DecimalField(**USD, validators=[MinValueValidator(Decimal(0))])
+    output_usd_per_mtok = models.DecimalField(**USD, validators=[MinValueValidator(Decimal(0))])
+    effective_from = models.DateTimeField(default=now)
+    created_at = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["model", "-effective_from"]
+        constraints = [models.UniqueConstraint(fields=["model", "effective_from"], name="one_price_per_moment")]
+
+    def __str__(self) -> str:
+        return f"{self.model} from {self.effective_from:%Y-%m-%d %H:%M}"
+
+
+class Reservation(models.Model):
+    """The projected cost of one model call held against every budget level before it is
+    dispatched, then settled to what it cost (or released when it never ran)."""
+
+    class State(models.TextChoices):
+        RESERVED = "reserved"
+        SETTLED = "settled"
+        RELEASED = "released"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="reservations")
+    step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="reservations")
+    # Denormalized so a team's or a workflow's period is one indexed sum.
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="+")
+    attempt = models.PositiveIntegerField()
+    item = models.IntegerField(default=-1, help_text="The map item's index; -1 for the step itself.")
+    model = models.CharField(max_length=100, blank=True)
+    levels = models.JSONField(default=list, help_text="The levels it was checked against.")
+    amount = models.DecimalField(**USD, help_text="What was reserved.")
+    actual = models.DecimalField(**USD, null=True, blank=True, help_text="What it cost, once settled.")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RESERVED)
+    created_at = models.DateTimeField(default=now, db_index=True)
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["step", "attempt", "item"], name="one_reservation_per_call")]
+        indexes = [models.Index(fields=["team", "created_at"], name="reservation_team_period"),
+                   models.Index(fields=["workflow", "created_at"], name="reservation_workflow_period"),
+                   models.Index(fields=["run", "state"], name="reservation_run_state")]
+
+    def __str__(self) -> str:
+        return f"{self.step} #{self.attempt} {self.state} ${self.amount}"
+
+
+class BudgetOverride(models.Model):
+    """An operator raised one run's limit (the definition stays as it was)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="budget_overrides")
+    max_cost_usd = models.DecimalField(**USD, validators=[MinValueValidator(Decimal(0))])
+    reason = models.CharField(max_length=500)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+    actor = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["run", "-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: ${self.max_cost_usd}"
+
+
+class BudgetAlert(models.Model):
+    """That an alert of `kind` went out for a run and a level (or a team's period), so it
+    goes out once — not once per denied dispatch."""
+
+    kind = models.CharField(max_length=32, help_text="budget.warning or budget.denied")
+    key = models.CharField(max_length=200, help_text="run:<id>:<level>, or team:<id>:<level>:<period>")
+    created_at = models.DateTimeField(default=now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "key"], name="one_budget_alert")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key}"
+
+
+class CostReport(Reservation):
+    """The admin's cost page (no table of its own: a view over what calls cost)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = verbose_name_plural = "costs"

@@ -14,6 +14,8 @@ from django.db.models import Max, QuerySet
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from budgets.selectors import run_budget
+
 from .admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column, pretty_json
 from .authz import Action, teams_where
 from .errors import Forbidden, NotAllowed
@@ -196,7 +198,7 @@ class EventInline(ReadOnlyInline):
 _RUN_FIELDS = ["id", "live_page", "team", "version", "state", "trigger", "started_by_trigger", "created_by",
                "idempotency_key",
                "parent_step", "created_at", "started_at", "finished_at", "progressed_at",
-               "cost_usd", "tokens_in", "tokens_out", "input_pretty", "output_pretty",
+               "cost_usd", "budget", "tokens_in", "tokens_out", "input_pretty", "output_pretty",
                "error_pretty", "audit_timeline"]
 
 
@@ -274,6 +276,15 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="error")
     def error_pretty(self, run: Run) -> str:
         return pretty_json(run.error)
+
+    @admin.display(description="budget")
+    def budget(self, run: Run) -> str:
+        figures = run_budget(run)
+        limit = "no limit" if figures.limit_usd is None else (
+            f"limit ${figures.limit_usd:.4f}" + (" (raised by an operator)" if figures.overridden else ""))
+        remaining = "" if figures.remaining_usd is None else f", ${figures.remaining_usd:.4f} remaining"
+        return (f"${figures.spent_usd:.4f} spent, ${figures.reserved_usd:.4f} reserved{remaining}; {limit}"
+                + (f" — paused: {run.error['message']}" if run.state == "paused" and (run.error or {}).get("class") == "budget" else ""))
 
     def has_cancel_permission(self, request) -> bool:
         # Offered to whoever may cancel runs in some team, or has started runs; the service

@@ -40,10 +40,12 @@ class Action(StrEnum):
     DEAD_LETTER_REDRIVE = "dead_letter.redrive"
     TRIGGER_MANAGE = "trigger.manage"  # create, change, enable, disable; rotate a webhook secret
     ALERT_HANDLE = "alert.handle"  # acknowledge or resolve an alert (alerts/)
+    BUDGET_RAISE = "budget.raise"  # raise one run's cost limit (an override on the run)
+    BUDGET_MANAGE = "budget.manage"  # set the team's and its workflows' budget limits
 
 
 _OPERATE = {Action.RUN_CANCEL, Action.RUN_RESUME, Action.STEP_RETRY, Action.STEP_SKIP,
-            Action.DEAD_LETTER_REDRIVE, Action.ALERT_HANDLE}
+            Action.DEAD_LETTER_REDRIVE, Action.ALERT_HANDLE, Action.BUDGET_RAISE}
 GRANTS: dict[str, frozenset[Action]] = {
     Role.MEMBER: frozenset({Action.VIEW, Action.RUN_START}),
     Role.EDITOR: frozenset({Action.VIEW, Action.RUN_START, Action.WORKFLOW_SAVE,

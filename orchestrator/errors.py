@@ -24,3 +24,14 @@ class NotAllowed(ServiceError):
 
 class Forbidden(ServiceError):
     """The actor may not perform this operation (docs/permissions.md)."""
+
+
+class BudgetExceeded(ServiceError):
+    """A team's or a workflow's budget refuses a new run (a concurrent-run cap reached, a day's
+    or month's limit spent), or an operator's action would cross a run's budget. `detail` names
+    the level and the figures; `retry_after_s` says when asking again may succeed."""
+
+    def __init__(self, message: str, *, detail: dict, retry_after_s: int | None = None):
+        super().__init__(message)
+        self.detail = detail
+        self.retry_after_s = retry_after_s

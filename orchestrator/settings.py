@@ -332,6 +332,9 @@ else:
 STEPWISE_OUTBOX_DIR = Path(os.environ.get("STEPWISE_OUTBOX_DIR", VAR_DIR / f"outbox{XDIST_SUFFIX}"))
 # A workflow's budget default when a step has no price history: the design's $0.10.
 STEPWISE_DEFAULT_STEP_COST_USD = os.environ.get("STEPWISE_DEFAULT_STEP_COST_USD", "0.10")
+# The fraction of a run's or a step's cost limit at which a budget.warning alert goes out once
+# (a team's or a workflow's limit carries its own warn_at). docs/budgets.md.
+STEPWISE_BUDGET_WARN_AT = os.environ.get("STEPWISE_BUDGET_WARN_AT", "0.8")
 
 # --- triggers (triggers/, docs/triggers.md) ---------------------------------------------------
 # The brokers queue-event triggers read, by name: {"name": "amqp://..." | "redis://..."}. A

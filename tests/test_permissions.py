@@ -99,6 +99,7 @@ ROW_ACTIONS = {
     "workflow.publish": Action.WORKFLOW_PUBLISH, "workflow.archive": Action.WORKFLOW_ARCHIVE,
     "workflow.waive_gate": Action.WORKFLOW_WAIVE_GATE, "workflow.policy": Action.WORKFLOW_POLICY,
     "alert.handle": Action.ALERT_HANDLE,
+    "budget.raise": Action.BUDGET_RAISE, "budget.manage": Action.BUDGET_MANAGE,
     "view the team's workflows and runs": Action.VIEW,
 }
 
@@ -314,6 +315,38 @@ def test_managing_a_trigger(team, who, surface):
         admin_client(user).post("/admin/triggers/trigger/", {
             "action": "enable_selected", "_selected_action": [str(trigger.id)]})
     assert Trigger.objects.get(pk=trigger.pk).enabled is allowed("trigger.manage", who)
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_raising_a_runs_budget(team, starter, who, surface):
+    from budgets.models import BudgetOverride
+
+    version, _ = workflow_save(team=team, definition={
+        "name": "frugal", "input_schema": {"type": "object"}, "budget": {"max_cost_usd": 0.01},
+        "steps": [{"name": "think", "type": "agent", "model": "fast", "prompt": "hi",
+                   "output_schema": {"type": "object"}}]}, actor=SETUP)
+    run = run_start(version=version, input={}, actor=starter)
+    assert run.state == "paused"
+    user = persona(team, who)
+    body = {"max_cost_usd": "5.00", "reason": "a long ticket"}
+    if surface == "api":
+        response = client_for(user).post(f"/api/v1/runs/{run.id}/budget/", body, format="json")
+        assert response.status_code == (202 if allowed("budget.raise", who) else refused_code(who))
+    else:
+        admin_client(user).post("/admin/budgets/budgetoverride/add/", {**body, "run": str(run.id)})
+    assert BudgetOverride.objects.filter(run=run).exists() is allowed("budget.raise", who)
+    assert (Run.objects.get(pk=run.pk).state == "running") is allowed("budget.raise", who)
+
+
+@pytest.mark.parametrize("who", PERSONAS)
+def test_setting_a_teams_budget_limit(team, who):
+    from budgets.models import BudgetLimit
+
+    admin_client(persona(team, who)).post("/admin/budgets/budgetlimit/add/", {
+        "team": str(team.id), "monthly_usd": "100", "warn_at": "0.8",
+        "effective_from_0": "2026-01-01", "effective_from_1": "00:00:00"})
+    assert BudgetLimit.objects.filter(team=team).exists() is allowed("budget.manage", who)
 
 
 # --- approvals: the group, the team, separation of duties --------------------------------------

@@ -4,7 +4,8 @@ Every error body under /api/ is `{"errors": [{"path", "message"}, ...]}`, listin
 problem at once, whatever raised it:
 
 * the services' exceptions, mapped by `ServiceErrorsMixin`: DefinitionInvalid and InputInvalid
-  -> 400, Forbidden -> 403, IdempotencyConflict and NotAllowed -> 409;
+  -> 400, Forbidden -> 403, IdempotencyConflict and NotAllowed -> 409, BudgetExceeded -> 429
+  (with Retry-After);
 * DRF's own (401 not authenticated, 403, 404, 405, 406, 415, a body or a query parameter that
   does not parse), through `exception_handler` (settings `REST_FRAMEWORK["EXCEPTION_HANDLER"]`);
 * Django's, for a URL no view matches and for an unhandled error (`not_found`, `server_error`:
@@ -19,13 +20,21 @@ from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.response import Response
 
 from ..definitions import DefinitionInvalid, Problem
-from ..errors import Forbidden, IdempotencyConflict, InputInvalid, NotAllowed, ServiceError
+from ..errors import (
+    BudgetExceeded,
+    Forbidden,
+    IdempotencyConflict,
+    InputInvalid,
+    NotAllowed,
+    ServiceError,
+)
 
 _STATUS = {
     InputInvalid: status.HTTP_400_BAD_REQUEST,
     Forbidden: status.HTTP_403_FORBIDDEN,
     IdempotencyConflict: status.HTTP_409_CONFLICT,
     NotAllowed: status.HTTP_409_CONFLICT,
+    BudgetExceeded: status.HTTP_429_TOO_MANY_REQUESTS,
 }
 
 
@@ -59,7 +68,9 @@ class ServiceErrorsMixin:
         if isinstance(exc, ServiceError):
             code = next((c for cls, c in _STATUS.items() if isinstance(exc, cls)),
                         status.HTTP_400_BAD_REQUEST)
-            return Response(problems_body(exc.problems), status=code)
+            retry_after = getattr(exc, "retry_after_s", None)
+            return Response(problems_body(exc.problems), status=code,
+                            headers={"Retry-After": str(retry_after)} if retry_after else None)
         return super().handle_exception(exc)
 
 

@@ -11,6 +11,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from approvals.models import ApprovalDecision, ApprovalRequest
+from budgets.selectors import run_budget
+from budgets.serializers import RunBudgetSerializer
 
 from ..executors import ATTEMPT_META_FIELDS
 from ..models import DeadLetter, Run, StepAttempt, StepRun, Workflow, WorkflowVersion
@@ -324,10 +326,11 @@ class RunDetailSerializer(RunSerializer):
     started_by = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
     last_event = serializers.SerializerMethodField()
+    budget = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "input", "output", "error", "idempotency_key",
-                  "parent_run", "started_by", "progress", "last_event", "steps"]
+                  "parent_run", "started_by", "progress", "last_event", "budget", "steps"]
 
     @extend_schema_field(ProgressSerializer)
     def get_progress(self, run: Run) -> dict:
@@ -337,6 +340,11 @@ class RunDetailSerializer(RunSerializer):
         """The id of the run's newest event: pass it as `wait_for_change` to long-poll."""
         newest = getattr(run, "newest_event", None)  # annotated by the view: no query
         return newest if newest is not None else latest_event_of(run)
+
+    @extend_schema_field(RunBudgetSerializer)
+    def get_budget(self, run: Run) -> dict:
+        """What the run has spent, holds reserved and has left under its cost limit."""
+        return run_budget(run).as_dict()
 
     @extend_schema_field(StartedBySerializer(allow_null=True))
     def get_started_by(self, run: Run) -> dict | None:

@@ -3,6 +3,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from budgets.api import BudgetLimitViewSet, CostsView
 from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
@@ -19,12 +20,14 @@ router.register("dead-letters", DeadLetterViewSet, basename="deadletter")
 router.register("triggers", TriggerViewSet, basename="trigger")
 router.register("event-dead-letters", EventDeadLetterViewSet, basename="eventdeadletter")
 router.register("tools", ToolViewSet, basename="tool")
+router.register("budget-limits", BudgetLimitViewSet, basename="budgetlimit")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),
     path("health/ready/", ReadinessView.as_view(), name="health-ready"),
     path("health/details/", HealthDetailsView.as_view(), name="health-details"),
     path("hooks/<uuid:trigger_id>/", webhook, name="trigger-webhook"),
+    path("costs/", CostsView.as_view(), name="costs"),
     path("schema/definition.json", DefinitionSchemaView.as_view(), name="definition-schema"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),

@@ -5,6 +5,8 @@ team is a 404. Whether the caller may act is the service's to decide (`authz`); 
 exceptions propagate to `ServiceErrorsMixin`, which maps them to 400/403/409 with an `errors`
 list; views do not catch them one by one.
 """
+from decimal import Decimal
+
 from django.db.models import Max, OuterRef, Prefetch, QuerySet, Subquery
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -19,6 +21,8 @@ from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.response import Response
 
 from approvals.models import ApprovalDecision, ApprovalRequest
+from budgets.serializers import BudgetRaiseSerializer, RunEstimateSerializer
+from budgets.services import run_estimate
 
 from ..authz import visible
 from ..definitions import DefinitionInvalid, parse_definition_text
@@ -32,8 +36,14 @@ from ..services.kinds.human_gate import (
     approval_reject,
     approval_revoke,
 )
-from ..services.operators import dead_letter_redrive, run_resume, step_retry, step_skip
-from ..services.runs import run_cancel, run_start
+from ..services.operators import (
+    dead_letter_redrive,
+    run_budget_raise,
+    run_resume,
+    step_retry,
+    step_skip,
+)
+from ..services.runs import input_problems, run_cancel, run_start
 from ..services.workflows import (
     definition_problems,
     workflow_archive,
@@ -236,6 +246,9 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
             200: OpenApiResponse(s.RunSerializer, description="A replay: the existing run."),
             400: _ERRORS,
             409: _ERRORS,
+            429: OpenApiResponse(s.ErrorsSerializer, description=(
+                "The team's or the workflow's budget refuses a new run now (its concurrent-run "
+                "cap, or its day's or month's limit); Retry-After says when to ask again.")),
         },
         description="Start a run of the published version (or of `version`; one that drops or "
         "weakens a mandatory gate of the published version only for an owner). 409 when the "
@@ -253,6 +266,25 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
         )
         return Response(s.RunSerializer(run, context=self.get_serializer_context()).data,
                         status=status.HTTP_202_ACCEPTED if run._created else status.HTTP_200_OK)
+
+    @extend_schema(
+        request=s.RunStartRequestSerializer,
+        parameters=[_TEAM_PARAM],
+        responses={200: RunEstimateSerializer, 400: _ERRORS},
+        description="What a run with this body would cost and take, projected from the same "
+        "estimates its dispatches reserve (docs/budgets.md). Starts nothing.",
+    )
+    @action(detail=True, methods=["post"], parser_classes=[JSONBodyParser])
+    def estimate(self, request, name=None):
+        workflow = self.get_object()
+        body = valid_data(s.RunStartRequestSerializer(data=request.data))
+        version = self._version_to_run(workflow, body.get("version"))
+        problems = input_problems(version.normalized["input_schema"], body["input"])
+        if problems:
+            raise ValidationError({"errors": problems})
+        estimate = run_estimate(version=version, run_input=body["input"])
+        return Response(RunEstimateSerializer({**estimate.__dict__, "within_budget": estimate.within_budget,
+                                               "steps": [e.__dict__ for e in estimate.steps]}).data)
 
     @staticmethod
     def _version_to_run(workflow: Workflow, number: int | None) -> WorkflowVersion:
@@ -330,8 +362,23 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
         run_resume(run_id=run.id, actor=request.user)
         return self._accepted(run)
 
-    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS},
-                   description="Run a failed step again (paused or failed run). Operators only.")
+    @extend_schema(request=BudgetRaiseSerializer,
+                   responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS},
+                   description="Raise the run's cost limit (stored on the run, audited; the "
+                   "definition is unchanged) and resume it if it is paused. Operators only; "
+                   "409 once the run has ended.")
+    @action(detail=True, methods=["post"], parser_classes=[JSONBodyParser])
+    def budget(self, request, pk=None):
+        run = self.get_object()
+        body = valid_data(BudgetRaiseSerializer(data=request.data))
+        run_budget_raise(run_id=run.id, max_cost_usd=body["max_cost_usd"].quantize(Decimal("0.000001")),
+                         reason=body["reason"], actor=request.user)
+        return self._accepted(run)
+
+    @extend_schema(request=None, responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS,
+                                            429: _ERRORS},
+                   description="Run a failed step again (paused or failed run). Operators only; "
+                   "429 when its next attempt would cross the run's budget (raise it first).")
     @action(detail=True, methods=["post"], url_path=r"steps/(?P<step>[a-z][a-z0-9_]*)/retry")
     def retry_step(self, request, pk=None, step=None):
         return self._on_step(request, step, step_retry)
@@ -368,9 +415,11 @@ class DeadLetterViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retrie
         letters = DeadLetter.objects.select_related("run__team", "step", "redriven_by")
         return visible(letters, self.request.user, team_field="run__team").order_by("-created_at")
 
-    @extend_schema(request=None, responses={200: s.DeadLetterSerializer, 403: _ERRORS, 409: _ERRORS},
+    @extend_schema(request=None, responses={200: s.DeadLetterSerializer, 403: _ERRORS, 409: _ERRORS,
+                                            429: _ERRORS},
                    description="Run the dead-lettered step again after re-checking its state; "
-                   "its side effects are not repeated (the effect ledger). Operators only.")
+                   "its side effects are not repeated (the effect ledger). Operators only; "
+                   "429 when it would cross the run's budget.")
     @action(detail=True, methods=["post"])
     def redrive(self, request, pk=None):
         letter = self.get_object()

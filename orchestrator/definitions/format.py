@@ -371,6 +371,15 @@ def _common_step_properties() -> dict:
             ),
         },
         "retry": _ref("retry"),
+        "max_cost_usd": {
+            "type": ["number", "null"],
+            "minimum": 0,
+            "maximum": limits.MAX_COST_USD,
+            "description": (
+                "USD this step's model calls may cost, across its attempts (a map: its items). "
+                "A dispatch that would exceed it pauses the run (null: no limit)."
+            ),
+        },
         "fallback": {
             "type": ["string", "null"],
             "description": (

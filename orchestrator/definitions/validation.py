@@ -24,7 +24,13 @@ from .expressions import (
     expression_roots,
     referenced_steps,
 )
-from .format import CONTEXT_ROOTS, HUMAN_GATE_TIMEOUT_S, MAP_ITEM_ROOTS, RISK_RULE_ROOTS
+from .format import (
+    CONTEXT_ROOTS,
+    HUMAN_GATE_TIMEOUT_S,
+    MAP_ITEM_ROOTS,
+    RISK_RULE_ROOTS,
+    calls_model,
+)
 from .gates import CONTEXT, PROPOSAL, STEP, approves_problem, gate_binding
 from .graph import Graph, Node
 from .limits import (
@@ -239,6 +245,7 @@ class _Check:
         self.check_retry(at, step.get("retry"))
         self.check_schema_field((*at, "output_schema"), step.get("output_schema"))
         self.check_step_input_schema(at, step.get("input_schema"), name, upstream)
+        self.check_step_budget(at, step)
 
         step_type = step.get("type")
         if step_type in ("agent", "tool"):
@@ -254,6 +261,20 @@ class _Check:
             self.check_gate(at, step, name)
         elif step_type == "sub_workflow":
             self.check_sub_workflow(at, step, name, upstream)
+
+    def check_step_budget(self, at: Parts, step: dict) -> None:
+        """A step's max_cost_usd caps its model calls, within the run's own budget."""
+        cap = step.get("max_cost_usd")
+        if not _is_number(cap):
+            return  # absent, null, or a type the format schema already reports
+        body = step.get("item") if step.get("type") == "map" else step
+        if isinstance(body, dict) and isinstance(body.get("type"), str) and not calls_model(body):
+            self.add((*at, "max_cost_usd"), "this step calls no model, so it has no cost to cap")
+        budget = self.doc.get("budget")
+        run_cap = budget.get("max_cost_usd") if isinstance(budget, dict) else None
+        if _is_number(run_cap) and cap > run_cap:
+            self.add((*at, "max_cost_usd"),
+                     f"{cap} is more than the run's budget.max_cost_usd ({run_cap})")
 
     def check_gate(self, at: Parts, step: dict, name) -> None:
         """What a gate approves, and the fields that only make sense for that (gates.py)."""

@@ -75,7 +75,7 @@ class Conversation:
 
     def result(self, output: object) -> Result:
         return Result(output, self.tokens_in, self.tokens_out,
-                      cost_of(self.config, self.tokens_in, self.tokens_out),
+                      cost_of(self.config, self.tokens_in, self.tokens_out, model=self.spec["model"]),
                       self.spec["model"], self.provider.name,
                       {**self.meta, "model_id": self.model_id or self.model_name()})
 

@@ -1,11 +1,16 @@
-"""An operator's actions on runs: redrive a dead letter, retry or skip a failed step, resume.
+"""An operator's actions on runs: redrive a dead letter, retry or skip a failed step, resume,
+raise a run's budget.
 
 The API, the admin and any later entry point call these; each checks the actor's permission
 in the run's team (`authz`), re-checks the run's and step's state under the run's lock, and is
 recorded as events (and so in the audit ledger). A redriven or retried side effect is not
 repeated: the effect ledger returns what it did the first time.
 """
+from decimal import Decimal
+
 from django.db import transaction
+
+from budgets.services import override_record
 
 from ..authz import Action, Actor, label, person, require
 from ..clock import now
@@ -79,4 +84,29 @@ def run_resume(*, run_id, actor: Actor) -> Run:
         run.save()
         event_record(run=run, kind="run.running", actor=label(actor))
         run_advance(run, actor=actor)
+    return run
+
+
+def run_budget_raise(*, run_id, max_cost_usd: Decimal, reason: str, actor: Actor,
+                     resume: bool = True) -> Run:
+    """Raise one run's cost limit (an override stored on the run; its definition is unchanged)
+    and, with `resume`, resume it if it is paused. Raises Forbidden without budget.raise in the
+    run's team, NotAllowed for an ended run or an empty reason, ValidationError for a negative
+    amount."""
+    with transaction.atomic():
+        run = lock_run(run_id)
+        require(actor, Action.BUDGET_RAISE, team=run.team)
+        if run.is_terminal:
+            raise NotAllowed(f"run {run.id} is {run.state}; its budget can no longer change")
+        if not reason.strip():
+            raise NotAllowed("say why the budget is raised")
+        override = override_record(run=run, max_cost_usd=Decimal(str(max_cost_usd)), reason=reason,
+                                   actor=actor)
+        event_record(run=run, kind="budget.overridden", actor=label(actor),
+                     payload={"max_cost_usd": str(override.max_cost_usd), "reason": reason})
+        if resume and run.state == RunState.PAUSED and not run.steps.filter(state__in=STEP_RECOVERABLE).exists():
+            run.resume()
+            run.save()
+            event_record(run=run, kind="run.running", actor=label(actor))
+            run_advance(run, actor=actor)
     return run

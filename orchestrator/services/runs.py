@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from jsonschema import Draft202012Validator
 
 from audit.redaction import keyed_hash
+from budgets.services import budget_admit
 from notifications.services import callback_problems, run_callback_register
 
 from ..authz import REAPER, Action, Actor, is_person, label, may, require
@@ -57,7 +58,9 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     `created_by` is the person it is started for when the actor is the engine (a sub-workflow).
     With `idempotency_key`, the same key and input return the existing run; the same key with
     another input raises IdempotencyConflict. Raises InputInvalid (and creates nothing) when
-    the input does not satisfy the workflow's input_schema, Forbidden without the permission.
+    the input does not satisfy the workflow's input_schema, Forbidden without the permission,
+    BudgetExceeded when a team's or workflow's budget refuses a new run (not a child run: it is
+    part of its parent's).
     Check `run._created` to tell a new run from a replay.
 
     `trigger` is the kind of entry point ("api", "sub_workflow", "schedule", "webhook", ...);
@@ -140,6 +143,8 @@ def _idempotent_replay(team_id: int, key: str, request_digest: str) -> Run | Non
 
 def _create(version, input, actor, created_by, idempotency_key, request_digest, parent_step,
             trigger, origin, secrets, callback) -> Run:
+    if parent_step is None:
+        budget_admit(team=version.workflow.team, workflow=version.workflow)
     run = Run.objects.create(
         team=version.workflow.team, version=version, input=input, created_by=created_by,
         idempotency_key=idempotency_key or None, request_digest=request_digest,

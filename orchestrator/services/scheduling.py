@@ -6,17 +6,19 @@ It starts each step through its kind (`services.kinds`), and ends the run when t
 so (`run_finish`). A run that is cancelling ends here too, once nothing runs any more
 (`run_settle_cancel`). Every service that ends a step reaches these through `step_end`.
 """
-from budgets.services import budget_denial
+from budgets.services import budget_release, model_calls
 
 from .. import tracing
 from ..authz import SCHEDULER, Actor, label
 from ..clock import now
+from ..definitions import ExpressionError, evaluate_expression
 from ..dispatch import child_finished_on_commit, compensate_on_commit
 from ..events import event_record, events_record
 from ..models import Event, Run, StepRun
 from ..scheduler import StepView, plan
 from ..selectors import compensable_steps, definition_of
 from ..states import CONTROL_KINDS, RUN_ADVANCING, STEP_CANCELLABLE_NOW, RunState, StepState
+from .budget_gate import dispatch_reserve
 from .kinds import handler_for
 
 
@@ -56,7 +58,11 @@ def _advance(run: Run, *, actor: Actor) -> None:
     outcome, detail = decided.outcome, decided.detail
     for name in decided.enqueue:
         spec = graph.steps[name]
-        denial = budget_denial(run=run, definition=definition, spec=spec)
+        step = steps[name]
+        # Reserved before it is dispatched: a map one call per item, any other its next attempt.
+        denial = (dispatch_reserve(run, step, spec, definition, attempt=1, items=_item_indexes(spec, step))
+                  if spec["type"] == "map"
+                  else dispatch_reserve(run, step, spec, definition, attempt=step.attempts + 1))
         if denial:
             outcome, detail = "pause", denial
             break
@@ -72,6 +78,18 @@ def _advance(run: Run, *, actor: Actor) -> None:
         run_advance(run, actor=actor)
         return
     _apply_outcome(run, outcome, detail, actor=actor)
+
+
+def _item_indexes(spec: dict, step: StepRun) -> list[int]:
+    """The items a map step is about to fan out (none when its `over` does not make a list:
+    the map fails as it starts, and nothing is dispatched)."""
+    if model_calls(spec) is None:
+        return []
+    try:
+        items = evaluate_expression(spec["over"], step.input)
+    except ExpressionError:
+        return []
+    return list(range(len(items))) if isinstance(items, list) else []
 
 
 def _apply_outcome(run: Run, outcome: str | None, detail: dict, *, actor: Actor) -> None:
@@ -136,6 +154,7 @@ def steps_stop(run: Run, *, reason: str, actor: Actor) -> int:
         step.save()
         event_record(run=run, step=step, kind="step.cancelled", actor=who, payload={"reason": reason})
         handler_for(step.kind).release(run, step, actor=actor)
+        budget_release(step_id=step.id)
     return run.steps.filter(state=StepState.RUNNING).count()
 
 

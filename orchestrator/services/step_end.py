@@ -7,6 +7,8 @@ run moves on: a cancelling run settles, any other is advanced by the scheduler.
 """
 from django.db import transaction
 
+from budgets.services import budget_release
+
 from ..authz import REAPER, Actor, label
 from ..events import event_record
 from ..models import Run, StepRun
@@ -20,6 +22,7 @@ def step_ended(run: Run, step: StepRun, *, actor: Actor) -> None:
     """`step` has just reached a terminal state: release what it owns, then move the run on."""
     if step.state not in (StepState.COMPLETED, StepState.SKIPPED):
         handler_for(step.kind).release(run, step, actor=actor)
+    budget_release(step_id=step.id)  # what it reserved and never spent
     if run.state == RunState.CANCELLING:
         run_settle_cancel(run, actor=actor)
     else:

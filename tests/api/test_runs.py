@@ -131,8 +131,8 @@ def test_run_detail_takes_the_same_number_of_queries_however_far_the_run_got(api
     with CaptureQueriesContext(connection) as driven_queries:
         api.get(f"/api/v1/runs/{driven}/")
 
-    # token, run (+version, workflow, team, user, parent), steps (+approval), attempts
-    assert len(driven_queries) == len(fresh_queries) == 4
+    # token, run (+version, workflow, team, user, parent), steps (+approval), attempts, budget
+    assert len(driven_queries) == len(fresh_queries) == 5
 
 
 @pytest.mark.django_db

@@ -206,5 +206,5 @@ def test_a_budget_gate_that_pauses_a_run_is_one_entry_saying_why(team):
     entries = assert_one_entry_per_event(run)
     [paused] = [e for e in entries if e.action == "run.paused"]
     assert paused.data["class"] == "budget" and paused.data["step"] == "think"
-    assert "exceeds the budget" in paused.data["message"]
+    assert "would exceed the limit of $0.01" in paused.data["message"] and paused.data["level"] == "run"
     assert not [e for e in entries if e.action == "external_call.authorized"]

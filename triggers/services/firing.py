@@ -26,7 +26,7 @@ from audit.services import audit_record
 from orchestrator.authz import Action, Actor, System, label, require
 from orchestrator.clock import now
 from orchestrator.definitions.limits import run_input_problems
-from orchestrator.errors import Forbidden, InputInvalid, NotAllowed
+from orchestrator.errors import BudgetExceeded, Forbidden, InputInvalid, NotAllowed
 from orchestrator.models import Run
 from orchestrator.services.runs import input_problems, run_start, version_start_refusal
 
@@ -183,7 +183,11 @@ def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
         return refusal(trigger, key=key, reason=limit.reason, actor=who, origin=origin,
                        retry_after_s=limit.retry_after_s,
                        problems=[{"path": "", "message": limit.message}])
-    run = _start(trigger, key=key, run_input=run_input, origin=origin, actor=actor)
+    try:
+        run = _start(trigger, key=key, run_input=run_input, origin=origin, actor=actor)
+    except BudgetExceeded as refused:  # the team's budget: refused like its run quota
+        return refusal(trigger, key=key, reason="budget", actor=who, origin=origin,
+                       retry_after_s=refused.retry_after_s, problems=refused.problems)
     firing = Firing.objects.create(trigger=trigger, key=key, state=Firing.State.STARTED, run=run,
                                    origin=origin, started_at=now(), fired_by=_person(actor))
     return FireOutcome("started", run=run, firing=firing)
@@ -220,6 +224,8 @@ def _admit_one(trigger_id) -> int | None:
         try:
             run = _start(trigger, key=firing.key, run_input=firing.input, origin=firing.origin,
                          actor=actor)
+        except BudgetExceeded:
+            return None  # held until the team's budget lets it start (its period, a run ending)
         except (InputInvalid, Forbidden, NotAllowed) as error:
             # The workflow (or the person's role) changed while it waited: it cannot start.
             firing.delete()

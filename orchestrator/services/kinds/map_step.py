@@ -14,6 +14,8 @@ from functools import partial
 from django.db import transaction
 from django.db.models import F, Q
 
+from budgets.services import budget_settle
+
 from ...authz import Actor, System, label
 from ...clock import now
 from ...definitions import ExpressionError, evaluate_expression
@@ -30,8 +32,9 @@ from ...leases import heartbeat, lease_until
 from ...models import MapItem, Run, StepRun
 from ...retry import StepError, retry_at
 from ...secret_inputs import revealed_for
-from ...selectors import definition_of, lock_run_of_step, runs_with_version
+from ...selectors import definition_of, lock_run, lock_run_of_step, runs_with_version
 from ...states import RUN_ADVANCING, StepKind, StepState
+from ..budget_gate import dispatch_reserve, run_pause_for_budget
 from ..effects import effect_perform
 from ..step_end import step_ended, waiting_step_time_out
 from . import Record, StepKindHandler, register
@@ -132,15 +135,27 @@ def map_item_run(*, step_id: int, index: int) -> ItemOutcome:
 
 
 def _take_slot(item: MapItem, run: Run, *, cap: int, timeout_s: int) -> tuple[str, int]:
-    """Claim `item` under a lease if the run has fewer than `cap` items in flight.
+    """Claim `item` under a lease if the run has fewer than `cap` items in flight and its
+    budget holds the attempt.
 
-    Returns (DONE, the attempt's number), (DEFERRED, 0) or (SKIPPED, 0): not due yet, or leased
-    by another worker — or by a dead one, which only the reaper may turn into a new attempt.
+    Returns (DONE, the attempt's number), (DEFERRED, 0) or (SKIPPED, 0): not due yet, leased
+    by another worker — or by a dead one, which only the reaper may turn into a new attempt —
+    or refused by the budget (the run is paused; once resumed, the reaper sends the item again).
     """
     at = now()
     with transaction.atomic():
         if _in_flight(run.id, at).exclude(id=item.id).count() >= cap:
             return DEFERRED, 0
+        run = lock_run(run.id)
+        if run.state not in RUN_ADVANCING:
+            return SKIPPED, 0
+        attempt = MapItem.objects.values_list("attempts", flat=True).get(id=item.id) + 1
+        definition, graph = definition_of(run)
+        denial = dispatch_reserve(run, item.step, graph.steps[item.step.name], definition,
+                                  attempt=attempt, items=[item.index])
+        if denial:
+            run_pause_for_budget(run, denial, actor=CHORD)
+            return SKIPPED, 0
         taken = MapItem.objects.filter(
             id=item.id, done=False, lease_expires_at__isnull=True, due_at__lte=at + CLOCK_SKEW,
         ).update(attempts=F("attempts") + 1, claimed_at=at, deadline_at=at + timedelta(seconds=timeout_s),
@@ -168,8 +183,14 @@ def _charge(item: MapItem, spent) -> None:
             cost_usd=F("cost_usd") + spent.cost_usd)
 
 
+def _settle(item: MapItem, attempt: int, spent) -> None:
+    budget_settle(step_id=item.step_id, attempt=attempt, item=item.index,
+                  actual=spent.cost_usd if spent is not None else Decimal(0))
+
+
 def _finish(item: MapItem, attempt: int, *, output, error: dict | None, spent) -> None:
     _charge(item, spent)
+    _settle(item, attempt, spent)
     _owned(item, attempt).update(done=True, finished_at=now(), output=output, error=error,
                                  lease_expires_at=None, deadline_at=None)
 
@@ -182,6 +203,7 @@ def _attempt_failed(item: MapItem, attempt: int, spec: dict, error: StepError, *
         _finish(item, attempt, output=None, error=error.as_dict(), spent=spent)
         return ItemOutcome(DONE)
     _charge(item, spent)
+    _settle(item, attempt, spent)
     delay = max((when - at).total_seconds(), 0)
     in_broker = delay <= BROKER_DELAY_LIMIT_S  # else it waits in the database for the reaper
     with transaction.atomic():

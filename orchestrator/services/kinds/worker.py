@@ -23,6 +23,7 @@ from django.db import transaction
 from django_fsm import ConcurrentTransition
 
 from approvals.binding import guarded_step_clearance
+from budgets.services import budget_release, budget_settle
 
 from ... import limits, metrics, tracing
 from ...authz import REAPER, Actor, label, worker_actor
@@ -33,7 +34,7 @@ from ...dispatch import (
     retry_due_on_commit,
     step_dispatch_on_commit,
 )
-from ...errors import NotAllowed
+from ...errors import BudgetExceeded, NotAllowed
 from ...events import event_record
 from ...executors import ATTEMPT_META_FIELDS, ExecContext, execute
 from ...keys import idempotency_key_for
@@ -42,8 +43,9 @@ from ...logcontext import bound
 from ...models import Run, StepAttempt, StepRun
 from ...retry import StepError, retry_at
 from ...secret_inputs import revealed_for
-from ...selectors import lock_run_of_step, runs_with_version, spec_of
+from ...selectors import definition_of, lock_run_of_step, runs_with_version, spec_of
 from ...states import RUN_ADVANCING, STEP_RECOVERABLE, RunState, StepKind, StepState
+from ..budget_gate import dispatch_reserve, run_pause_for_budget
 from ..deadletters import dead_letter_open
 from ..effects import effect_perform
 from ..step_end import step_ended
@@ -284,6 +286,7 @@ def _close_attempt(step: StepRun, attempt: int, *, outcome: str, usage: Usage,
         error_class=error.error_class if error else "", error_message=error.message if error else "",
         **{k: v for k, v in usage.meta.items() if k in ATTEMPT_META_FIELDS},
     )
+    budget_settle(step_id=step.id, attempt=attempt, actual=usage.cost_usd)
 
 
 def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: str) -> bool:
@@ -319,6 +322,7 @@ def step_fail(*, step_id: int, attempt: int, error: StepError, usage: Usage, wor
 
 def _fail_or_retry(run: Run, step: StepRun, error: StepError, *, actor: Actor) -> None:
     who = label(actor)
+    budget_release(step_id=step.id)  # an attempt lost, timed out or refused: its cost is unknown
     policy = spec_of(run, step.name)["retry"]
     when = retry_at(policy, attempts=step.attempts, error=error, at=now())
     if when is not None and run.state in RUN_ADVANCING:
@@ -354,6 +358,11 @@ def step_retry_due(*, step_id: int) -> bool:
         if step.state != StepState.RETRYING or (step.next_attempt_at and step.next_attempt_at > now()):
             return False
         if run.state not in RUN_ADVANCING:
+            return False
+        definition, graph = definition_of(run)
+        denial = dispatch_reserve(run, step, graph.steps[step.name], definition, attempt=step.attempts + 1)
+        if denial:  # it stays retrying; once the run resumes, the reaper finds it due again
+            run_pause_for_budget(run, denial)
             return False
         step.enqueue(queue=step.queue)
         step.save()
@@ -416,6 +425,10 @@ def step_requeue(run: Run, step: StepRun, *, actor: Actor, reason: str) -> None:
         run.resume()
     elif run.state not in RUN_ADVANCING:
         raise NotAllowed(f"run {run.id} is {run.state}; its steps cannot be redriven")
+    definition, graph = definition_of(run)
+    denial = dispatch_reserve(run, step, graph.steps[step.name], definition, attempt=step.attempts + 1)
+    if denial:  # nothing changed: the operator raises the run's limit first
+        raise BudgetExceeded(denial["message"], detail=denial)
     run.save()
     event_record(run=run, kind=f"run.{run.state}", actor=who, payload={"reason": reason})
     step.redrive(queue=step.queue)

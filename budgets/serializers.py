@@ -1,0 +1,90 @@
+"""The shapes budgets take in the API (responses and request bodies); no logic."""
+from rest_framework import serializers
+
+from .selectors import GROUPS
+
+
+class CostRowSerializer(serializers.Serializer):
+    group = serializers.CharField(help_text="The day (YYYY-MM-DD), workflow name, model, team "
+                                            "slug or run id; \"-\" for calls with no model recorded.")
+    cost_usd = serializers.DecimalField(max_digits=14, decimal_places=6)
+    tokens_in = serializers.IntegerField(min_value=0)
+    tokens_out = serializers.IntegerField(min_value=0)
+    calls = serializers.IntegerField(min_value=0, help_text="Attempts and map item attempts.")
+
+
+class CostReportSerializer(serializers.Serializer):
+    group_by = serializers.ChoiceField(choices=GROUPS)
+    from_date = serializers.DateField(help_text="First day covered (inclusive).")
+    to_date = serializers.DateField(help_text="Last day covered (inclusive).")
+    team = serializers.CharField(allow_null=True, help_text="The team asked for, or null: all yours.")
+    total_usd = serializers.DecimalField(max_digits=14, decimal_places=6)
+    rows = CostRowSerializer(many=True)
+
+
+# --- a run's budget ---------------------------------------------------------------------------
+
+
+class RunBudgetSerializer(serializers.Serializer):
+    limit_usd = serializers.DecimalField(max_digits=14, decimal_places=6, allow_null=True,
+                                         help_text="The run's cost limit (null: none).")
+    spent_usd = serializers.DecimalField(max_digits=14, decimal_places=6)
+    reserved_usd = serializers.DecimalField(max_digits=14, decimal_places=6,
+                                            help_text="Held for model calls dispatched and not yet settled.")
+    remaining_usd = serializers.DecimalField(max_digits=14, decimal_places=6, allow_null=True)
+    overridden = serializers.BooleanField(help_text="An operator raised the limit.")
+
+
+class BudgetRaiseSerializer(serializers.Serializer):
+    # Any number in range; stored to the micro-dollar (the cost columns' precision).
+    max_cost_usd = serializers.DecimalField(max_digits=None, decimal_places=None, min_value=0,
+                                            max_value=1_000_000, coerce_to_string=False)
+    # Not trimmed: a reason of only spaces reaches the service, which refuses it (409).
+    reason = serializers.CharField(min_length=1, max_length=500, trim_whitespace=False)
+
+
+class StepEstimateSerializer(serializers.Serializer):
+    step = serializers.CharField()
+    calls = serializers.IntegerField(min_value=0, help_text="Model calls (a map: one per item).")
+    cost_usd = serializers.DecimalField(max_digits=14, decimal_places=6)
+    duration_s = serializers.FloatField(allow_null=True, help_text="Average of past runs; null: none yet.")
+
+
+class RunEstimateSerializer(serializers.Serializer):
+    cost_usd = serializers.DecimalField(max_digits=14, decimal_places=6,
+                                        help_text="Projected cost of one attempt of every model step.")
+    duration_s = serializers.FloatField(help_text="The longest chain of steps, from past runs' averages.")
+    limit_usd = serializers.DecimalField(max_digits=14, decimal_places=6, allow_null=True)
+    within_budget = serializers.BooleanField()
+    steps = StepEstimateSerializer(many=True)
+
+
+class BudgetLimitSerializer(serializers.Serializer):
+    id = serializers.IntegerField(read_only=True)
+    team = serializers.SlugField(source="team.slug", read_only=True)
+    workflow = serializers.CharField(source="workflow.name", read_only=True, allow_null=True,
+                                     help_text="null: the whole team's limit.")
+    daily_usd = serializers.DecimalField(max_digits=12, decimal_places=6, allow_null=True, read_only=True)
+    monthly_usd = serializers.DecimalField(max_digits=12, decimal_places=6, allow_null=True, read_only=True)
+    max_concurrent_runs = serializers.IntegerField(allow_null=True, read_only=True)
+    warn_at = serializers.DecimalField(max_digits=4, decimal_places=3, read_only=True)
+    effective_from = serializers.DateTimeField(read_only=True)
+    effective_to = serializers.DateTimeField(allow_null=True, read_only=True)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True)
+    created_at = serializers.DateTimeField(read_only=True)
+
+
+class BudgetLimitCreateSerializer(serializers.Serializer):
+    team = serializers.SlugField(required=False, help_text="Needed when you belong to several teams.")
+    workflow = serializers.CharField(required=False, allow_null=True, max_length=100,
+                                     help_text="A workflow of the team; leave out for the team's own limit.")
+    daily_usd = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0, required=False,
+                                         allow_null=True)
+    monthly_usd = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0, required=False,
+                                           allow_null=True)
+    max_concurrent_runs = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False,
+                                                   allow_null=True)
+    warn_at = serializers.DecimalField(max_digits=4, decimal_places=3, min_value=0, max_value=1,
+                                       required=False)
+    effective_from = serializers.DateTimeField(required=False)
+    effective_to = serializers.DateTimeField(required=False, allow_null=True)

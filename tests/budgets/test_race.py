@@ -1,0 +1,76 @@
+"""Two processes racing for the last of a budget: exactly one reservation passes.
+
+Two runs of one team each want one more call; the team's daily limit has room for one. Each
+real process locks its own run (different rows: the run lock alone serializes nothing here) and
+reserves, holding its transaction open a while after reading what is committed, so a
+read-then-write check would let both through. Only the lock on the team's limit row (PostgreSQL,
+`select_for_update`) or SQLite's IMMEDIATE transactions keep the second out. Runs on whichever
+backend the session uses (DATABASE_URL: PostgreSQL; else the embedded SQLite).
+"""
+import subprocess
+import sys
+from decimal import Decimal
+
+import pytest
+
+from budgets.models import Reservation
+from budgets.services import budget_limit_create, committed_sum
+from orchestrator.services.runs import run_start
+from orchestrator.services.workflows import workflow_save
+from tests.factories import SETUP
+from tests.integration.conftest import ROOT, worker_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+RACER = """
+import os, sys, time
+import django
+django.setup()
+from django.db import transaction
+from budgets.services import budget_reserve
+from orchestrator.models import StepRun
+from orchestrator.selectors import definition_of, lock_run
+
+step_id, go = int(sys.argv[1]), sys.argv[2]
+print("ready", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.001)
+with transaction.atomic():
+    step = StepRun.objects.get(id=step_id)
+    run = lock_run(step.run_id)
+    definition, graph = definition_of(run)
+    outcome = budget_reserve(run=run, step=step, spec=graph.steps[step.name], definition=definition,
+                             attempt=2)
+    time.sleep(0.5)  # what it read stays the truth only if nobody else could write meanwhile
+print(outcome.denial.level if outcome.denial else "reserved", flush=True)
+"""
+
+
+def test_two_processes_racing_for_the_last_reservation_cannot_both_pass(team, settings, tmp_path):
+    settings.STEPWISE_DEFAULT_STEP_COST_USD = "0.10"
+    version, _ = workflow_save(team=team, definition={
+        "name": "racer", "input_schema": {"type": "object"},
+        "steps": [{"name": "think", "type": "agent", "model": "fast", "prompt": "hi",
+                   "output_schema": {"type": "object"}}]}, actor=SETUP)
+    steps = [run_start(version=version, input={}, actor=SETUP).steps.get() for _ in range(2)]
+    # Both first attempts hold 0.20; the day's limit leaves room for one more call of 0.10.
+    budget_limit_create(team=team, actor=SETUP, daily_usd=Decimal("0.30"))
+
+    go = tmp_path / "go"
+    env = {**worker_env(), "DJANGO_SETTINGS_MODULE": "orchestrator.settings",
+           "STEPWISE_DEFAULT_STEP_COST_USD": "0.10"}
+    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(step.id), str(go)], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for step in steps]
+    try:
+        for racer in racers:
+            assert racer.stdout.readline().strip() == "ready", racer.stderr.read()
+        go.touch()
+        outcomes = sorted(racer.communicate(timeout=60)[0].strip() for racer in racers)
+    finally:
+        for racer in racers:
+            racer.kill()
+
+    assert outcomes == ["reserved", "team.day"]
+    assert Reservation.objects.filter(attempt=2).count() == 1
+    assert committed_sum(Reservation.objects.filter(team=team)) == Decimal("0.30")
