@@ -6,6 +6,7 @@ from rest_framework.routers import DefaultRouter
 from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView
+from .templates import TemplateViewSet
 from .tools import ToolViewSet
 from .views import ApprovalViewSet, DeadLetterViewSet, RunViewSet, WorkflowViewSet
 
@@ -19,6 +20,7 @@ router.register("dead-letters", DeadLetterViewSet, basename="deadletter")
 router.register("triggers", TriggerViewSet, basename="trigger")
 router.register("event-dead-letters", EventDeadLetterViewSet, basename="eventdeadletter")
 router.register("tools", ToolViewSet, basename="tool")
+router.register("templates", TemplateViewSet, basename="template")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),
