@@ -18,7 +18,7 @@ from tests.factories import member
 from triggers.services.config import trigger_create
 from triggers.services.firing import trigger_fire_api
 
-from .conftest import wait_for_run
+from .conftest import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 ENDED = ("completed", "failed", "cancelled", "timed_out", "paused")
@@ -32,15 +32,22 @@ def people(team):
     return editor, reviewer
 
 
-def run_through(run: Run, reviewer, *, approve: bool = True) -> Run:
-    """Wait for the run; approve each approval it waits for; return it once it ended."""
+def run_through(run: Run, reviewer) -> Run:
+    """Wait for the run to end, approving each approval it waits for on the way."""
+    def settled():
+        current = Run.objects.get(id=run.id)
+        if current.state in ENDED:
+            return current
+        return ApprovalRequest.objects.filter(run_id=run.id, state="pending").first()
+
     while True:
-        run = wait_for_run(run.id, states=(*ENDED, "waiting"), timeout=60)
-        if run.state != "waiting":
-            return run
-        pending = ApprovalRequest.objects.filter(run_id=run.id, state="pending").first()
-        assert pending is not None, [(s.name, s.state) for s in run.steps.all()]
-        approval_grant(approval_id=pending.id, user=reviewer, proposal_hash=pending.proposal_hash,
+        try:
+            found = wait_for(settled, timeout=60)
+        except AssertionError:
+            raise AssertionError([(s.name, s.state, s.error) for s in run.steps.all()]) from None
+        if isinstance(found, Run):
+            return found
+        approval_grant(approval_id=found.id, user=reviewer, proposal_hash=found.proposal_hash,
                        note="ok")
 
 
