@@ -233,6 +233,7 @@ def test_the_budget_is_checked_before_each_iteration(team, settings):
     refine = run.steps.get(name="refine")
     assert refine.state == "failed", (refine.state, states(run), Run.objects.get(pk=run.pk).state)
     assert (refine.error["class"], refine.error["iteration"]) == ("budget", 2)
+    assert refine.cost_usd == Decimal("0.95")  # what its iterations spent, shown on the loop
     assert "draft[2]" not in states(run)
 
 

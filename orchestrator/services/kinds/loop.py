@@ -9,6 +9,8 @@ iteration from persisted state and decides, once it ended, whether the loop goes
 iteration's step runs — after the budget check every iteration passes —, or end the loop. A
 loop that ends other than completed stops its current iteration's steps (`release`).
 """
+from django.db.models import Sum
+
 from budgets.services import budget_denial
 
 from ...authz import Actor, label
@@ -45,8 +47,7 @@ class Loop(StepKindHandler):
         own); one running right now stops at its next safe point, and the scheduler no longer
         plans an iteration of a loop that is not waiting."""
         _, graph = definition_of(run)
-        names = [iteration_name(b, n) for b in graph.bodies[step.name].order
-                 for n in range(1, graph.steps[step.name]["max_iterations"] + 1)]
+        names = _iteration_names(graph, step.name)
         reason = f"loop step '{step.name}' ended {step.state}"
         for owned in run.steps.filter(name__in=names, state__in=STEP_CANCELLABLE_NOW):
             owned.cancel(reason=reason)
@@ -69,6 +70,11 @@ class Loop(StepKindHandler):
                 return
             verdict, detail = "fail", {**denial, "step": step.name, "iteration": number,
                                        "message": f"iteration {number} not started: {denial['message']}"}
+        # What its iterations spent, shown on the loop (each step run charged the run already).
+        spent = run.steps.filter(name__in=_iteration_names(graph, step.name)).aggregate(
+            tokens_in=Sum("tokens_in"), tokens_out=Sum("tokens_out"), cost_usd=Sum("cost_usd"))
+        for key, value in spent.items():
+            setattr(step, key, value or 0)
         if verdict == "complete":
             step.complete(output=detail)
         else:
@@ -82,6 +88,12 @@ class Loop(StepKindHandler):
 
 
 register(StepKind.LOOP, Loop())
+
+
+def _iteration_names(graph, loop: str) -> list[str]:
+    """Every step run name the loop's iterations may have."""
+    return [iteration_name(b, n) for b in graph.bodies[loop].order
+            for n in range(1, graph.steps[loop]["max_iterations"] + 1)]
 
 
 def _iteration_create(run: Run, step: StepRun, spec: dict, number: int) -> None:
