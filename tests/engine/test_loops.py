@@ -246,3 +246,21 @@ def test_an_effect_inside_a_loop_is_keyed_by_its_iteration(team):
     keys = set(Effect.objects.filter(run=run).values_list("key", flat=True))
     assert keys == {f"{run.id}:draft[1]:default", f"{run.id}:draft[2]:default"}
     assert run.steps.get(name="refine").state == "completed"
+
+
+def test_a_loop_reopened_with_its_failed_run_goes_on_with_its_iteration(team, operator):
+    from orchestrator.services.operators import step_retry
+
+    run = start(team, loop(), {"name": "other", "type": "tool", "tool": "core.echo"})
+    iterate(run, 1, approved=False)
+    finish(run, "other", error=StepError("permanent", "down"))
+    assert Run.objects.get(pk=run.pk).state == "failed"
+    assert states(run)["refine"] == "cancelled" and states(run)["draft[2]"] == "cancelled"
+
+    step_retry(step_id=run.steps.get(name="other").id, actor=operator)
+    finish(run, "other")
+    assert states(run)["refine"] == "waiting" and states(run)["draft[2]"] == "queued"
+    assert "draft[3]" not in states(run)
+    iterate(run, 2, approved=True)
+    assert Run.objects.get(pk=run.pk).state == "completed"
+    assert run.steps.get(name="refine").output["iterations"] == 2

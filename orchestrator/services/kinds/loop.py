@@ -17,7 +17,7 @@ from ...authz import Actor, label
 from ...definitions import TemplateError
 from ...events import event_record
 from ...models import Run, StepRun
-from ...scheduler import StepView, iteration_context, iteration_name
+from ...scheduler import StepView, current_iteration, iteration_context, iteration_name
 from ...selectors import definition_of
 from ...states import STEP_CANCELLABLE_NOW, StepKind
 from ..step_end import waiting_step_time_out
@@ -36,8 +36,13 @@ class Loop(StepKindHandler):
             record(step, "step.failed", step.error)
             return
         step.save()
-        _iteration_create(run, step, spec, 1)
-        record(step, "step.waiting", {"for": "loop", "iteration": 1})
+        # A loop started again (its run reopened by an operator's retry) goes on with the
+        # iteration it was in: its step runs exist already, reopened or finished.
+        number = current_iteration(graph.bodies[step.name], views)
+        if number == 0:
+            number = 1
+            _iteration_create(run, step, spec, number)
+        record(step, "step.waiting", {"for": "loop", "iteration": number})
 
     def time_out(self, *, step_id: int, reason: str) -> bool:
         return waiting_step_time_out(step_id=step_id, reason=reason)
