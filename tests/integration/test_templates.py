@@ -13,6 +13,7 @@ from orchestrator.services.gallery import template_instantiate
 from orchestrator.services.kinds.human_gate import approval_grant
 from orchestrator.services.runs import run_start
 from stepwise_client import Stepwise, StepwiseError
+from stepwise_client.__main__ import main as client_main
 from stepwise_client.builder import Workflow
 from tests.factories import member
 from triggers.services.config import trigger_create
@@ -107,7 +108,7 @@ def test_moderation_takes_the_band_and_the_risk_tier_its_scores_give(workers, te
     assert ApprovalRequest.objects.filter(run_id=run.id).count() == gates
 
 
-def test_the_client_saves_a_workflow_written_in_python(live_server, team, people):
+def test_the_client_saves_a_workflow_written_in_python(live_server, team, people, monkeypatch, capsys):
     editor, _ = people
     wf = Workflow("from-python", input_schema={"type": "object"})
     wf.tool("echo", tool="core.echo", params={"hello": "world"})
@@ -121,3 +122,11 @@ def test_the_client_saves_a_workflow_written_in_python(live_server, team, people
             stepwise.save_workflow(broken)
     assert refused.value.status == 400
     assert refused.value.errors[0]["path"] == "steps[0].after[0]"
+
+    token = Token.objects.get(user=editor).key
+    monkeypatch.setenv("STEPWISE_URL", live_server.url)
+    monkeypatch.setenv("STEPWISE_TOKEN", token)
+    assert client_main(["save", "examples.python.lead_routing:workflow"]) == 0
+    assert "workflow lead-routing v1" in capsys.readouterr().out
+    assert client_main(["save", "tests.definitions.test_builder:BROKEN"]) == 1
+    assert "steps[0].after[0]: unknown step 'missing'" in capsys.readouterr().err
