@@ -12,6 +12,7 @@ from ..definitions.format import WORKFLOW_NAME_PATTERN
 from ..gallery import Template, template_named, templates
 from ..services.gallery import template_instantiate
 from .errors import ServiceErrorsMixin, error_body, valid_data
+from .parsers import JSONBodyParser
 from .permissions import team_for_write
 from .serializers import ErrorsSerializer, WorkflowVersionSerializer
 
@@ -58,6 +59,8 @@ class TemplateViewSet(ServiceErrorsMixin, viewsets.ViewSet):
 
     lookup_field = "name"
     lookup_value_regex = r"[a-z][a-z0-9_-]*"
+    # JSON only: a form field left empty would read as left out.
+    parser_classes = [JSONBodyParser]
 
     @extend_schema(responses={200: TemplateSerializer(many=True)})
     def list(self, request):
