@@ -9,8 +9,11 @@ same services, which check the permission themselves: "Cancel selected runs" cal
 
 from functools import partial
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Max, QuerySet
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
@@ -18,7 +21,10 @@ from budgets.selectors import run_budget
 
 from .admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column, pretty_json
 from .authz import Action, teams_where
-from .errors import Forbidden, NotAllowed
+from .definitions import DefinitionInvalid
+from .definitions.format import WORKFLOW_NAME_PATTERN
+from .errors import Forbidden, InputInvalid, NotAllowed
+from .gallery import templates
 from .live import views as live_views
 from .models import (
     DeadLetter,
@@ -33,6 +39,7 @@ from .models import (
     Workflow,
     WorkflowVersion,
 )
+from .services.gallery import template_instantiate
 from .services.operators import dead_letter_redrive
 from .services.runs import run_cancel
 from .services.workflows import (
@@ -85,6 +92,8 @@ class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     inlines = [WorkflowVersionInline]
     actions = ["archive", "restore", "publish_on_save", "drafts_on_save"]
 
+    change_list_template = "admin/orchestrator/workflow/change_list.html"
+
     def get_queryset(self, request) -> QuerySet[Workflow]:
         return super().get_queryset(request).annotate(latest_number=Max("versions__number"))
 
@@ -119,6 +128,39 @@ class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     def drafts_on_save(self, request, queryset: QuerySet[Workflow]) -> None:
         _each(self, request, queryset, partial(workflow_policy_set, publish_on_save=False), "Changed")
 
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.from_template_view)
+        return [path("from-template/", view, name="orchestrator_workflow_from_template"),
+                *super().get_urls()]
+
+    def from_template_view(self, request):
+        """New workflow from template: the gallery, and a form per template that calls
+        `template_instantiate` (which checks workflow.save in the chosen team)."""
+        teams = teams_where(request.user, Action.WORKFLOW_SAVE).order_by("slug")
+        posted = request.POST.get("template") if request.method == "POST" else None
+        form = None
+        if posted:
+            form = TemplateForm(request.POST, teams=teams)
+            if form.is_valid():
+                try:
+                    version, created = template_instantiate(
+                        template=posted, team=form.cleaned_data["team"], actor=request.user,
+                        name=form.cleaned_data["name"] or None)
+                except (Forbidden, InputInvalid, DefinitionInvalid) as exc:
+                    problems = getattr(exc, "problems", [])
+                    form.add_error(None, "; ".join(str(p) for p in problems) or str(exc))
+                else:
+                    verb = "created" if created else "already existed, unchanged"
+                    self.message_user(request, f"Workflow {version.workflow.name} v{version.number} {verb}.",
+                                      messages.SUCCESS)
+                    return redirect("admin:orchestrator_workflow_change", version.workflow_id)
+        cards = [{"template": t, "form": form if t.name == posted else TemplateForm(teams=teams, initial={
+                    "template": t.name, "team": teams.first()})} for t in templates()]
+        context = {**self.admin_site.each_context(request), "title": "New workflow from template",
+                   "cards": cards, "may_save": teams.exists(), "opts": self.model._meta}
+        return TemplateResponse(request, "admin/orchestrator/workflow/from_template.html", context,
+                                status=400 if form is not None else 200)
+
 
 def _each(model_admin, request, queryset, service, done_label: str) -> None:
     done = 0
@@ -130,6 +172,19 @@ def _each(model_admin, request, queryset, service, done_label: str) -> None:
             model_admin.message_user(request, f"workflow {name}: {exc}", messages.ERROR)
     if done:
         model_admin.message_user(request, f"{done_label} {done} workflow(s).", messages.SUCCESS)
+
+
+class TemplateForm(forms.Form):
+    """Which team the template's workflow is saved to, and under which name."""
+
+    template = forms.CharField(widget=forms.HiddenInput)
+    team = forms.ModelChoiceField(queryset=None, empty_label=None)
+    name = forms.RegexField(WORKFLOW_NAME_PATTERN, required=False, max_length=100,
+                            help_text="Leave empty to use the template's name.")
+
+    def __init__(self, *args, teams, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams
 
 
 @admin.register(WorkflowVersion)

@@ -277,7 +277,7 @@ class StepRun(ConcurrentTransitionMixin, models.Model):
             models.Index(fields=["state", "next_attempt_at"], name="step_state_next_attempt"),
             models.Index(fields=["state", "deadline_at"], name="step_state_deadline"),
         ]
-        ordering = ["run", "position"]
+        ordering = ["run", "position", "id"]  # a loop's iterations share its position
 
     def __str__(self) -> str:
         return f"{self.name} ({self.state})"

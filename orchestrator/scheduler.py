@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .definitions import ExpressionError, evaluate_expression
+from .definitions import ExpressionError, TemplateError, evaluate_expression, render_value
 from .states import STEP_ACTIVE as ACTIVE
 from .states import STEP_BROKEN as BROKEN
 from .states import STEP_TERMINAL as TERMINAL
@@ -38,6 +38,35 @@ class Plan:
     enqueue: list[str] = field(default_factory=list)  # ready -> queued (within max_parallel)
     outcome: str | None = None  # complete | fail | pause | wait | resume
     detail: dict = field(default_factory=dict)  # output for complete, error for fail/pause
+    # (loop, verdict, detail) for each loop whose current iteration ended: "next" (detail:
+    # {"iteration": n}), "complete" (detail: the loop's output) or "fail" (detail: the error).
+    loops: list[tuple[str, str, dict]] = field(default_factory=list)
+
+
+class StepSpecs(dict):
+    """Step name -> normalized spec. A loop body step's run `draft[2]` (iteration 2 of body
+    step `draft`) resolves to the spec of `draft`, so every `graph.steps[step.name]` in the
+    engine finds the spec of an iteration's step as of any other."""
+
+    def __missing__(self, key: str) -> dict:
+        base, bracket, _ = key.partition("[")
+        if bracket and base in self:
+            return self[base]
+        raise KeyError(key)
+
+
+def iteration_name(step: str, number: int) -> str:
+    """The step run of iteration `number` (1-based) of loop body step `step`."""
+    return f"{step}[{number}]"
+
+
+def current_iteration(body: Graph, views: Mapping[str, object]) -> int:
+    """The newest iteration of a loop whose step runs exist (0: none yet). An iteration's step
+    runs are created together, so its first body step tells."""
+    first, number = body.order[0], 0
+    while iteration_name(first, number + 1) in views:
+        number += 1
+    return number
 
 
 @dataclass(frozen=True)
@@ -48,11 +77,12 @@ class Graph:
     fallback_of: Mapping[str, str]  # primary -> its fallback step
     fallback_for: Mapping[str, str]  # fallback step -> its primary
     sinks: tuple[str, ...]
+    bodies: Mapping[str, Graph] = field(default_factory=dict)  # loop step -> its body's graph
 
 
 def graph_of(definition: dict) -> Graph:
-    """Derive the DAG structure of a normalized definition."""
-    steps = {s["name"]: s for s in definition["steps"]}
+    """Derive the DAG structure of a normalized definition (and of each loop's body)."""
+    steps = StepSpecs((s["name"], s) for s in definition["steps"])
     order: list[str] = []
     placed: set[str] = set()
     remaining = [s["name"] for s in definition["steps"]]
@@ -75,16 +105,21 @@ def graph_of(definition: dict) -> Graph:
     fallback_for = {fb: n for n, fb in fallback_of.items()}
     depended = {d for s in steps.values() for d in s["after"]}
     sinks = tuple(n for n in order if n not in depended and n not in fallback_for)
-    return Graph(tuple(order), steps, ancestors, fallback_of, fallback_for, sinks)
+    bodies = {n: graph_of({"steps": s["body"]}) for n, s in steps.items() if s["type"] == "loop"}
+    for body in bodies.values():
+        steps.update(body.steps)  # body step names are unique in the whole definition
+    return Graph(tuple(order), steps, ancestors, fallback_of, fallback_for, sinks, bodies)
 
 
-def step_input(graph: Graph, name: str, run_input: dict, views: Mapping[str, StepView]) -> dict:
-    """The input of a step: the run input plus every upstream step's output, by name."""
+def step_input(graph: Graph, name: str, run_input: dict, views: Mapping[str, StepView],
+               scope: dict | None = None) -> dict:
+    """The input of a step: the run input plus every upstream step's output, by name (plus
+    `scope`: a loop body step's `iteration`)."""
     upstream = {}
     for anc in sorted(graph.ancestors[name]):
         state, output = _effective(graph, anc, views)
         upstream[anc] = {"state": state, "output": output}
-    return {"input": run_input, "steps": upstream}
+    return {"input": run_input, "steps": upstream, **(scope or {})}
 
 
 def _effective(graph: Graph, name: str, views: Mapping[str, StepView]) -> tuple[str, object]:
@@ -144,11 +179,13 @@ def _readiness(graph: Graph, name: str, on_error: str, views: Mapping[str, StepV
     return "go", ""
 
 
-def plan(definition: dict, run_input: dict, views: Mapping[str, StepView], *, graph: Graph | None = None) -> Plan:
+def plan(definition: dict, run_input: dict, views: Mapping[str, StepView], *, graph: Graph | None = None,
+         scope: dict | None = None) -> Plan:
     """Compute the next actions for a running (or waiting) run.
 
-    `views` maps every step name to its persisted state and output. Never raises for a
-    `when` that cannot be evaluated: that step is reported in `Plan.invalid`.
+    `views` maps every step run's name to its persisted state and output (a loop's iterations
+    as `draft[1]`, `draft[2]`, ...). Never raises for a `when` that cannot be evaluated: that
+    step is reported in `Plan.invalid`.
     """
     graph = graph or graph_of(definition)
     on_error = definition["on_error"]
@@ -164,7 +201,7 @@ def plan(definition: dict, run_input: dict, views: Mapping[str, StepView], *, gr
             result.skip.append((name, reason))
             working[name] = StepView(SKIPPED)
             continue
-        inp = step_input(graph, name, run_input, working)
+        inp = step_input(graph, name, run_input, working, scope)
         condition = graph.steps[name].get("when")
         if condition:
             try:
@@ -180,14 +217,92 @@ def plan(definition: dict, run_input: dict, views: Mapping[str, StepView], *, gr
         result.ready.append((name, inp))
         working[name] = StepView(READY)
 
+    order: list[str] = []
+    for name in graph.order:
+        order.append(name)
+        if name in graph.bodies and working[name].state == WAITING:
+            order.extend(_plan_iteration(graph, name, run_input, working, result))
+
     active = sum(1 for v in working.values() if v.state in ACTIVE)
     room = max(definition["max_parallel"] - active, 0)
-    result.enqueue = [n for n in graph.order if working[n].state == READY][:room]
+    result.enqueue = [n for n in order if working[n].state == READY][:room]
     for n in result.enqueue:
         working[n] = StepView(QUEUED)
 
     _decide_outcome(graph, on_error, working, result)
     return result
+
+
+def _plan_iteration(graph: Graph, loop: str, run_input: dict, working: dict[str, StepView],
+                    result: Plan) -> list[str]:
+    """Plan the current iteration of a waiting loop like a small workflow of its own (its body
+    fails on the first broken step), and decide the loop's verdict once the iteration ended.
+
+    Returns the iteration's step run names, in body order.
+    """
+    spec, body = graph.steps[loop], graph.bodies[loop]
+    number = current_iteration(body, working)
+    if number == 0:
+        return []
+    names = {b: iteration_name(b, number) for b in body.order}
+    try:
+        context = iteration_context(graph, loop, run_input, working, number)
+    except TemplateError as exc:
+        result.loops.append((loop, "fail", {"class": "validation", "message": f"loop input: {exc}"}))
+        return list(names.values())
+    local = {b: working[n] for b, n in names.items()}
+    inner = plan({"on_error": "fail", "max_parallel": len(names)}, run_input, local, graph=body,
+                 scope={"iteration": context})
+    for b, reason in inner.skip:
+        result.skip.append((names[b], reason))
+        working[names[b]] = StepView(SKIPPED)
+    for b, message in inner.invalid:
+        result.invalid.append((names[b], message))
+        working[names[b]] = StepView(FAILED)
+    for b, inp in inner.ready:
+        result.ready.append((names[b], inp))
+        working[names[b]] = StepView(READY)
+    if inner.outcome == "fail":
+        error = {**inner.detail, "class": "iteration_failed", "iteration": number,
+                 "message": f"iteration {number}: {inner.detail['message']}"}
+        if "step" in error:
+            error["step"] = names[error["step"]]
+        result.loops.append((loop, "fail", error))
+    elif inner.outcome == "complete":
+        steps = {b: {"state": working[n].state, "output": working[n].output} for b, n in names.items()}
+        result.loops.append((loop, *_loop_verdict(spec, run_input, steps, context)))
+    return list(names.values())
+
+
+def iteration_context(graph: Graph, loop: str, run_input: dict, views: Mapping[str, StepView],
+                      number: int) -> dict:
+    """`iteration` as a loop's body and `until` read it: its number (from 1), the loop's
+    `input` rendered from the loop's upstream steps, and the previous iteration's body steps
+    ({} in the first). Raises TemplateError for an input that cannot be rendered."""
+    body = graph.bodies[loop]
+    previous = {}
+    if number > 1:
+        for b in body.order:
+            view = views[iteration_name(b, number - 1)]
+            previous[b] = {"state": view.state, "output": view.output}
+    loop_input = render_value(graph.steps[loop]["input"], step_input(graph, loop, run_input, views))
+    return {"number": number, "input": loop_input, "previous": previous}
+
+
+def _loop_verdict(spec: dict, run_input: dict, steps: dict, context: dict) -> tuple[str, dict]:
+    number = context["number"]
+    try:
+        holds = evaluate_expression(spec["until"], {"input": run_input, "steps": steps, "iteration": context})
+    except ExpressionError as exc:
+        return "fail", {"class": "validation", "message": f"until could not be evaluated: {exc}",
+                        "iteration": number}
+    if holds is True:
+        last = {b: s["output"] for b, s in steps.items() if s["state"] == COMPLETED}
+        return "complete", {"iterations": number, "last": last}
+    if number >= spec["max_iterations"]:
+        return "fail", {"class": "loop_exhausted", "iterations": number,
+                        "message": f"until did not hold after {number} iterations (max_iterations)"}
+    return "next", {"iteration": number + 1}
 
 
 def _decide_outcome(graph: Graph, on_error: str, working: Mapping[str, StepView], result: Plan) -> None:

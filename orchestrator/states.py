@@ -72,13 +72,14 @@ class StepKind(TextChoices):
     MAP = "map"
     HUMAN_GATE = "human_gate"
     SUB_WORKFLOW = "sub_workflow"
+    LOOP = "loop"
 
 
 # Run by a worker (claimed under a lease, executed, retried under their policy).
 WORKER_KINDS = frozenset({StepKind.AGENT, StepKind.TOOL, StepKind.ROUTER})
-# Started by the engine itself; they wait, holding no worker, for an approval, a child run or
-# a chord's join, and own that work until they end.
-CONTROL_KINDS = frozenset({StepKind.HUMAN_GATE, StepKind.SUB_WORKFLOW, StepKind.MAP})
+# Started by the engine itself; they wait, holding no worker, for an approval, a child run,
+# a chord's join or a loop's iterations, and own that work until they end.
+CONTROL_KINDS = frozenset({StepKind.HUMAN_GATE, StepKind.SUB_WORKFLOW, StepKind.MAP, StepKind.LOOP})
 
 
 def in_order(states: frozenset) -> list:

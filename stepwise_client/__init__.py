@@ -10,8 +10,10 @@
     run = stepwise.wait(run.id)
 
 It talks HTTP only (httpx) and imports nothing of the server, so it can be copied into any
-program. See docs/triggers.md#programmatic.
+program. See docs/triggers.md#programmatic. Workflows can be written in Python with
+`stepwise_client.builder.Workflow` and saved with `Stepwise.save_workflow` (docs/definitions.md).
 """
+from .builder import Workflow
 from .client import (
     TERMINAL_STATES,
     Approval,
@@ -23,4 +25,4 @@ from .client import (
 )
 
 __all__ = ["TERMINAL_STATES", "Approval", "Firing", "Run", "Stepwise", "StepwiseError",
-           "WaitTimeout"]
+           "WaitTimeout", "Workflow"]

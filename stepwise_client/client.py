@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from .builder import definition_of
+
 TERMINAL_STATES = frozenset({"completed", "failed", "cancelled", "timed_out",
                              "compensation_failed"})
 RETRIED_STATUSES = frozenset({502, 503, 504})
@@ -125,6 +127,15 @@ class Stepwise:
         data = self._call("POST", f"/api/v1/workflows/{workflow}/runs/", json=body, params=params,
                           idempotency_key=idempotency_key or str(uuid.uuid4()))
         return Run.of(data)
+
+    def save_workflow(self, workflow: object, *, team: str | None = None) -> dict:
+        """Save a definition — a `builder.Workflow`, or a dict — as the next version of its
+        workflow (an unchanged one returns the latest version). Returns the version's
+        number, digest and URL; StepwiseError 400 lists every problem with its path."""
+        body: dict[str, Any] = {"definition": definition_of(workflow)}
+        if team:
+            body["team"] = team
+        return self._call("POST", "/api/v1/workflows/", json=body)
 
     def get(self, run_id: str) -> Run:
         return Run.of(self._call("GET", f"/api/v1/runs/{run_id}/"))

@@ -7,6 +7,7 @@ from budgets.api import BudgetLimitViewSet, CostsView
 from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
+from .templates import TemplateViewSet
 from .tools import ToolViewSet
 from .views import ApprovalViewSet, DeadLetterViewSet, RunViewSet, WorkflowViewSet
 
@@ -21,6 +22,7 @@ router.register("triggers", TriggerViewSet, basename="trigger")
 router.register("event-dead-letters", EventDeadLetterViewSet, basename="eventdeadletter")
 router.register("tools", ToolViewSet, basename="tool")
 router.register("budget-limits", BudgetLimitViewSet, basename="budgetlimit")
+router.register("templates", TemplateViewSet, basename="template")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),

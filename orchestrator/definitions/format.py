@@ -20,9 +20,12 @@ SCHEMA_ID = "https://stepwise.dev/schema/definition.json"
 # "validate" is an API route (POST /api/v1/workflows/validate/), so it cannot name a workflow.
 WORKFLOW_NAME_PATTERN = r"^(?!validate$)[a-z][a-z0-9_-]{0,99}$"
 STEP_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+STEP_RUN_NAME_CHARS = 64  # StepRun.name: a step's name, or a loop body step's with `[N]`
 
-STEP_TYPES = ("agent", "tool", "router", "map", "human_gate", "sub_workflow")
+STEP_TYPES = ("agent", "tool", "router", "map", "human_gate", "sub_workflow", "loop")
 MAP_ITEM_TYPES = ("agent", "tool")
+# A loop's body runs on workers only: no gate, map, child run or loop inside an iteration.
+LOOP_BODY_TYPES = ("agent", "tool", "router")
 ON_ERROR_CHOICES = ("fail", "pause", "continue")
 JOIN_CHOICES = ("all", "any")
 BACKOFF_CHOICES = ("exponential", "linear", "fixed")
@@ -43,6 +46,7 @@ DEFAULT_MAX_PARALLEL = 10
 DEFAULT_JOIN = "all"
 DEFAULT_TIMEOUT_S = 300
 HUMAN_GATE_TIMEOUT_S = 86400
+LOOP_TIMEOUT_S = 3600  # a loop step's default: every iteration together
 DEFAULT_STRATEGY = "rules"
 DEFAULT_MERGE = "list"
 DEFAULT_REPAIR_ATTEMPTS = 1
@@ -75,11 +79,15 @@ AUDIT_SENSITIVE_PATTERN = r"^(input|steps\.([a-z][a-z0-9_]{0,63}|\*)\.output)(\.
 # inside a map step's `item`.
 CONTEXT_ROOTS = frozenset({"input", "steps"})
 MAP_ITEM_ROOTS = frozenset({"item", "index"})
+# `iteration` ({number, input, previous}) exists only inside a loop's body and its `until`.
+LOOP_BODY_ROOTS = frozenset({"iteration"})
 # A risk rule also reads the proposal it assesses.
 RISK_RULE_ROOTS = CONTEXT_ROOTS | {"proposal"}
 
 
 def default_timeout_s(step_type: str) -> int:
+    if step_type == "loop":
+        return LOOP_TIMEOUT_S
     return HUMAN_GATE_TIMEOUT_S if step_type == "human_gate" else DEFAULT_TIMEOUT_S
 
 
@@ -367,7 +375,8 @@ def _common_step_properties() -> dict:
             "maximum": limits.MAX_TIMEOUT_S,
             "description": (
                 f"Seconds an attempt may take (default {DEFAULT_TIMEOUT_S}; "
-                f"{HUMAN_GATE_TIMEOUT_S} for human_gate)."
+                f"{HUMAN_GATE_TIMEOUT_S} for human_gate; {LOOP_TIMEOUT_S} for a loop, "
+                "all its iterations together)."
             ),
         },
         "retry": _ref("retry"),
@@ -909,6 +918,56 @@ def shared_format_schema() -> dict:
                 },
             },
             ["name", "type", "workflow"],
+        ),
+        "loop_step": _closed_step(
+            "loop step",
+            {
+                **common,
+                "body": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": limits.MAX_LOOP_BODY_STEPS,
+                    "items": {
+                        "allOf": [_ref("step")],
+                        "properties": {
+                            "type": {
+                                "enum": list(LOOP_BODY_TYPES),
+                                "description": "A loop's body holds agent, tool and router steps.",
+                            }
+                        },
+                    },
+                    "description": (
+                        "The steps of one iteration, a small DAG of their own: `after` names "
+                        "body steps only. Iteration N of body step X is the step run `X[N]`."
+                    ),
+                },
+                "until": {
+                    **_EXPRESSION,
+                    "description": (
+                        "Checked after each iteration; when it holds the loop completes. It reads "
+                        "`input`, `steps` (this iteration's body steps only) and `iteration` "
+                        "({number, input, previous})."
+                    ),
+                },
+                "max_iterations": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": limits.MAX_LOOP_ITERATIONS,
+                    "description": (
+                        "The bound: after this many iterations without `until` holding, the "
+                        "loop step fails with class loop_exhausted."
+                    ),
+                },
+                "input": {
+                    "type": "object",
+                    "default": {},
+                    "description": (
+                        "Rendered once when the loop starts, from its upstream steps; the body "
+                        "reads it as `iteration.input`. Every string is a template."
+                    ),
+                },
+            },
+            ["name", "type", "body", "until", "max_iterations"],
         ),
         "step": {
             "title": "step",

@@ -64,6 +64,10 @@ def _fill_step(step: dict) -> None:
         _fill_body(step["item"])
     elif step["type"] == "sub_workflow":
         step.setdefault("input", {})
+    elif step["type"] == "loop":
+        step.setdefault("input", {})
+        for body_step in step["body"]:
+            _fill_step(body_step)
 
 
 def _fill_body(body: dict) -> None:

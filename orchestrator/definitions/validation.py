@@ -27,8 +27,10 @@ from .expressions import (
 from .format import (
     CONTEXT_ROOTS,
     HUMAN_GATE_TIMEOUT_S,
+    LOOP_BODY_ROOTS,
     MAP_ITEM_ROOTS,
     RISK_RULE_ROOTS,
+    STEP_RUN_NAME_CHARS,
     calls_model,
 )
 from .gates import CONTEXT, PROPOSAL, STEP, approves_problem, gate_binding
@@ -36,6 +38,7 @@ from .graph import Graph, Node
 from .limits import (
     MAX_DEFINITION_BYTES,
     MAX_DEPTH,
+    MAX_LOOP_ITERATIONS,
     MAX_STEPS,
     check_allowance,
     document_problems,
@@ -125,6 +128,23 @@ def _not_json(value: object, parts: Parts) -> Iterator[tuple[Parts, str]]:
         yield parts, f"{type(value).__name__} values are not allowed; use plain JSON data"
 
 
+class _PrefixedLog:
+    """A loop body's problems, moved under the loop: `steps[0].x` becomes
+    `steps[3].body[0].x`."""
+
+    def __init__(self, log: ProblemLog | _PrefixedLog, prefix: Parts):
+        self.log, self.prefix = log, tuple(prefix)
+
+    def add(self, parts: Parts, message: str) -> None:
+        parts = tuple(parts)
+        if parts[:1] == ("steps",):
+            parts = parts[1:]
+        self.log.add((*self.prefix, *parts), message)
+
+    def __len__(self) -> int:
+        return len(self.log)
+
+
 def _known(kind: str, names: Collection[str]) -> str:
     if not names:
         return f"no {kind}s are registered"
@@ -135,8 +155,10 @@ class _Check:
     """The cross-field checks over one document; results go to `log`."""
 
     def __init__(self, doc: dict, *, tools, models, workflows, log: ProblemLog, egress=None,
-                 tool_params=None):
+                 tool_params=None, roots: frozenset[str] = CONTEXT_ROOTS):
         self.doc = doc
+        # The variables expressions and templates may read: a loop's body also has `iteration`.
+        self.roots = roots
         self.egress = egress
         self.tool_params = tool_params
         self.tools = tools
@@ -155,6 +177,8 @@ class _Check:
         self.completed: dict[str, frozenset[str]] = {}
         # Map step name -> (full, minimal) sample of one item, for its item's templates.
         self.item_samples: dict[str, tuple[object, object]] = {}
+        # Names of the steps in every loop's body seen so far (unique across the workflow).
+        self.body_names: set[str] = set()
         # Step name -> index of its first definition; later duplicates are problems.
         self.index_of: dict[str, int] = {}
         for index, step in self.steps:
@@ -169,6 +193,10 @@ class _Check:
 
     def run(self) -> None:
         self.check_schema_field(("input_schema",), self.doc.get("input_schema"))
+        self.check_steps()
+        self.check_audit()
+
+    def check_steps(self) -> None:
         self.check_names()
         self.check_after()
         graph = self.build_graph()
@@ -181,7 +209,6 @@ class _Check:
         self.completed = graph.completed_ancestors()
         for index, step in self.steps:
             self.check_step(index, step)
-        self.check_audit()
 
     def check_names(self) -> None:
         for index, step in self.steps:
@@ -240,7 +267,7 @@ class _Check:
         at: Parts = ("steps", index)
         name = step.get("name") if isinstance(step.get("name"), str) else None
         upstream = self.ancestors.get(name, frozenset()) if name else frozenset()
-        self.check_expression((*at, "when"), step.get("when"), name, upstream, CONTEXT_ROOTS)
+        self.check_expression((*at, "when"), step.get("when"), name, upstream, self.roots)
         self.check_fallback(at, step, name, upstream)
         self.check_retry(at, step.get("retry"))
         self.check_schema_field((*at, "output_schema"), step.get("output_schema"))
@@ -249,18 +276,68 @@ class _Check:
 
         step_type = step.get("type")
         if step_type in ("agent", "tool"):
-            self.check_body(at, step, name, upstream, CONTEXT_ROOTS)
+            self.check_body(at, step, name, upstream, self.roots)
         elif step_type == "router":
             self.check_router(at, step, name, upstream)
         elif step_type == "map":
             self.check_map(at, step, name, upstream)
         elif step_type == "human_gate":
             self.check_template(
-                (*at, "instructions"), step.get("instructions"), name, upstream, CONTEXT_ROOTS
+                (*at, "instructions"), step.get("instructions"), name, upstream, self.roots
             )
             self.check_gate(at, step, name)
         elif step_type == "sub_workflow":
             self.check_sub_workflow(at, step, name, upstream)
+        elif step_type == "loop":
+            self.check_loop(at, step, name, upstream)
+
+    def check_loop(self, at: Parts, step: dict, name, upstream) -> None:
+        """A loop's body is checked as a small workflow of its own (its `after`, references and
+        templates stay inside the body, which also reads `iteration`); its `until` reads only
+        body steps; body step names are unique in the whole definition and leave room for the
+        iteration suffix of their step runs (`draft[12]`)."""
+        self.check_templates_in((*at, "input"), step.get("input"), name, upstream, self.roots)
+        body = step.get("body")
+        if not isinstance(body, list):
+            return
+        nested = _Check(
+            {"name": self.doc.get("name"), "input_schema": self.doc.get("input_schema"), "steps": body},
+            tools=self.tools, models=self.models, workflows=self.workflows, egress=self.egress,
+            tool_params=self.tool_params, log=_PrefixedLog(self.log, (*at, "body")),
+            roots=self.roots | LOOP_BODY_ROOTS,
+        )
+        nested.check_steps()
+        bound = step.get("max_iterations")
+        suffix = len(f"[{bound if isinstance(bound, int) and bound > 0 else MAX_LOOP_ITERATIONS}]")
+        for index, body_step in nested.steps:
+            body_name = body_step.get("name")
+            if not isinstance(body_name, str) or nested.index_of[body_name] != index:
+                continue
+            if body_name in self.index_of or body_name in self.body_names:
+                self.add((*at, "body", index, "name"),
+                         f"step name {body_name!r} is already used elsewhere in the workflow")
+            self.body_names.add(body_name)
+            if len(body_name) + suffix > STEP_RUN_NAME_CHARS:
+                self.add((*at, "body", index, "name"),
+                         f"a step in a loop's body may have at most {STEP_RUN_NAME_CHARS - suffix} "
+                         "characters, to leave room for its iteration number")
+        self.check_until((*at, "until"), step.get("until"), nested)
+
+    def check_until(self, at: Parts, text: object, body: _Check) -> None:
+        if not isinstance(text, str) or not text.strip():
+            return
+        try:
+            used_roots = expression_roots(text)
+            used_steps = referenced_steps(text)
+        except ExpressionError as error:
+            self.add(at, f"invalid expression: {error}")
+            return
+        for root in sorted(used_roots - body.roots):
+            self.add(at, f"unknown variable {root!r}; available: {', '.join(sorted(body.roots))}")
+        for step in sorted(used_steps):
+            if step not in body.index_of:
+                self.add(at, f"steps.{step} is not available: until reads only the loop's body "
+                             f"steps ({', '.join(sorted(body.index_of))})")
 
     def check_step_budget(self, at: Parts, step: dict) -> None:
         """A step's max_cost_usd caps its model calls, within the run's own budget."""
@@ -495,7 +572,7 @@ class _Check:
                 self.add((*at, field, *parts), message)
 
     def check_sub_workflow(self, at: Parts, step: dict, name, upstream) -> None:
-        self.check_templates_in((*at, "input"), step.get("input"), name, upstream, CONTEXT_ROOTS)
+        self.check_templates_in((*at, "input"), step.get("input"), name, upstream, self.roots)
         workflow = step.get("workflow")
         if not isinstance(workflow, str):
             return
@@ -532,15 +609,15 @@ class _Check:
     def check_router(self, at: Parts, step: dict, name, upstream) -> None:
         strategy = step.get("strategy", "rules")
         if strategy == "score":
-            self.check_expression((*at, "score"), step.get("score"), name, upstream, CONTEXT_ROOTS)
+            self.check_expression((*at, "score"), step.get("score"), name, upstream, self.roots)
         elif strategy == "llm":
-            self.check_model_call(at, step, name, upstream, CONTEXT_ROOTS)
+            self.check_model_call(at, step, name, upstream, self.roots)
             script = step.get("script")
             for position, reply in enumerate(script if isinstance(script, list) else []):
                 if isinstance(reply, dict):
                     self.check_expression(
                         (*at, "script", position, "when"), reply.get("when"), name, upstream,
-                        CONTEXT_ROOTS,
+                        self.roots,
                     )
         seen: dict[str, Parts] = {}
         for route_name, then, route_at in self.router_branches(step, at):
@@ -551,7 +628,7 @@ class _Check:
             route = self.value_at(route_at)
             if strategy == "rules" and isinstance(route, dict):
                 self.check_expression(
-                    (*route_at, "when"), route.get("when"), name, upstream, CONTEXT_ROOTS
+                    (*route_at, "when"), route.get("when"), name, upstream, self.roots
                 )
             for position, target in enumerate(then):
                 target_at = (*route_at, "then", position)
@@ -569,12 +646,12 @@ class _Check:
 
     def check_map(self, at: Parts, step: dict, name, upstream) -> None:
         # `over` produces the items, so `item` and `index` do not exist yet.
-        self.check_expression((*at, "over"), step.get("over"), name, upstream, CONTEXT_ROOTS)
+        self.check_expression((*at, "over"), step.get("over"), name, upstream, self.roots)
         item = step.get("item")
         if not isinstance(item, dict):
             return
         item_at = (*at, "item")
-        item_roots = CONTEXT_ROOTS | MAP_ITEM_ROOTS
+        item_roots = self.roots | MAP_ITEM_ROOTS
         if name:
             self.item_samples[name] = self.sample_items(step.get("over"), name, upstream)
         self.check_retry(item_at, item.get("retry"))
@@ -655,13 +732,15 @@ class _Check:
                 context["index"] = 0
             if "proposal" in roots:
                 context["proposal"] = UNKNOWN
+            if "iteration" in roots:
+                context["iteration"] = {"number": 1, "input": UNKNOWN, "previous": UNKNOWN}
             contexts.append((full, context))
         return contexts
 
     def sample_items(self, over: object, name: str, upstream) -> tuple[object, object]:
         """One element of `over` per variant (unknown when it cannot be worked out)."""
         found = []
-        for _full, context in self.sample_contexts(name, upstream, CONTEXT_ROOTS):
+        for _full, context in self.sample_contexts(name, upstream, self.roots):
             try:
                 items = evaluate_expression(over, context) if isinstance(over, str) else None
             except ExpressionError:

@@ -71,10 +71,13 @@ def _advance(run: Run, *, actor: Actor) -> None:
     for step in dirty.values():
         step.save()
     events_record(events)
+    for name, verdict, loop_detail in decided.loops:
+        # A loop's iteration ended: it starts the next one, or ends (and stops what is left).
+        handler_for(graph.steps[name]["type"]).progress(run, steps[name], verdict, loop_detail, actor=actor)
     started_control = any(graph.steps[n]["type"] in CONTROL_KINDS for n in decided.enqueue)
-    if started_control and outcome != "pause":
+    if (started_control or decided.loops) and outcome != "pause":
         # A control step is now waiting, or finished as it started (an empty map, a bad child
-        # input): the outcome computed before it started is stale, so plan again.
+        # input), or a loop moved on: the outcome computed before is stale, so plan again.
         run_advance(run, actor=actor)
         return
     _apply_outcome(run, outcome, detail, actor=actor)
@@ -149,7 +152,10 @@ def steps_stop(run: Run, *, reason: str, actor: Actor) -> int:
     Returns how many steps are still running.
     """
     who = label(actor)
-    for step in run.steps.filter(state__in=STEP_CANCELLABLE_NOW):
+    # Owners last: a loop's release stops the steps of its iteration, which must not be
+    # cancelled a second time from this (then stale) list.
+    stoppable = sorted(run.steps.filter(state__in=STEP_CANCELLABLE_NOW), key=lambda s: s.kind in CONTROL_KINDS)
+    for step in stoppable:
         step.cancel(reason=reason)
         step.save()
         event_record(run=run, step=step, kind="step.cancelled", actor=who, payload={"reason": reason})

@@ -19,6 +19,7 @@ from rest_framework.authtoken.models import Token
 
 from audit.signing import key_id, signing_key
 from orchestrator.definitions import parse_definition_text
+from orchestrator.gallery import template_named
 from orchestrator.models import Role, Run, Team, TeamMembership
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
@@ -104,6 +105,12 @@ class Command(BaseCommand):
             # Started by the admin, so the reviewer (not its starter) may approve it.
             run = run_start(version=support, input=DEMO_TICKET, actor=user)
             self.stdout.write(f"  support run {run.id} started: it will wait at its approval gate")
+        looped = versions["revise-until-approved"]
+        if not Run.objects.filter(version__workflow=looped.workflow).exists():
+            run = run_start(version=looped, input=template_named(looped.workflow.name).sample_input,
+                            actor=user)
+            self.stdout.write(f"  loop run {run.id} started: draft[1], critique[1], draft[2], ... "
+                              "show on its run page")
         triggers_text = self._demo_triggers(team, user, port)
         secrets_line = ""
         if not settings.PRODUCTION:  # production never generates keys (docs/security.md)

@@ -4,7 +4,9 @@
   executed, retried under their policy;
 - `human_gate`: opens an approval request and waits; approval decisions;
 - `sub_workflow`: starts a child run and waits for it;
-- `map_step`: fans items out as a Celery chord and joins them.
+- `map_step`: fans items out as a Celery chord and joins them;
+- `loop`: runs its body's steps once per iteration until its condition holds, at most
+  `max_iterations` times.
 
 A kind module implements `StepKindHandler` and registers it here. The scheduler starts a step,
 the reaper times one out and `step_end` releases what an ended step owned only through this
@@ -35,6 +37,11 @@ class StepKindHandler:
     def release(self, run: Run, step: StepRun, *, actor) -> None:
         """The step ended other than completed: stop everything it owns (an open approval, a
         child run, map items still to run), so nothing it started acts afterwards."""
+
+    def progress(self, run: Run, step: StepRun, verdict: str, detail: dict, *, actor) -> None:
+        """The scheduler's verdict on a waiting step that owns steps of the run (a loop whose
+        iteration ended: "next", "complete" or "fail"), applied in the caller's transaction."""
+        raise NotImplementedError
 
 
 _HANDLERS: dict[str, StepKindHandler] = {}
