@@ -441,8 +441,9 @@ LOGGING = {
         # them; the engine logs what matters itself.
         "celery.worker.strategy": {"level": "WARNING"},
         "celery.app.trace": {"level": "WARNING"},
-        # Beat's "Sending due task" line for every tick of the 2-second sweep.
-        "celery.beat": {"level": "WARNING"},
+        # Beat's "Sending due task" line for every tick of the 2-second sweep
+        # (STEPWISE_BEAT_LOG_LEVEL=INFO shows each message beat sends).
+        "celery.beat": {"level": os.environ.get("STEPWISE_BEAT_LOG_LEVEL", "WARNING")},
     },
 }
 

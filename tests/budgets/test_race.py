@@ -1,6 +1,6 @@
 """Two processes racing for the last of a budget: exactly one reservation passes.
 
-Two runs of one team each want one more call; the team's daily limit has room for one. Each
+Two runs of one team each want one call; the team's daily limit has room for one. Each
 real process locks its own run (different rows: the run lock alone serializes nothing here) and
 reserves, holding its transaction open a while after reading what is committed, so a
 read-then-write check would let both through. Only the lock on the team's limit row (PostgreSQL,
@@ -48,13 +48,18 @@ print(outcome.denial.level if outcome.denial else "reserved", flush=True)
 
 def test_two_processes_racing_for_the_last_reservation_cannot_both_pass(team, settings, tmp_path):
     settings.STEPWISE_DEFAULT_STEP_COST_USD = "0.10"
+    # The model step waits behind a gate nobody decides: no worker of the session (another
+    # test's may be running) takes it and settles what it holds while the racers race.
     version, _ = workflow_save(team=team, definition={
         "name": "racer", "input_schema": {"type": "object"},
-        "steps": [{"name": "think", "type": "agent", "model": "fast", "prompt": "hi",
-                   "output_schema": {"type": "object"}}]}, actor=SETUP)
-    steps = [run_start(version=version, input={}, actor=SETUP).steps.get() for _ in range(2)]
-    # Both first attempts hold 0.20; the day's limit leaves room for one more call of 0.10.
-    budget_limit_create(team=team, actor=SETUP, daily_usd=Decimal("0.30"))
+        "steps": [{"name": "hold", "type": "human_gate", "approvers": "support_leads"},
+                  {"name": "think", "type": "agent", "model": "fast", "prompt": "hi",
+                   "output_schema": {"type": "object"}, "after": ["hold"]}]}, actor=SETUP)
+    steps = [run_start(version=version, input={}, actor=SETUP).steps.get(name="think")
+             for _ in range(2)]
+    # Nothing is held yet; the day's limit has room for one call of 0.10.
+    assert committed_sum(Reservation.objects.filter(team=team)) == Decimal("0")
+    budget_limit_create(team=team, actor=SETUP, daily_usd=Decimal("0.10"))
 
     go = tmp_path / "go"
     env = {**worker_env(), "DJANGO_SETTINGS_MODULE": "orchestrator.settings",
@@ -73,4 +78,4 @@ def test_two_processes_racing_for_the_last_reservation_cannot_both_pass(team, se
 
     assert outcomes == ["reserved", "team.day"]
     assert Reservation.objects.filter(attempt=2).count() == 1
-    assert committed_sum(Reservation.objects.filter(team=team)) == Decimal("0.30")
+    assert committed_sum(Reservation.objects.filter(team=team)) == Decimal("0.10")

@@ -54,10 +54,12 @@ def test_a_worker_resumed_after_its_lease_expired_records_nothing_and_its_stale_
             wait_for(lambda: sink.stale_refused or sink.calls_by_key[pay_key(pay)] > 1, timeout=30)
         finally:
             os.killpg(workers.proc.pid, signal.SIGCONT)
-        # The resumed worker reads its answer and tries to record its attempt: refused.
-        wait_for(lambda: StepAttempt.objects.filter(step=pay, number=1).exclude(
-            finished_at=None).exclude(outcome="lost").exists(), timeout=60)
-        other.stop()
+        try:
+            # The resumed worker reads its answer and tries to record its attempt: refused.
+            wait_for(lambda: StepAttempt.objects.filter(step=pay, number=1).exclude(
+                finished_at=None).exclude(outcome="lost").exists(), timeout=60)
+        finally:
+            other.stop()  # never left consuming the session's queues
 
     key = pay_key(pay)
     assert sink.calls_by_key[key] == 1, "the remote acted on the stale worker's call too"

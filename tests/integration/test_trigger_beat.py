@@ -41,7 +41,8 @@ class Beat:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "orchestrator", "beat", "-l", "info",
              "--pidfile=", "--max-interval", "1", "--scheduler", scheduler], cwd=ROOT,
-            env={**worker_env(), **(env or {})},
+            # INFO: the test reads beat's "Sending due task" lines.
+            env={**worker_env(), "STEPWISE_BEAT_LOG_LEVEL": "INFO", **(env or {})},
             stdout=self.log.open("a"), stderr=subprocess.STDOUT, start_new_session=True)
 
     def stop(self) -> None:
