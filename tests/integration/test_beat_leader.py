@@ -39,7 +39,7 @@ def test_only_the_leader_beat_sends_and_killing_it_mid_schedule_neither_loses_no
                                 catch_up_max=10, input_template={"slot": "{{ slot }}"})
     lease = {"STEPWISE_BEAT_LEASE_S": str(LEASE_S)}
     beats = {}
-    for name in ("one", "two"):
+    for name in ("leader-one", "leader-two"):
         beat = Beat(name, scheduler="orchestrator.beat:LeaderScheduler", env=lease)
         beats[beat.proc.pid] = beat
     firings = Firing.objects.filter(trigger=trigger)

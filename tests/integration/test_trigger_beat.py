@@ -36,7 +36,8 @@ class Beat:
 
     def __init__(self, name: str, *, scheduler: str = "django_celery_beat.schedulers:DatabaseScheduler",
                  env: dict | None = None):
-        self.log = settings.VAR_DIR / f"itest-beat-{name}.log"
+        # One log per beat and test process: parallel test processes never share (or unlink) it.
+        self.log = settings.VAR_DIR / f"itest-beat-{name}{settings.XDIST_SUFFIX}.log"
         self.log.unlink(missing_ok=True)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "orchestrator", "beat", "-l", "info",
