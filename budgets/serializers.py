@@ -35,12 +35,22 @@ class RunBudgetSerializer(serializers.Serializer):
     overridden = serializers.BooleanField(help_text="An operator raised the limit.")
 
 
+class StrictCharField(serializers.CharField):
+    """A JSON string and nothing else (DRF's CharField also takes 0 or true as "0", "True")."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class BudgetRaiseSerializer(serializers.Serializer):
-    # Any number in range; stored to the micro-dollar (the cost columns' precision).
+    # Any number in range (the override column holds 12 digits, 6 after the point): stored to
+    # the micro-dollar.
     max_cost_usd = serializers.DecimalField(max_digits=None, decimal_places=None, min_value=0,
-                                            max_value=1_000_000, coerce_to_string=False)
+                                            max_value=999_999, coerce_to_string=False)
     # Not trimmed: a reason of only spaces reaches the service, which refuses it (409).
-    reason = serializers.CharField(min_length=1, max_length=500, trim_whitespace=False)
+    reason = StrictCharField(min_length=1, max_length=500, trim_whitespace=False)
 
 
 class StepEstimateSerializer(serializers.Serializer):

@@ -137,3 +137,18 @@ def move_clock(monkeypatch):
         monkeypatch.setattr(clock, "_source", lambda: start + timedelta(seconds=seconds))
 
     return move
+
+
+@pytest.fixture(scope="session")
+def workers(django_db_setup, django_db_blocker):
+    """The test process's real Celery worker group (tests/integration/conftest.py), defined once
+    here for every folder: a second definition (a conftest importing this one) would start a
+    second group on the same queues, which a test that stops "the" workers would not stop."""
+    from tests.integration.conftest import (
+        WorkerGroup,  # the integration helpers load Django's models
+    )
+
+    group = WorkerGroup(f"itest-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
+    group.start()
+    yield group
+    group.stop()

@@ -5,6 +5,7 @@ team is a 404. Whether the caller may act is the service's to decide (`authz`); 
 exceptions propagate to `ServiceErrorsMixin`, which maps them to 400/403/409 with an `errors`
 list; views do not catch them one by one.
 """
+import re
 from decimal import Decimal
 
 from django.db.models import Max, OuterRef, Prefetch, QuerySet, Subquery
@@ -303,6 +304,29 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
         return version
 
 
+MAX_EVENT_ID = 2**63 - 1
+_WHOLE = re.compile(r"[0-9]+")
+_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
+def _query_number(request, name: str, high: float, *, whole: bool) -> float | None:
+    """The query parameter `name` as a number from 0 to `high` (a whole one with `whole`),
+    None when absent; given twice, not a number or out of range is a 400 naming it."""
+    values = request.query_params.getlist(name)
+    if not values:
+        return None
+    text = values[0]
+    pattern = _WHOLE if whole else _NUMBER
+    kind = "a whole number" if whole else "a number"
+    if len(values) > 1 or not pattern.fullmatch(text) or len(text) > 40:
+        raise ValidationError(error_body(f"{name} must be {kind} from 0 to {high}, given once",
+                                         name))
+    value = int(text) if whole else float(text)
+    if not 0 <= value <= high:
+        raise ValidationError(error_body(f"{name} must be {kind} from 0 to {high}", name))
+    return value
+
+
 @extend_schema_view(
     list=extend_schema(description="Runs of your teams, newest first."),
     retrieve=extend_schema(
@@ -311,10 +335,15 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
         "the detail you have) the answer waits until the run has a newer event or `timeout` "
         "seconds pass (long-polling for clients without a websocket; docs/live.md).",
         parameters=[
-            OpenApiParameter("wait_for_change", int, description="Answer once the run has an "
-                             "event newer than this id (its `last_event`)."),
-            OpenApiParameter("timeout", float, description=f"Seconds to wait at most (default "
-                             f"and at most {LONG_POLL_MAX_S}); then the unchanged run is returned."),
+            OpenApiParameter("wait_for_change", {"type": "integer", "minimum": 0,
+                                                 "maximum": MAX_EVENT_ID},
+                             description="Answer once the run has an event newer than this id "
+                             "(its `last_event`)."),
+            OpenApiParameter("timeout", {"type": "number", "minimum": 0,
+                                         "maximum": LONG_POLL_MAX_S},
+                             description=f"Seconds to wait at most (default and at most "
+                             f"{LONG_POLL_MAX_S}), with `wait_for_change`; then the unchanged run "
+                             "is returned."),
         ]),
 )
 class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
@@ -333,15 +362,12 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
         return s.RunSerializer if self.action == "list" else s.RunDetailSerializer
 
     def retrieve(self, request, *args, **kwargs):
-        after = request.query_params.get("wait_for_change")
+        after = _query_number(request, "wait_for_change", MAX_EVENT_ID, whole=True)
+        timeout = _query_number(request, "timeout", LONG_POLL_MAX_S, whole=False)
         if after is not None:
             run = self.get_object()  # 404 before waiting, for a run the person may not see
-            try:
-                after, timeout = int(after), float(request.query_params.get("timeout", LONG_POLL_MAX_S))
-            except ValueError:
-                raise ValidationError(error_body("wait_for_change must be an event id and timeout "
-                                                 "a number of seconds", "wait_for_change")) from None
-            wait_for_event(run, after=after, timeout=min(max(timeout, 0), LONG_POLL_MAX_S))
+            wait_for_event(run, after=int(after),
+                           timeout=LONG_POLL_MAX_S if timeout is None else timeout)
         return super().retrieve(request, *args, **kwargs)
 
     @extend_schema(request=None, responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS},

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.integration.conftest import ROOT, wait_for, wait_for_run, worker_env, workers  # noqa: F401
+from tests.integration.conftest import ROOT, wait_for, wait_for_run, worker_env  # noqa: F401
 
 CHROMIUM = os.environ.get("STEPWISE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -112,6 +112,13 @@ def test_an_operator_raises_a_paused_runs_limit_and_it_goes_on(team, operator, s
     paused = api.get(f"/api/v1/runs/{run.id}/").json()
     assert paused["state"] == "paused" and paused["error"]["level"] == "run"
 
+    for reason in (0, True, None, ["needed"]):  # a reason is text, as the schema says
+        refused = api.post(f"/api/v1/runs/{run.id}/budget/", {"max_cost_usd": "0.50",
+                                                               "reason": reason}, format="json")
+        assert refused.status_code == 400 and refused.json()["errors"][0]["path"] == "reason"
+    response = api.post(f"/api/v1/runs/{run.id}/budget/", {"max_cost_usd": 999_999, "reason": "x"},
+                        format="json")  # the largest limit the schema allows
+    assert response.status_code == 202, response.json()
     response = api.post(f"/api/v1/runs/{run.id}/budget/", {"max_cost_usd": "0.50", "reason": "needed"},
                         format="json")
 

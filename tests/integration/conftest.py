@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from django.conf import settings
 from django.db import connection
 
@@ -85,14 +84,6 @@ class WorkerGroup:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.kill()
-
-
-@pytest.fixture(scope="session")
-def workers(django_db_setup, django_db_blocker):
-    group = WorkerGroup(f"itest-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
-    group.start()
-    yield group
-    group.stop()
 
 
 def wait_for(predicate, *, timeout: float = 30, interval: float = 0.05):

@@ -5,7 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import async_to_sync
 
-from tests.browser.conftest import web_server, workers  # noqa: F401
+from tests.browser.conftest import web_server  # noqa: F401
 
 
 def run_async(fn, *args, **kwargs):

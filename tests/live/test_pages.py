@@ -89,6 +89,11 @@ def test_long_polling_answers_at_once_when_the_run_has_moved_on(api, run):
 
 def test_long_polling_refuses_a_malformed_event_id(api, run):
     assert api.get(f"/api/v1/runs/{run.id}/?wait_for_change=soon").status_code == 400
+    for query in ("timeout=null", "timeout=-1", "timeout=16", "timeout=nan", "wait_for_change=-1",
+                  "wait_for_change=1&wait_for_change=2", "wait_for_change=1&timeout=1&timeout=2"):
+        refused = api.get(f"/api/v1/runs/{run.id}/?{query}")
+        assert refused.status_code == 400, query
+        assert refused.json()["errors"][0]["path"] in query, query
 
 
 def paused_run(team):
