@@ -145,9 +145,11 @@ def test_duplicate_compensation_messages_never_run_a_compensation_twice_at_once(
             "name": "double-undo", "input_schema": {"type": "object"}, "steps": [
                 post("reserve", f"{sink.url}/reserve", compensate=release),
                 post("charge", f"{sink.url}/charge", after=["reserve"])]}, actor=SETUP)
+        # Every call takes a while - the release too, long enough for the duplicates to land. Set
+        # before the run starts: set later, a quick release could end the compensation before
+        # the test ever saw the run compensating.
+        sink.delay_s = 1.5
         run = run_start(version=version, input={}, actor=SETUP)
-        wait_for(lambda: sink.arrivals["/charge"])
-        sink.delay_s = 1.5  # the release takes a while: long enough for the duplicates to land
         wait_for(lambda: Run.objects.filter(id=run.id, state="compensating").exists())
         for _ in range(3):
             compensate_run.apply_async((str(run.id),), queue="tools")
