@@ -188,6 +188,9 @@ else:
 # is only a backstop; SQLite has no NOTIFY, so there it polls often (one indexed query).
 STEPWISE_RELAY_POLL_S = float(os.environ.get("STEPWISE_RELAY_POLL_S",
                                              "0.25" if not os.environ.get("DATABASE_URL") else "2"))
+# Whether a websocket starts this process's outbox relay (on by default; a test of the consumers
+# alone, on an event loop of its own that closes after each call, turns it off).
+STEPWISE_LIVE_RELAY = os.environ.get("STEPWISE_LIVE_RELAY", "1") != "0"
 
 # Shared counters for rate limits and circuit breakers: every worker must see the same ones.
 if REDIS_URL:

@@ -177,9 +177,12 @@ _relay: Relay | None = None
 _task: asyncio.Task | None = None
 
 
-def ensure_started() -> Relay:
-    """Start this process's relay on the running event loop, once (the first websocket)."""
+def ensure_started() -> Relay | None:
+    """Start this process's relay on the running event loop, once (the first websocket); None
+    when the relay is off (`STEPWISE_LIVE_RELAY`)."""
     global _relay, _task
+    if not settings.STEPWISE_LIVE_RELAY:
+        return None
     loop = asyncio.get_running_loop()
     if _task is None or _task.done() or _task.get_loop() is not loop:
         _relay = _relay or Relay()

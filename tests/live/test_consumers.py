@@ -24,6 +24,14 @@ from .conftest import GATED, run_async
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+def no_relay(settings):
+    """These tests drive the consumers alone, each call on an event loop of its own that closes
+    after it; the relay (tests/live/test_relay*.py) would be started on, and cancelled with,
+    every one of those loops - on PostgreSQL inside its LISTEN wait."""
+    settings.STEPWISE_LIVE_RELAY = False
+
+
 def session_cookie(user) -> str:
     """A signed-in session for `user`, as the admin's login would leave it."""
     store = import_string(f"{settings.SESSION_ENGINE}.SessionStore")()
