@@ -144,9 +144,11 @@ def _take_slot(item: MapItem, run: Run, *, cap: int, timeout_s: int) -> tuple[st
     """
     at = now()
     with transaction.atomic():
+        # The run's lock first: two workers counting the items in flight at once would both
+        # see a free slot (PostgreSQL; SQLite's IMMEDIATE transactions serialize them anyway).
+        run = lock_run(run.id)
         if _in_flight(run.id, at).exclude(id=item.id).count() >= cap:
             return DEFERRED, 0
-        run = lock_run(run.id)
         if run.state not in RUN_ADVANCING:
             return SKIPPED, 0
         attempt = MapItem.objects.values_list("attempts", flat=True).get(id=item.id) + 1
