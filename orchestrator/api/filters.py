@@ -4,6 +4,8 @@ Every FilterSet here refuses what django-filter would quietly ignore (`QueryForm
 parameter given empty (`?run=` listed every run's approvals, as if no filter were given) and a
 single-valued parameter given more than once (the last one won). Either is a 400 naming it.
 """
+from datetime import UTC, datetime
+
 import django_filters
 from django import forms
 
@@ -27,6 +29,20 @@ class QueryForm(forms.Form):
         return super().clean()
 
 
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    """An ISO 8601 time, compared in UTC: ISO 8601 (and Python) allow UTC offsets that
+    PostgreSQL refuses (beyond 15:59), and a time at the edge of the calendar may have no UTC
+    equivalent - it is then the calendar's edge, which compares the same."""
+
+    def filter(self, qs, value):
+        if value is not None and value.tzinfo is not None:
+            try:
+                value = value.astimezone(UTC)
+            except OverflowError:
+                value = (datetime.min if value.year < 2 else datetime.max).replace(tzinfo=UTC)
+        return super().filter(qs, value)
+
+
 class FilterSet(django_filters.FilterSet):
     class Meta:
         form = QueryForm
@@ -48,10 +64,10 @@ class RunFilter(FilterSet):
     state = django_filters.MultipleChoiceFilter(
         choices=RunState.choices, help_text="One or more run states (repeat the parameter)."
     )
-    created_after = django_filters.IsoDateTimeFilter(
+    created_after = UtcDateTimeFilter(
         field_name="created_at", lookup_expr="gte", help_text="ISO 8601, inclusive."
     )
-    created_before = django_filters.IsoDateTimeFilter(
+    created_before = UtcDateTimeFilter(
         field_name="created_at", lookup_expr="lt", help_text="ISO 8601, exclusive."
     )
 
