@@ -2,8 +2,9 @@
 has re-read the state showing it.
 
 What a page does is reproduced without a browser: a websocket client on `/ws/runs/` (the run
-list's socket, signed in with a Django session) and, on every nudge, a re-read of the run
-through the API (`GET /api/v1/runs/<id>/`, whose `last_event` says what the read saw). Runs of
+list's socket, signed in with a Django session) and, on a nudge, a re-read of the run
+through the API (nudges that arrive during a read are coalesced into one more read per run, as
+`static/stepwise/live_socket.js` does) (`GET /api/v1/runs/<id>/`, whose `last_event` says what the read saw). Runs of
 the N-step chain are started one at a time through the API; afterwards each of their outbox
 events (three or more per step: queued, running, completed, and the run's own) is matched to
 the first re-read whose `last_event` covers it:
@@ -61,10 +62,22 @@ def commit_to_screen(base_url: str, token: str, workflow: str, *, runs: int, dea
                     continue
                 except Exception:  # the socket closed: the measurement ends
                     return
-                if "run" not in nudge:
-                    continue
-                body = http.get(f"/api/v1/runs/{nudge['run']}/").json()
-                reads.append((nudge["run"], body["last_event"], time.time()))
+                # As the pages do (live_socket.js), reads never overlap and nudges that came
+                # during one read are served by one more: drain what is queued, then read each
+                # run it names once.
+                nudged = {nudge["run"]} if "run" in nudge else set()
+                while True:
+                    try:
+                        more = json.loads(socket.recv(timeout=0))
+                    except TimeoutError:
+                        break
+                    except Exception:
+                        return
+                    if "run" in more:
+                        nudged.add(more["run"])
+                for run_id in nudged:
+                    body = http.get(f"/api/v1/runs/{run_id}/").json()
+                    reads.append((run_id, body["last_event"], time.time()))
 
     started: list[str] = []
     with connect(f"ws://{host}/ws/runs/", origin=base_url, open_timeout=10,
