@@ -12,7 +12,9 @@ writes one JSON document. Phases, in order:
 3. floor: the same two shapes as a bare Celery canvas on the same broker (bench.floor);
 4. in process, no worker (bench.inprocess): SQL statements per step, the engine's service
    time per step, the price of a fresh database connection;
-5. with `--live-runs N` (after 1): commit-to-screen latency of the live pages (bench.live).
+5. with `--live-runs N` (after 1): commit-to-screen latency of the live pages (bench.live);
+6. with `--api-clients`, `--fanout-items` or `--held-runs` (after 5, before 2): the scale
+   phases of bench.scale.
 
 It reads Stepwise's state only through its models and drives it only through its services
 and API; it changes nothing in the engine.
@@ -245,6 +247,9 @@ def measure(args, result: dict) -> None:
             say(f"live: {args.live_runs} runs, commit to a re-read after the websocket's nudge")
             result["live"] = live.commit_to_screen(base_url, fixtures["token"], "bench-chain",
                                                    runs=args.live_runs, deadline=args.deadline)
+        if args.api_clients or args.held_runs or args.fanout_items:
+            scale_phases(args, result, base_url=base_url, token=fixtures["token"],
+                         server=server, workers=workers)
         say(f"step-to-step: {args.runs} concurrent runs of a {args.steps}-step chain")
         # Leave the floor and the query count a share of the time left.
         share = time.time() + 0.6 * (args.deadline - time.time())
@@ -281,6 +286,38 @@ def measure(args, result: dict) -> None:
     result["db_connect_ms"] = inprocess.db_connect_ms()
 
 
+def scale_phases(args, result: dict, *, base_url: str, token: str, server, workers) -> None:
+    """The opt-in phases of bench.scale, each given half of the time left when it starts."""
+    from . import scale
+
+    fixtures = scale.make_fixtures()
+
+    def until() -> float:
+        return time.time() + 0.5 * (args.deadline - time.time())
+
+    if args.api_clients:
+        say(f"api: {args.api_requests} POST .../runs/ from {args.api_clients} concurrent clients")
+        result["api_load"] = scale.api_submission(base_url, token, "bench-api",
+                                                  clients=args.api_clients,
+                                                  requests=args.api_requests, deadline=until())
+    if args.fanout_items:
+        say(f"fan-out: {args.fanout_items} map items while single-step runs start one at a time")
+        result["fanout"] = scale.fanout(base_url, token, items=args.fanout_items,
+                                        probes=args.fanout_probes, deadline=until(),
+                                        check=workers.check)
+    if args.held_runs:
+        say(f"held: {args.held_runs} runs waiting at a gate at once")
+
+        def idle() -> dict:
+            return idle_runs(base_url, token, "bench-chain", runs=min(10, args.start_runs),
+                             steps=args.steps, warmup=1, deadline=until(), check=workers.check)
+
+        result["held"] = scale.held_runs(
+            fixtures["versions"]["bench-held"], runs=args.held_runs, approver=fixtures["approver"],
+            idle=idle, deadline=until(), check=workers.check,
+            processes={"api": server.proc.pid, "worker": workers.proc.pid})
+
+
 def _terminate(signum, frame):
     raise SystemExit(f"terminated by signal {signum}")
 
@@ -294,6 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-runs", type=int, default=30)
     parser.add_argument("--workers-concurrency", type=int, default=2)
     parser.add_argument("--live-runs", type=int, default=0)
+    parser.add_argument("--api-clients", type=int, default=0)
+    parser.add_argument("--api-requests", type=int, default=400)
+    parser.add_argument("--held-runs", type=int, default=0)
+    parser.add_argument("--fanout-items", type=int, default=0)
+    parser.add_argument("--fanout-probes", type=int, default=30)
     parser.add_argument("--deadline", type=float, required=True, help="epoch seconds")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)

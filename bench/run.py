@@ -37,6 +37,9 @@ def run_backend(backend: str, args, deadline: float) -> dict:
                    "--start-runs", str(args.start_runs),
                    "--workers-concurrency", str(args.workers_concurrency),
                    "--live-runs", str(args.live_runs),
+                   "--api-clients", str(args.api_clients), "--api-requests", str(args.api_requests),
+                   "--held-runs", str(args.held_runs), "--fanout-items", str(args.fanout_items),
+                   "--fanout-probes", str(args.fanout_probes),
                    "--deadline", str(deadline)]
             child = subprocess.Popen(cmd, cwd=ROOT, env=env)
             try:
@@ -80,6 +83,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="prefork processes per worker (default 2)")
     parser.add_argument("--live-runs", type=int, default=0,
                         help="runs for the live pages' commit-to-screen latency (default 0: skip)")
+    parser.add_argument("--api-clients", type=int, default=0,
+                        help="concurrent clients POSTing runs (default 0: skip; the target is 16)")
+    parser.add_argument("--api-requests", type=int, default=400,
+                        help="POSTs in all for --api-clients (default 400)")
+    parser.add_argument("--held-runs", type=int, default=0,
+                        help="runs held at a gate at once, then released (default 0: skip)")
+    parser.add_argument("--fanout-items", type=int, default=0,
+                        help="map items of one run while single steps are probed (default 0: skip)")
+    parser.add_argument("--fanout-probes", type=int, default=30,
+                        help="single-step runs started one at a time during the fan-out (default 30)")
     parser.add_argument("--timeout", type=float, default=600,
                         help="seconds for the whole invocation, shared by the backends (default 600)")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "var" / "bench",

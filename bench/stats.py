@@ -94,6 +94,7 @@ def table(results: list[dict]) -> str:
         if r.get("live"):
             row(b, "commit-to-screen latency (ms)", r["live"].get("latency_ms"))
         row(b, "floor loaded step-to-step (ms)", fl.get("latency_ms"))
+        scale_rows(b, r, row, lines)
         for label, a, f in (("idle", st.get("step_latency_ms"), fl.get("idle_latency_ms")),
                             ("loaded", sw.get("latency_ms"), fl.get("latency_ms"))):
             value = ratio((a or {}).get("p50"), (f or {}).get("p50"))
@@ -130,6 +131,37 @@ def table(results: list[dict]) -> str:
         lines.append(f"{b:<10}worker peak RSS (MB)  stepwise={_rss(rss.get('stepwise'))}; "
                      f"floor={_rss(rss.get('floor'))}")
     return "\n".join(lines)
+
+
+def scale_rows(b: str, r: dict, row, lines: list[str]) -> None:
+    """The rows of the scale phases (bench.scale), where they ran."""
+    if r.get("api_load"):
+        api = r["api_load"]
+        row(b, f"API POST, {api['clients']} clients (ms)", api["latency_ms"])
+        lines.append(f"{b:<10}API load  {api['requests_per_s']} requests/s, statuses {api['statuses']}")
+    if r.get("fanout"):
+        fan = r["fanout"]
+        row(b, f"single step's wait, {fan['items']}-item fan-out (ms)", fan["probe_wait_ms"])
+        lines.append(f"{b:<10}fan-out  {fan['items']} items in {_fmt(fan['fanout_s'])} s "
+                     f"({_fmt(fan['fanout_items_per_s'])} items/s), {fan['probes_during_fanout']} "
+                     f"probes queued during it")
+    if r.get("held"):
+        held = r["held"]
+        idle = (r.get("start") or {}).get("step_latency_ms") or {}
+        during = (held.get("idle_while_held") or {}).get("step_latency_ms") or {}
+        row(b, f"idle step-to-step, {held['held']} held (ms)", during)
+        lines.append(f"{b:<10}held  {held['started']} started in {held['start_s']} s "
+                     f"({held['start_runs_per_s']} runs/s), all gates open at {held['all_gates_open_s']} s; "
+                     f"{held['database_bytes_per_run']} DB bytes per run; step gap p50 "
+                     f"while held / idle = {_fmt(ratio(during.get('p50'), idle.get('p50')))}")
+        memory = held.get("memory_while_held", {})
+        lines.append(f"{b:<10}held memory (MB)  api={_rss(memory.get('api'))}; "
+                     f"worker={_rss(memory.get('worker'))}; measuring process peak "
+                     f"{(memory.get('measure') or {}).get('peak_mb')}")
+        lines.append(f"{b:<10}released  {held['granted']} granted in {held['grant_s']} s "
+                     f"({held['grants_per_s']}/s); {held['ended']} ended, drain "
+                     f"{_fmt(held['drain_runs_per_s'])} runs/s over {_fmt(held['drain_s'])} s"
+                     + (f"; grant failures {held['grant_failures']}" if held["grant_failures"] else ""))
 
 
 def _rss(info: dict | None) -> str:

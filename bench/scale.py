@@ -1,0 +1,280 @@
+"""The scale phases of issue 16, each opt-in: API submission under concurrent clients, many
+runs held at once, and a fan-out competing with single steps for the same workers.
+
+- `api_submission`: C client threads, each with its own HTTP connection, POST runs of a
+  workflow whose first step is a human gate (so the worker does no work meanwhile and the
+  figure is the API's own), R requests in all. Per-request latency and requests per second.
+- `held_runs`: N runs of a gate-first workflow started through `run_start` in batches of
+  `BATCH` per transaction (the API phase above measures the HTTP path; 10,000 requests one by
+  one would measure the HTTP client). Reports the time to start them and to have every gate
+  open, the database size per run, the memory of every process, the idle step-to-step gap of
+  *other* runs while they are held, then approves every gate (through `approval_grant`, as the
+  approvals page does) and reports the grant rate and the drain rate.
+- `fanout`: one run maps over M items of `core.echo` while single-step runs are started one
+  at a time; each probe's step wait (queued -> started) while the map is still in flight is
+  what a fan-out costs other runs.
+
+Like the rest of the bench, it drives Stepwise only through its API and services and reads
+its state through its models.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from .procs import peak_rss
+from .stats import say, summary
+
+BATCH = 200
+GATE_GROUP = "bench_leads"
+RUN_ENDED = ("completed", "failed", "cancelled", "timed_out")
+
+
+def gate_definition(name: str) -> dict:
+    """A human gate, then one echo step: a run that waits for a person, then finishes."""
+    return {
+        "name": name,
+        "input_schema": {"type": "object"},
+        "steps": [
+            {"name": "gate", "type": "human_gate", "approvers": GATE_GROUP, "timeout_s": 86400},
+            {"name": "after", "type": "tool", "tool": "core.echo", "params": {}, "after": ["gate"]},
+        ],
+    }
+
+
+def fanout_definition(name: str) -> dict:
+    return {
+        "name": name,
+        "input_schema": {"type": "object"},
+        "steps": [{"name": "each", "type": "map", "over": "input.items", "merge": "list",
+                   "item": {"type": "tool", "tool": "core.echo", "params": {}}}],
+    }
+
+
+def single_definition(name: str) -> dict:
+    return {"name": name, "input_schema": {"type": "object"},
+            "steps": [{"name": "only", "type": "tool", "tool": "core.echo", "params": {}}]}
+
+
+def make_fixtures(team_slug: str = "bench") -> dict:
+    """The workflows and the approver these phases need, in the bench's team."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    from orchestrator.models import Team
+    from orchestrator.services.workflows import workflow_save
+
+    team = Team.objects.get(slug=team_slug)
+    owner = team.members.get(username="bench")
+    approver = get_user_model().objects.create_user("bench-approver")
+    team.members.add(approver, through_defaults={"role": "member"})
+    approver.groups.add(Group.objects.get_or_create(name=GATE_GROUP)[0])
+    saved = {}
+    for name, definition in (("bench-api", gate_definition("bench-api")),
+                             ("bench-held", gate_definition("bench-held")),
+                             ("bench-fanout", fanout_definition("bench-fanout")),
+                             ("bench-single", single_definition("bench-single"))):
+        saved[name], _ = workflow_save(team=team, definition=definition, actor=owner)
+    return {"versions": saved, "approver": approver}
+
+
+# --- API submission under concurrent clients ------------------------------------------------
+
+
+def api_submission(base_url: str, token: str, workflow: str, *, clients: int, requests: int,
+                   deadline: float) -> dict:
+    """`requests` POSTs spread over `clients` threads; latency of each, and the rate."""
+    import httpx
+
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    lock = threading.Lock()
+    share = [requests // clients + (1 if i < requests % clients else 0) for i in range(clients)]
+
+    def client(count: int) -> None:
+        with httpx.Client(base_url=base_url, timeout=30,
+                          headers={"Authorization": f"Token {token}"}) as http:
+            http.get("/api/v1/health/")  # open the connection outside the measurement
+            for _ in range(count):
+                if time.time() > deadline:
+                    return
+                t0 = time.perf_counter()
+                response = http.post(f"/api/v1/workflows/{workflow}/runs/", json={"input": {}})
+                elapsed = (time.perf_counter() - t0) * 1000
+                with lock:
+                    latencies.append(elapsed)
+                    statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+
+    t0 = time.time()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(client, share))
+    wall = time.time() - t0
+    return {"clients": clients, "requests": len(latencies), "latency_ms": summary(latencies),
+            "requests_per_s": round(len(latencies) / wall, 2) if wall else None,
+            "statuses": {str(k): v for k, v in sorted(statuses.items())}, "wall_s": round(wall, 2)}
+
+
+# --- runs held at once ---------------------------------------------------------------------
+
+
+def database_bytes() -> int:
+    """The database's size as the engine sees it (PostgreSQL: on disk; SQLite: its pages)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_database_size(current_database())")
+            return cursor.fetchone()[0]
+        cursor.execute("PRAGMA page_count")
+        pages = cursor.fetchone()[0]
+        cursor.execute("PRAGMA page_size")
+        return pages * cursor.fetchone()[0]
+
+
+def own_rss_mb() -> dict:
+    """This measuring process's peak and current resident set, in MB."""
+    fields = {}
+    for line in open(f"/proc/{os.getpid()}/status").read().splitlines():
+        if line.startswith(("VmHWM:", "VmRSS:")):
+            name, value = line.split()[:2]
+            fields[name.rstrip(":")] = round(int(value) / 1024, 1)
+    return {"peak_mb": fields.get("VmHWM"), "now_mb": fields.get("VmRSS")}
+
+
+def held_runs(version, *, runs: int, approver, idle, deadline: float, check, processes: dict) -> dict:
+    """Hold `runs` runs at a gate, measure, then release them all and time the drain.
+
+    `idle()` measures the step-to-step gap of other runs (it is called while they are held);
+    `processes` maps a name to a process-group id whose memory is reported.
+    """
+    from django.db import close_old_connections, connection, transaction
+
+    from approvals.models import ApprovalRequest, ApprovalState
+    from orchestrator.authz import System
+    from orchestrator.models import Run
+    from orchestrator.services.kinds.human_gate import approval_grant
+    from orchestrator.services.runs import run_start
+
+    before = database_bytes()
+    t0 = time.time()
+    run_ids: list = []
+    while len(run_ids) < runs and time.time() < deadline:
+        with transaction.atomic():
+            run_ids += [run_start(version=version, input={}, actor=System("bench")).id
+                        for _ in range(min(BATCH, runs - len(run_ids)))]
+        if len(run_ids) % 2000 < BATCH:
+            say(f"held: {len(run_ids)}/{runs} runs started")
+    started = time.time()
+    pending = ApprovalRequest.objects.filter(run__version=version, state=ApprovalState.PENDING)
+    while pending.count() < len(run_ids) and time.time() < deadline:
+        check()
+        time.sleep(0.5)
+    gates_open = time.time()
+    held = pending.count()
+    size = database_bytes() - before
+    say(f"held: {held} runs waiting at their gate; measuring the other runs' step gap")
+    memory = {name: peak_rss(pgid) for name, pgid in processes.items()}
+    memory["measure"] = own_rss_mb()
+    others = idle()
+
+    say(f"held: approving {held} gates")
+    ids = list(pending.values_list("id", "proposal_hash"))
+    granted, failures = [], []
+
+    def grant(chunk) -> None:
+        try:
+            for approval_id, proposal_hash in chunk:
+                if time.time() > deadline:
+                    return
+                approval_grant(approval_id=approval_id, user=approver, proposal_hash=proposal_hash)
+                granted.append(time.time())
+        except Exception as exc:  # reported, not raised: the drain of what was granted still counts
+            failures.append(repr(exc)[:300])
+        finally:
+            connection.close()
+
+    release = time.time()
+    threads = 2
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(grant, [ids[i::threads] for i in range(threads)]))
+    close_old_connections()
+    released = time.time()
+    mine = Run.objects.filter(id__in=run_ids)
+    last_report = 0.0
+    while mine.filter(state__in=RUN_ENDED).count() < len(granted) and time.time() < deadline:
+        check()
+        if time.time() - last_report > 10:
+            say(f"held: {mine.filter(state__in=RUN_ENDED).count()}/{len(granted)} released runs ended")
+            last_report = time.time()
+        time.sleep(0.5)
+    last_end = max(mine.filter(state__in=RUN_ENDED).values_list("finished_at", flat=True), default=None)
+    ended = mine.filter(state__in=RUN_ENDED).count()
+    drain_s = (last_end.timestamp() - release) if last_end else None
+    return {
+        "runs": runs, "started": len(run_ids), "held": held,
+        "start_s": round(started - t0, 2),
+        "start_runs_per_s": round(len(run_ids) / (started - t0), 1) if started > t0 else None,
+        "all_gates_open_s": round(gates_open - t0, 2),
+        "database_bytes_per_run": round(size / max(len(run_ids), 1)),
+        "database_mb_added": round(size / 2**20, 1),
+        "memory_while_held": memory,
+        "idle_while_held": others,
+        "granted": len(granted), "grant_failures": failures[:5],
+        "grant_s": round(released - release, 2),
+        "grants_per_s": round(len(granted) / (released - release), 1) if released > release else None,
+        "ended": ended, "completed": mine.filter(state="completed").count(),
+        "drain_s": round(drain_s, 2) if drain_s else None,
+        "drain_runs_per_s": round(ended / drain_s, 1) if drain_s else None,
+    }
+
+
+# --- a fan-out and the single steps that wait behind it ------------------------------------
+
+
+def fanout(base_url: str, token: str, *, items: int, probes: int, deadline: float, check) -> dict:
+    """Start a run mapping over `items` items, then single-step runs one at a time while it is
+    in flight: how long each single step waits between queued and started."""
+    import httpx
+
+    from orchestrator.models import Run, StepRun
+
+    probes_seen: list[tuple[float, float, float]] = []  # (posted, queued, started), epoch s
+    with httpx.Client(base_url=base_url, timeout=30,
+                      headers={"Authorization": f"Token {token}"}) as http:
+        t0 = time.time()
+        response = http.post("/api/v1/workflows/bench-fanout/runs/",
+                             json={"input": {"items": list(range(items))}})
+        if response.status_code != 202:
+            raise RuntimeError(f"fan-out start: HTTP {response.status_code} {response.text[:300]}")
+        big = Run.objects.filter(id=response.json()["id"])
+        for _ in range(probes):
+            if time.time() > deadline or big.filter(state__in=RUN_ENDED).exists():
+                break
+            check()
+            p0 = time.time()
+            probe = http.post("/api/v1/workflows/bench-single/runs/", json={"input": {}}).json()["id"]
+            while not Run.objects.filter(id=probe, state__in=RUN_ENDED).exists():
+                if time.time() > deadline:
+                    break
+                check()
+                time.sleep(0.01)
+            row = StepRun.objects.filter(run_id=probe).values_list("queued_at", "started_at").first()
+            if row and row[0] and row[1]:
+                probes_seen.append((p0, row[0].timestamp(), row[1].timestamp()))
+        while not big.filter(state__in=RUN_ENDED).exists() and time.time() < deadline:
+            check()
+            time.sleep(0.1)
+        run = big.first()
+        fan_end = run.finished_at.timestamp() if run.finished_at else float("inf")
+        fan_s = (fan_end - t0) if run.finished_at else None
+    # A probe counts if it was queued while the fan-out was still in flight, however long it
+    # then waited (one that started after the fan-out ended waited behind all of it).
+    during = [p for p in probes_seen if p[1] < fan_end]
+    waits = [(started - queued) * 1000 for _, queued, started in during]
+    starts = [(started - posted) * 1000 for posted, _, started in during]
+    return {"items": items, "probes_during_fanout": len(during),
+            "probe_wait_ms": summary(waits), "probe_start_latency_ms": summary(starts),
+            "fanout_state": run.state, "fanout_s": round(fan_s, 2) if fan_s else None,
+            "fanout_items_per_s": round(items / fan_s, 1) if fan_s else None}
