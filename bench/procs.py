@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-QUEUES = "orchestrator,tools,agent.fast,agent.deep"
+QUEUES = "orchestrator,tools,tools.batch,agent.fast,agent.fast.batch,agent.deep,agent.deep.batch"
 LEDGER = "bench-pgids"
 
 

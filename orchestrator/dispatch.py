@@ -24,6 +24,7 @@ from django.db import transaction
 
 from . import tracing
 from .definitions import calls_model
+from .queues import BATCH_SUFFIX
 
 after_commit = partial(transaction.on_commit, robust=True)
 # A retry due sooner than this waits in the broker (countdown); later ones wait in the
@@ -60,6 +61,16 @@ def queue_for(spec: dict) -> str:
     if spec["type"] == "tool":
         return "tools"
     return "orchestrator"
+
+
+# Map items are batch work: they go to a queue of their own beside the interactive one
+# (tools.batch, agent.<model>.batch), consumed by the same workers unless a deployment gives
+# batch its own. A worker consuming both takes from them in turn (Kombu's fair cycle over a
+# consumer's queues), so the hundreds of items of one fan-out never stand in front of another
+# run's step: it waits for at most one item per worker process (docs/benchmark.md).
+def batch_queue_for(item_spec: dict) -> str:
+    """The queue a map item body runs on: its step type's queue, batch side."""
+    return queue_for(item_spec) + BATCH_SUFFIX
 
 
 def step_dispatch_on_commit(step_id: int, queue: str, *, run_id=None, step_name: str = "") -> None:

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from django.conf import settings
 
-# The queues the engine sends to (dispatch.queue_for); agent.<model> for each configured model.
-BASE_QUEUES = ("orchestrator", "tools")
+# The queues the engine sends to (dispatch.queue_for, dispatch.batch_queue_for): orchestrator,
+# tools and agent.<model> for each configured model, the last two with a `.batch` side.
+BATCH_SUFFIX = ".batch"
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,10 @@ class QueueDepth:
 
 
 def known_queues() -> list[str]:
+    """Every queue, each interactive one followed by its batch side (map items)."""
     models = sorted({f"agent.{name}" for name in getattr(settings, "STEPWISE_MODELS", {})})
-    return [*BASE_QUEUES, *models]
+    return ["orchestrator", *(name for queue in ("tools", *models)
+                              for name in (queue, queue + BATCH_SUFFIX))]
 
 
 def queue_depths(queues: list[str] | None = None) -> list[QueueDepth]:

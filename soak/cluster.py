@@ -154,8 +154,8 @@ class Proc:
 
 
 def worker(name: str, env: dict, logs: Path) -> Proc:
-    return Proc(name, ["-m", "celery", "-A", "orchestrator", "worker", "-Q",
-                       "orchestrator,audit,tools,agent.fast,agent.deep", "-c", "2", "-P", "prefork",
+    queues = "orchestrator,audit,tools,tools.batch,agent.fast,agent.fast.batch,agent.deep,agent.deep.batch"
+    return Proc(name, ["-m", "celery", "-A", "orchestrator", "worker", "-Q", queues, "-c", "2", "-P", "prefork",
                        "--without-mingle", "--without-gossip", "--without-heartbeat",
                        "-n", f"{name}@%h", "-l", "warning"], env, logs)
 

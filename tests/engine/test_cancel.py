@@ -2,7 +2,8 @@
 
 A `compensating` run is undoing its effects and ends by itself, so a cancel is refused (409);
 a parent whose child is compensating is cancelled, and the child goes on undoing its effects.
-The runs are driven in this process through the services a worker calls (no worker runs).
+The runs are driven in this process through the services a worker calls; a real worker that
+the same test process started for other tests may take a step or the compensation too.
 """
 import time
 
@@ -44,6 +45,13 @@ def drive(run: Run) -> Run:
     return run
 
 
+def hold_refunds(sink: HttpSink) -> None:
+    """Keep every refund call unanswered until the sink closes: a real worker of this test
+    process (the browser and live tests start them for the session) that takes the
+    compensation is still undoing the payment when the test looks, as a slow remote would."""
+    sink.hold("/refund")
+
+
 @pytest.fixture
 def operator_api(team):
     return client_for(member(team, "op", role="operator"))
@@ -51,20 +59,22 @@ def operator_api(team):
 
 def test_cancelling_a_compensating_run_is_a_409_not_a_500(team, operator_api):
     with HttpSink() as sink:
+        hold_refunds(sink)
         sink.fail_next(1, 422, path="/ship")
         version, _ = workflow_save(team=team, definition=saga(sink.url), actor=SETUP)
         run = drive(run_start(version=version, input={}, actor=SETUP))
-    assert run.state == RunState.COMPENSATING  # the refund waits for a compensating worker
+        assert run.state == RunState.COMPENSATING  # the refund waits for a compensating worker
 
-    response = operator_api.post(f"/api/v1/runs/{run.id}/cancel/")
+        response = operator_api.post(f"/api/v1/runs/{run.id}/cancel/")
 
-    assert response.status_code == 409, response.content
-    assert "undoing its effects" in response.json()["errors"][0]["message"]
-    assert Run.objects.get(pk=run.pk).state == RunState.COMPENSATING
+        assert response.status_code == 409, response.content
+        assert "undoing its effects" in response.json()["errors"][0]["message"]
+        assert Run.objects.get(pk=run.pk).state == RunState.COMPENSATING
 
 
 def test_cancelling_a_parent_whose_child_is_compensating_cancels_the_parent_only(team, operator_api):
     with HttpSink() as sink:
+        hold_refunds(sink)
         sink.fail_next(1, 422, path="/ship")
         workflow_save(team=team, definition=saga(sink.url), actor=SETUP)
         parent_version, _ = workflow_save(team=team, definition={
@@ -73,13 +83,13 @@ def test_cancelling_a_parent_whose_child_is_compensating_cancels_the_parent_only
             actor=SETUP)
         parent = run_start(version=parent_version, input={}, actor=SETUP)
         child = drive(Run.objects.get(parent_step__run=parent))
-    assert child.state == RunState.COMPENSATING
+        assert child.state == RunState.COMPENSATING
 
-    response = operator_api.post(f"/api/v1/runs/{parent.id}/cancel/")
+        response = operator_api.post(f"/api/v1/runs/{parent.id}/cancel/")
 
-    assert response.status_code == 202, response.content
-    assert Run.objects.get(pk=parent.pk).state == RunState.CANCELLED
-    assert Run.objects.get(pk=child.pk).state == RunState.COMPENSATING
+        assert response.status_code == 202, response.content
+        assert Run.objects.get(pk=parent.pk).state == RunState.CANCELLED
+        assert Run.objects.get(pk=child.pk).state == RunState.COMPENSATING
 
 
 @pytest.mark.parametrize("state", list(RunState))

@@ -18,7 +18,7 @@ from orchestrator.models import Run
 from tests.support.egress import local_servers_env
 
 ROOT = Path(__file__).resolve().parents[2]
-QUEUES = "orchestrator,tools,agent.fast,agent.deep"
+QUEUES = "orchestrator,tools,tools.batch,agent.fast,agent.fast.batch,agent.deep,agent.deep.batch"
 LEASE_S = 3
 
 

@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from orchestrator.dispatch import queue_for
+from orchestrator.dispatch import batch_queue_for, queue_for
 from orchestrator.models import DeadLetter, Effect, Role, Run, StepRun, WorkflowVersion
 from orchestrator.services import reaper
 from orchestrator.services.runs import run_start
@@ -257,7 +257,7 @@ def test_a_fan_out_keeps_to_max_parallel_and_leaves_the_shared_workers_to_anothe
             "name": "small", "input_schema": {"type": "object"}, "steps": [
                 {"name": "one", "type": "tool", "tool": "http.request",
                  "params": {"method": "POST", "url": f"{sink.url}/small"}}]}, actor=SETUP)
-        assert queue_of(big, "each") == queue_of(small, "one") == "tools"
+        assert (queue_of(big, "each"), queue_of(small, "one")) == ("tools.batch", "tools")
         fan_out = run_start(version=big, input={"items": list(range(items))}, actor=SETUP)
         wait_for(lambda: sink.arrivals["/item"] >= 1)  # its item messages are all queued
         other = run_start(version=small, input={}, actor=SETUP)
@@ -273,6 +273,41 @@ def test_a_fan_out_keeps_to_max_parallel_and_leaves_the_shared_workers_to_anothe
         assert paths.count("/item") == items
 
 
+def test_a_fan_out_without_a_cap_does_not_stand_in_front_of_another_runs_step(workers, team):
+    """Fair by default: the fan-out sets no max_parallel (the default, 10, is more than the two
+    worker processes), so nothing holds its items back; every one of them is queued before the
+    other run's step. Map items go to the batch side of the queue (tools.batch), which the same
+    workers take from in turn with `tools`, so the step starts after the items already running
+    and the one or two each process has reserved, not after all of them. On one queue it would
+    wait behind the whole fan-out.
+    """
+    items = 16
+    with HttpSink() as sink:
+        sink.delay_s = 0.3
+        big, _ = workflow_save(team=team, definition={
+            "name": "wide-fanout", "input_schema": {"type": "object"},
+            "steps": [{"name": "each", "type": "map", "over": "input.items", "item": {
+                "type": "tool", "tool": "http.request",
+                "params": {"method": "POST", "url": f"{sink.url}/item", "json": {"n": "{{ item }}"}}}}]},
+            actor=SETUP)
+        small, _ = workflow_save(team=team, definition={
+            "name": "small", "input_schema": {"type": "object"}, "steps": [
+                {"name": "one", "type": "tool", "tool": "http.request",
+                 "params": {"method": "POST", "url": f"{sink.url}/small"}}]}, actor=SETUP)
+        fan_out = run_start(version=big, input={"items": list(range(items))}, actor=SETUP)
+        wait_for(lambda: sink.arrivals["/item"] >= 1)  # its item messages are all queued
+        other = run_start(version=small, input={}, actor=SETUP)
+
+        assert wait_for_run(other.id, states=("completed", "failed")).state == "completed"
+        fan_out = wait_for_run(fan_out.id, states=("completed", "failed"), timeout=120)
+        assert fan_out.state == "completed", fan_out.error
+
+        paths = [path for path, _ in sink.arrival_order]
+        assert sink.peak["/item"] == 2, "both worker processes should have run items at once"
+        assert paths.index("/small") <= 4, paths
+        assert paths.count("/item") == items
+
+
 def queue_of(version, step: str) -> str:
     spec = next(s for s in version.normalized["steps"] if s["name"] == step)
-    return queue_for(spec["item"] if spec["type"] == "map" else spec)
+    return batch_queue_for(spec["item"]) if spec["type"] == "map" else queue_for(spec)

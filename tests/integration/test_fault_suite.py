@@ -106,7 +106,7 @@ def redeliver_everything(runs: list[Run], rng: random.Random) -> int:
     messages = [(execute_step, (step_id,), queue or "tools") for step_id, queue in
                 StepRun.objects.filter(run__in=runs).values_list("id", "queue")]
     for step_id, index in MapItem.objects.filter(step__run__in=runs).values_list("step_id", "index"):
-        messages += [(map_item, (step_id, index), "tools"), (map_join, (step_id,), "orchestrator")]
+        messages += [(map_item, (step_id, index), "tools.batch"), (map_join, (step_id,), "orchestrator")]
     messages += [(compensate_run, (str(run.id),), "tools") for run in runs if run.version.workflow.name == "saga"]
     rng.shuffle(messages)
     for task, args, queue in messages:

@@ -21,9 +21,9 @@ from ...clock import now
 from ...definitions import ExpressionError, evaluate_expression
 from ...dispatch import (
     BROKER_DELAY_LIMIT_S,
+    batch_queue_for,
     map_dispatch_on_commit,
     map_items_redispatch_on_commit,
-    queue_for,
 )
 from ...events import event_record
 from ...executors import ExecContext, execute
@@ -63,7 +63,7 @@ class MapStep(StepKindHandler):
         MapItem.objects.bulk_create(MapItem(step=step, index=i, item=it, due_at=at, sent_at=at)
                                     for i, it in enumerate(items))
         record(step, "step.waiting", {"for": "map", "items": len(items)})
-        map_dispatch_on_commit(step.id, list(range(len(items))), queue_for(spec["item"]),
+        map_dispatch_on_commit(step.id, list(range(len(items))), batch_queue_for(spec["item"]),
                                run_id=step.run_id, step_name=step.name)
 
     def time_out(self, *, step_id: int, reason: str) -> bool:
@@ -252,7 +252,7 @@ def map_items_recover(*, step_id: int, stale_before) -> int:
     sends = {**dict.fromkeys(resend, 0.0), **delayed}
     if sends:
         with transaction.atomic():
-            map_items_redispatch_on_commit(step_id, sends, queue_for(spec))
+            map_items_redispatch_on_commit(step_id, sends, batch_queue_for(spec))
     return len(sends)
 
 
