@@ -95,7 +95,7 @@ class ModelPriceAdmin(_AddedThroughAService, admin.ModelAdmin):
 class BudgetOverrideForm(forms.ModelForm):
     class Meta:
         model = BudgetOverride
-        fields = ["run", "max_cost_usd", "reason"]
+        fields = ["run", "max_cost_usd", "max_duration_s", "reason"]
 
 
 @admin.register(BudgetOverride)
@@ -105,7 +105,7 @@ class BudgetOverrideAdmin(_AddedThroughAService, TeamScopedAdminMixin, admin.Mod
 
     team_field = "run__team"
     form = BudgetOverrideForm
-    list_display = ["run", "max_cost_usd", "reason", "actor", "created_at"]
+    list_display = ["run", "max_cost_usd", "max_duration_s", "reason", "actor", "created_at"]
     list_select_related = ["run"]
     raw_id_fields = ["run"]
 
@@ -114,8 +114,8 @@ class BudgetOverrideAdmin(_AddedThroughAService, TeamScopedAdminMixin, admin.Mod
 
     def save_model(self, request, obj: BudgetOverride, form, change) -> None:
         try:
-            run_budget_raise(run_id=obj.run_id, max_cost_usd=obj.max_cost_usd, reason=obj.reason,
-                             actor=request.user)
+            run_budget_raise(run_id=obj.run_id, max_cost_usd=obj.max_cost_usd,
+                             max_duration_s=obj.max_duration_s, reason=obj.reason, actor=request.user)
         except (Forbidden, NotAllowed, ValidationError) as exc:
             self._refuse(request, exc)
         obj.pk = BudgetOverride.objects.filter(run_id=obj.run_id).latest("created_at", "id").pk
