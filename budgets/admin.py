@@ -87,7 +87,7 @@ class ModelPriceAdmin(_AddedThroughAService, admin.ModelAdmin):
             created = model_price_create(model=obj.model, input_usd_per_mtok=obj.input_usd_per_mtok,
                                          output_usd_per_mtok=obj.output_usd_per_mtok,
                                          effective_from=obj.effective_from, actor=request.user)
-        except (Forbidden, ValidationError) as exc:
+        except (Forbidden, ValueError, ValidationError) as exc:
             self._refuse(request, exc)
         obj.pk = created.pk
 

@@ -110,3 +110,20 @@ class BudgetLimitCreateSerializer(serializers.Serializer):
                                        required=False)
     effective_from = serializers.DateTimeField(required=False)
     effective_to = serializers.DateTimeField(required=False, allow_null=True)
+
+
+class ModelPriceSerializer(serializers.Serializer):
+    id = serializers.IntegerField(read_only=True)
+    model = serializers.CharField(read_only=True)
+    input_usd_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, read_only=True)
+    output_usd_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, read_only=True)
+    effective_from = serializers.DateTimeField(read_only=True,
+                                               help_text="Calls made from then on are priced at it.")
+    created_at = serializers.DateTimeField(read_only=True)
+
+
+class ModelPriceCreateSerializer(serializers.Serializer):
+    model = serializers.CharField(max_length=100, help_text="A model of the registry (STEPWISE_MODELS).")
+    input_usd_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0)
+    output_usd_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0)
+    effective_from = serializers.DateTimeField(required=False, help_text="Default: now.")

@@ -13,7 +13,8 @@ before it is dispatched.
   `Denial` naming the level and the figures, and writes nothing, when a limit would be crossed.
 - `budget_settle` records what a call cost; `budget_release` frees what never ran.
 - `budget_admit` refuses a new run past a team's or workflow's concurrent-run cap or spent
-  period (`BudgetExceeded`); `budget_limit_create` records a limit, audited.
+  period (`BudgetExceeded`); `budget_limit_create` records a limit and `model_price_create` a
+  model's price, each audited.
 
 Callers (the engine's services) pause the run and alert on a denial; nothing here changes a
 run, dispatches or sends anything.
@@ -508,10 +509,17 @@ def budget_limit_create(*, team: Team, actor: Actor, workflow: Workflow | None =
 
 def model_price_create(*, model: str, input_usd_per_mtok: Decimal, output_usd_per_mtok: Decimal,
                        actor: Actor, effective_from: datetime | None = None) -> ModelPrice:
-    """Record a model's price from `effective_from` (now) on. Audited. Only a superuser (or the
-    engine) sets prices: they apply to every team."""
+    """Record a model's price from `effective_from` (now) on: calls made from then on are
+    priced at it; calls made before keep the cost they were charged (it is stored on them).
+    Audited. Only a superuser (or the engine) sets prices: they apply to every team.
+
+    Raises Forbidden for anyone else, ValueError for a model the registry
+    (`STEPWISE_MODELS`) does not name, ValidationError for a negative price or a second price
+    of the model from the same moment."""
     if person(actor) is not None and not person(actor).is_superuser:
         raise Forbidden("only a superuser sets model prices")
+    if model not in settings.STEPWISE_MODELS:
+        raise ValueError(f"no model '{model}' is registered (STEPWISE_MODELS)")
     row = ModelPrice(model=model, input_usd_per_mtok=input_usd_per_mtok,
                      output_usd_per_mtok=output_usd_per_mtok, effective_from=effective_from or now())
     row.full_clean()

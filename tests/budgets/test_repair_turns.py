@@ -12,52 +12,14 @@ import pytest
 
 from budgets.models import BudgetAlert, Reservation
 from orchestrator.models import Run
-from orchestrator.services.kinds.worker import step_execute, step_retry_due
+from orchestrator.services.kinds.worker import step_retry_due
 from orchestrator.services.operators import run_budget_raise
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
-from tests.factories import SETUP
-from tests.support.fake_llm import TOKENS_OUT, FakeLLM, reply, text
+from tests.support.fake_llm import reply, text
 
-pytestmark = pytest.mark.django_db
+from .conftest import CALL, ESTIMATE, classify_run, execute
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("priced_model")]
 VALID = {"category": "billing"}
-CALL = Decimal("0.07")
-ESTIMATE = Decimal("0.10")
-
-
-@pytest.fixture
-def fake_llm():
-    with FakeLLM() as server:
-        yield server
-
-
-@pytest.fixture(autouse=True)
-def priced_model(settings, fake_llm, monkeypatch):
-    monkeypatch.setenv("FAKE_OPENAI_KEY", "sk-test-openai")
-    settings.STEPWISE_MODELS = {**settings.STEPWISE_MODELS, "gpt": {
-        "provider": "openai", "base_url": fake_llm.openai_base_url, "model_id": "gpt-test",
-        "api_key_env": "FAKE_OPENAI_KEY", "timeout_s": 5,
-        "input_usd_per_mtok": 0, "output_usd_per_mtok": 10_000}}
-    settings.STEPWISE_DEFAULT_STEP_COST_USD = str(ESTIMATE)
-    assert CALL == Decimal(10_000 * TOKENS_OUT) / 1_000_000
-
-
-def classify_run(team, *, budget: float) -> Run:
-    step = {"name": "classify", "type": "agent", "model": "gpt", "prompt": "Classify: my invoice",
-            "repair_attempts": 1, "output_schema": {
-                "type": "object", "required": ["category"],
-                "properties": {"category": {"enum": ["billing", "technical"]}}}}
-    definition = {"name": "classify", "input_schema": {"type": "object"}, "on_error": "pause",
-                  "budget": {"max_cost_usd": budget}, "steps": [step]}
-    version, _ = workflow_save(team=team, definition=definition, actor=SETUP)
-    return run_start(version=version, input={}, actor=SETUP)
-
-
-def execute(run: Run) -> None:
-    """What a worker does with the queued step's message."""
-    step = run.steps.get(name="classify")
-    assert step.state == "queued"
-    step_execute(step_id=step.id, worker="test")
 
 
 def calls(run: Run) -> list[tuple]:
