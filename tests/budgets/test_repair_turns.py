@@ -77,3 +77,43 @@ def test_a_repair_turn_that_would_cross_the_limit_pauses_the_run_before_the_call
     assert run.state == "completed"
     assert len(fake_llm.requests) == 2
     assert calls(run) == [(1, 0, "settled", ESTIMATE, CALL), (2, 0, "settled", ESTIMATE, CALL)]
+
+
+def test_a_map_items_repair_turn_reserves_too_and_pauses_the_run_before_a_call_that_would_cross(
+        team, fake_llm, operator):
+    from orchestrator.models import MapItem
+    from orchestrator.services import reaper
+    from orchestrator.services.kinds.map_step import map_item_run
+    from orchestrator.services.runs import run_start
+    from orchestrator.services.workflows import workflow_save
+    from tests.factories import SETUP
+
+    body = {"type": "agent", "model": "gpt", "prompt": "Classify: {{ item }}", "repair_attempts": 1,
+            "output_schema": {"type": "object", "required": ["category"],
+                              "properties": {"category": {"enum": ["billing", "technical"]}}}}
+    version, _ = workflow_save(team=team, definition={
+        "name": "each", "input_schema": {"type": "object"}, "budget": {"max_cost_usd": 0.15},
+        "steps": [{"name": "each", "type": "map", "over": "input.tickets", "item": body}]}, actor=SETUP)
+    run = run_start(version=version, input={"tickets": ["my invoice"]}, actor=SETUP)
+    step = run.steps.get(name="each")
+    fake_llm.then(text("billing, I think"))
+
+    map_item_run(step_id=step.id, index=0)
+
+    assert len(fake_llm.requests) == 1  # the repair was never sent
+    run.refresh_from_db()
+    assert (run.state, run.error["level"], run.error["projected_usd"]) == ("paused", "run", "0.100000")
+    item = MapItem.objects.get(step=step)
+    assert (item.done, item.lease_expires_at, item.error["class"]) == (False, None, "budget")
+    assert item.cost_usd == CALL
+    assert calls(run) == [(1, 0, "settled", ESTIMATE, CALL)]
+
+    run_budget_raise(run_id=run.id, max_cost_usd=Decimal("1.00"), reason="worth it", actor=operator)
+    fake_llm.then(reply(VALID))
+    map_item_run(step_id=step.id, index=0)  # what the reaper's resent message runs
+    reaper.reap()  # joins the map
+
+    run.refresh_from_db()
+    assert run.state == "completed"
+    assert len(fake_llm.requests) == 2
+    assert calls(run) == [(1, 0, "settled", ESTIMATE, CALL), (2, 0, "settled", ESTIMATE, CALL)]
