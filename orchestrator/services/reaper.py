@@ -60,11 +60,13 @@ def reap() -> dict[str, int]:
 
 
 def _late_runs(at) -> list:
-    """Live runs past their deadline, but not one already paused with nothing left running
-    (it waits for an operator: sweeping it again would change nothing)."""
+    """Live runs past their deadline, but not one of the `pause` policy already paused with
+    nothing left running (it waits for an operator: sweeping it again would change nothing).
+    A paused run of the `fail` policy is timed out."""
     running = StepRun.objects.filter(run=OuterRef("pk"), state=StepState.RUNNING)
     late = Run.objects.filter(state__in=RUN_LIVE, deadline_at__lt=at).exclude(
-        Q(state=RunState.PAUSED) & ~Exists(running))
+        Q(state=RunState.PAUSED) & ~Exists(running)
+        & ~Q(version__normalized__budget__on_duration="fail"))
     return list(late.values_list("id", flat=True)[:BATCH])
 
 

@@ -109,6 +109,18 @@ def test_a_run_past_max_duration_with_the_fail_policy_is_timed_out_and_its_steps
     assert reaper.reap()["runs_timed_out"] == 0  # once
 
 
+def test_a_paused_run_past_max_duration_with_the_fail_policy_is_timed_out(team, move_clock, settings):
+    settings.STEPWISE_DEFAULT_STEP_COST_USD = "0.10"
+    thinker = {"name": "think", "type": "agent", "model": "fast", "prompt": "hi",
+               "output_schema": {"type": "object"}}
+    run = start(team, thinker, budget={"max_cost_usd": 0.05, "max_duration_s": 30, "on_duration": "fail"})
+    assert state_of(run) == "paused"  # its step would cross the cost limit
+
+    move_clock(31)
+    assert reaper.reap()["runs_timed_out"] == 1
+    assert state_of(run) == "timed_out" and state_of(run, "think") == "cancelled"
+
+
 def test_a_run_past_max_duration_is_paused_by_default_and_its_running_step_held(team, move_clock, long_lease):
     run = start(team, echo(), echo("next", after=["work"]), budget={"max_duration_s": 30})
     assert run.version.normalized["budget"]["on_duration"] == "pause"
