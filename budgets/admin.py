@@ -87,7 +87,7 @@ class ModelPriceAdmin(_AddedThroughAService, admin.ModelAdmin):
             created = model_price_create(model=obj.model, input_usd_per_mtok=obj.input_usd_per_mtok,
                                          output_usd_per_mtok=obj.output_usd_per_mtok,
                                          effective_from=obj.effective_from, actor=request.user)
-        except (Forbidden, ValidationError) as exc:
+        except (Forbidden, ValueError, ValidationError) as exc:
             self._refuse(request, exc)
         obj.pk = created.pk
 
@@ -95,7 +95,7 @@ class ModelPriceAdmin(_AddedThroughAService, admin.ModelAdmin):
 class BudgetOverrideForm(forms.ModelForm):
     class Meta:
         model = BudgetOverride
-        fields = ["run", "max_cost_usd", "reason"]
+        fields = ["run", "max_cost_usd", "max_duration_s", "reason"]
 
 
 @admin.register(BudgetOverride)
@@ -105,7 +105,7 @@ class BudgetOverrideAdmin(_AddedThroughAService, TeamScopedAdminMixin, admin.Mod
 
     team_field = "run__team"
     form = BudgetOverrideForm
-    list_display = ["run", "max_cost_usd", "reason", "actor", "created_at"]
+    list_display = ["run", "max_cost_usd", "max_duration_s", "reason", "actor", "created_at"]
     list_select_related = ["run"]
     raw_id_fields = ["run"]
 
@@ -114,8 +114,8 @@ class BudgetOverrideAdmin(_AddedThroughAService, TeamScopedAdminMixin, admin.Mod
 
     def save_model(self, request, obj: BudgetOverride, form, change) -> None:
         try:
-            run_budget_raise(run_id=obj.run_id, max_cost_usd=obj.max_cost_usd, reason=obj.reason,
-                             actor=request.user)
+            run_budget_raise(run_id=obj.run_id, max_cost_usd=obj.max_cost_usd,
+                             max_duration_s=obj.max_duration_s, reason=obj.reason, actor=request.user)
         except (Forbidden, NotAllowed, ValidationError) as exc:
             self._refuse(request, exc)
         obj.pk = BudgetOverride.objects.filter(run_id=obj.run_id).latest("created_at", "id").pk

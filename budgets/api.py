@@ -1,4 +1,5 @@
-"""Budgets in the API: where the money went (`/api/v1/costs/`), a run's spent / reserved /
+"""Budgets in the API: where the money went (`/api/v1/costs/`), team and workflow limits
+(`/api/v1/budget-limits/`), model prices (`/api/v1/model-prices/`), a run's spent / reserved /
 remaining, raising a run's limit, and a run's estimate before it starts.
 
 Entry points only: they parse, call one service or selector, and serialize. Mounted by
@@ -35,10 +36,16 @@ from orchestrator.authz import visible
 from orchestrator.clock import now
 from orchestrator.models import Workflow
 
-from .models import BudgetLimit
+from .models import BudgetLimit, ModelPrice
 from .selectors import GROUPS, cost_report
-from .serializers import BudgetLimitCreateSerializer, BudgetLimitSerializer, CostReportSerializer
-from .services import budget_limit_create
+from .serializers import (
+    BudgetLimitCreateSerializer,
+    BudgetLimitSerializer,
+    CostReportSerializer,
+    ModelPriceCreateSerializer,
+    ModelPriceSerializer,
+)
+from .services import budget_limit_create, model_price_create
 
 # The longest range one report covers: a year and a day (a leap year).
 MAX_RANGE_DAYS = 366
@@ -135,7 +142,54 @@ class BudgetLimitViewSet(ServiceErrorsMixin, mixins.ListModelMixin, viewsets.Gen
         try:
             row = budget_limit_create(team=team, workflow=workflow, actor=request.user, **body)
         except DjangoValidationError as exc:
-            raise ValidationError({"errors": [{"path": "" if field == "__all__" else field, "message": message}
-                                              for field, messages in exc.message_dict.items()
-                                              for message in messages]}) from exc
+            raise _invalid(exc) from exc
         return Response(BudgetLimitSerializer(row).data, status=status.HTTP_201_CREATED)
+
+
+def _invalid(exc: DjangoValidationError) -> ValidationError:
+    """A model's validation errors in the one error shape (a 400)."""
+    return ValidationError({"errors": [{"path": "" if field == "__all__" else field, "message": message}
+                                       for field, messages in exc.message_dict.items()
+                                       for message in messages]})
+
+
+# --- prices -----------------------------------------------------------------------------------
+
+
+class PriceQueryForm(QueryForm):
+    model = forms.CharField(required=False, max_length=100)
+
+
+@extend_schema_view(list=extend_schema(
+    parameters=[OpenApiParameter("model", str, description="One model's prices only.")],
+    description="Model prices, per model newest first; each applies to calls made from its "
+                "effective_from until the next one's. Without one, the registry's price applies."))
+class ModelPriceViewSet(ServiceErrorsMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """What a model's tokens cost: effective-dated records, added, never edited, so a new price
+    never rewrites what a past call cost."""
+
+    serializer_class = ModelPriceSerializer
+    parser_classes = [JSONBodyParser]
+
+    def get_queryset(self):
+        form = PriceQueryForm(self.request.query_params)
+        if not form.is_valid():
+            raise ValidationError({"errors": flatten_serializer_errors(dict(form.errors))})
+        rows = ModelPrice.objects.order_by("model", "-effective_from", "-id")
+        if model := form.cleaned_data.get("model"):
+            rows = rows.filter(model=model)
+        return rows
+
+    @extend_schema(request=ModelPriceCreateSerializer,
+                   responses={201: ModelPriceSerializer, 400: ErrorsSerializer, 403: ErrorsSerializer},
+                   description="Record a model's price from effective_from (now) on. Superusers "
+                               "only (a price applies to every team); audited. docs/budgets.md.")
+    def create(self, request):
+        body = valid_data(ModelPriceCreateSerializer(data=request.data))
+        try:
+            row = model_price_create(actor=request.user, **body)
+        except ValueError as exc:
+            raise ValidationError(error_body(str(exc), "model")) from exc
+        except DjangoValidationError as exc:
+            raise _invalid(exc) from exc
+        return Response(ModelPriceSerializer(row).data, status=status.HTTP_201_CREATED)

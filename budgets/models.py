@@ -97,6 +97,8 @@ class Reservation(models.Model):
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="+")
     attempt = models.PositiveIntegerField()
     item = models.IntegerField(default=-1, help_text="The map item's index; -1 for the step itself.")
+    turn = models.PositiveSmallIntegerField(
+        default=0, help_text="The attempt's model call: 0 the first, n its n-th repair turn.")
     model = models.CharField(max_length=100, blank=True)
     levels = models.JSONField(default=list, help_text="The levels it was checked against.")
     amount = models.DecimalField(**USD, help_text="What was reserved.")
@@ -107,20 +109,28 @@ class Reservation(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        constraints = [models.UniqueConstraint(fields=["step", "attempt", "item"], name="one_reservation_per_call")]
+        constraints = [models.UniqueConstraint(fields=["step", "attempt", "item", "turn"],
+                                               name="one_reservation_per_call")]
         indexes = [models.Index(fields=["team", "created_at"], name="reservation_team_period"),
                    models.Index(fields=["workflow", "created_at"], name="reservation_workflow_period"),
                    models.Index(fields=["run", "state"], name="reservation_run_state")]
 
     def __str__(self) -> str:
-        return f"{self.step} #{self.attempt} {self.state} ${self.amount}"
+        turn = f" turn {self.turn}" if self.turn else ""
+        return f"{self.step} #{self.attempt}{turn} {self.state} ${self.amount}"
 
 
 class BudgetOverride(models.Model):
-    """An operator raised one run's limit (the definition stays as it was)."""
+    """An operator raised one run's limit — its cost, its duration, or both (the definition
+    stays as it was). The latest override that sets a limit is the one in force."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="budget_overrides")
-    max_cost_usd = models.DecimalField(**USD, validators=[MinValueValidator(Decimal(0))])
+    max_cost_usd = models.DecimalField(**USD, null=True, blank=True,
+                                       validators=[MinValueValidator(Decimal(0))],
+                                       help_text="The run's cost limit from now on (empty: unchanged).")
+    max_duration_s = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Wall-clock seconds from the run's start (empty: unchanged).")
     reason = models.CharField(max_length=500)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                    on_delete=models.SET_NULL, related_name="+")
@@ -129,9 +139,14 @@ class BudgetOverride(models.Model):
 
     class Meta:
         ordering = ["run", "-created_at"]
+        constraints = [models.CheckConstraint(
+            condition=models.Q(max_cost_usd__isnull=False) | models.Q(max_duration_s__isnull=False),
+            name="budget_override_raises_something")]
 
     def __str__(self) -> str:
-        return f"{self.run_id}: ${self.max_cost_usd}"
+        raised = [f"${self.max_cost_usd}" if self.max_cost_usd is not None else "",
+                  f"{self.max_duration_s}s" if self.max_duration_s is not None else ""]
+        return f"{self.run_id}: {' '.join(r for r in raised if r)}"
 
 
 class BudgetAlert(models.Model):

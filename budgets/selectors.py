@@ -46,7 +46,8 @@ def run_budget(run: Run) -> RunBudget:
     figures = Run.objects.filter(pk=run.pk).annotate(
         reserved=_ledger_sum(Reservation.State.RESERVED, "amount"),
         settled=_ledger_sum(Reservation.State.SETTLED, "actual"),
-        override=Subquery(BudgetOverride.objects.filter(run=OuterRef("pk")).order_by("-created_at", "-id")
+        override=Subquery(BudgetOverride.objects.filter(run=OuterRef("pk"), max_cost_usd__isnull=False)
+                          .order_by("-created_at", "-id")
                           .values("max_cost_usd")[:1]),
     ).values("reserved", "settled", "override").get()  # one query, however far the run got
     reserved, override = figures["reserved"] or ZERO, figures["override"]

@@ -1,6 +1,8 @@
 """The shapes budgets take in the API (responses and request bodies); no logic."""
 from rest_framework import serializers
 
+from orchestrator.definitions.limits import MAX_RUN_DURATION_S
+
 from .selectors import GROUPS
 
 
@@ -48,9 +50,19 @@ class BudgetRaiseSerializer(serializers.Serializer):
     # Any number in range (the override column holds 12 digits, 6 after the point): stored to
     # the micro-dollar.
     max_cost_usd = serializers.DecimalField(max_digits=None, decimal_places=None, min_value=0,
-                                            max_value=999_999, coerce_to_string=False)
+                                            max_value=999_999, coerce_to_string=False, required=False,
+                                            help_text="The run's new cost limit.")
+    max_duration_s = serializers.IntegerField(min_value=1, max_value=MAX_RUN_DURATION_S, required=False,
+                                              help_text="The run's new wall-clock limit, in seconds "
+                                                        "from its start.")
     # Not trimmed: a reason of only spaces reaches the service, which refuses it (409).
     reason = StrictCharField(min_length=1, max_length=500, trim_whitespace=False)
+
+    def validate(self, attrs):
+        if "max_cost_usd" not in attrs and "max_duration_s" not in attrs:
+            raise serializers.ValidationError(
+                {"max_cost_usd": "give max_cost_usd, max_duration_s or both"})
+        return attrs
 
 
 class StepEstimateSerializer(serializers.Serializer):
@@ -98,3 +110,20 @@ class BudgetLimitCreateSerializer(serializers.Serializer):
                                        required=False)
     effective_from = serializers.DateTimeField(required=False)
     effective_to = serializers.DateTimeField(required=False, allow_null=True)
+
+
+class ModelPriceSerializer(serializers.Serializer):
+    id = serializers.IntegerField(read_only=True)
+    model = serializers.CharField(read_only=True)
+    input_usd_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, read_only=True)
+    output_usd_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, read_only=True)
+    effective_from = serializers.DateTimeField(read_only=True,
+                                               help_text="Calls made from then on are priced at it.")
+    created_at = serializers.DateTimeField(read_only=True)
+
+
+class ModelPriceCreateSerializer(serializers.Serializer):
+    model = serializers.CharField(max_length=100, help_text="A model of the registry (STEPWISE_MODELS).")
+    input_usd_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0)
+    output_usd_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0)
+    effective_from = serializers.DateTimeField(required=False, help_text="Default: now.")

@@ -13,7 +13,8 @@ before it is dispatched.
   `Denial` naming the level and the figures, and writes nothing, when a limit would be crossed.
 - `budget_settle` records what a call cost; `budget_release` frees what never ran.
 - `budget_admit` refuses a new run past a team's or workflow's concurrent-run cap or spent
-  period (`BudgetExceeded`); `budget_limit_create` records a limit, audited.
+  period (`BudgetExceeded`); `budget_limit_create` records a limit and `model_price_create` a
+  model's price, each audited.
 
 Callers (the engine's services) pause the run and alert on a denial; nothing here changes a
 run, dispatches or sends anything.
@@ -211,13 +212,28 @@ def run_committed(run: Run) -> tuple[Decimal, Decimal]:
 
 
 def run_limit(run: Run, definition: dict) -> Decimal | None:
-    """The run's cost limit: the latest operator override, else its definition's."""
-    override = (BudgetOverride.objects.filter(run=run).order_by("-created_at", "-id")
-                .values_list("max_cost_usd", flat=True).first())
+    """The run's cost limit: the latest operator override of it, else its definition's."""
+    override = (BudgetOverride.objects.filter(run=run, max_cost_usd__isnull=False)
+                .order_by("-created_at", "-id").values_list("max_cost_usd", flat=True).first())
     if override is not None:
         return override
     value = (definition.get("budget") or {}).get("max_cost_usd")
     return None if value is None else Decimal(str(value))
+
+
+def run_duration_limit(run: Run, definition: dict) -> int | None:
+    """The run's wall-clock limit in seconds from its start: the latest operator override of
+    it, else its definition's `budget.max_duration_s`."""
+    override = (BudgetOverride.objects.filter(run=run, max_duration_s__isnull=False)
+                .order_by("-created_at", "-id").values_list("max_duration_s", flat=True).first())
+    if override is not None:
+        return override
+    return (definition.get("budget") or {}).get("max_duration_s")
+
+
+def duration_policy(definition: dict) -> str:
+    """What a run past its duration limit becomes: `pause` (the default) or `fail`."""
+    return (definition.get("budget") or {}).get("on_duration") or "pause"
 
 
 def limits_in_force(*, team_id: int, workflow_id: int | None, at: datetime | None = None,
@@ -325,9 +341,10 @@ def _levels(run: Run, step: StepRun, spec: dict, definition: dict, *, at: dateti
 
 
 def budget_reserve(*, run: Run, step: StepRun, spec: dict, definition: dict,
-                   attempt: int, items: list[int] | None = None) -> Reserved:
+                   attempt: int, items: list[int] | None = None, turn: int = 0) -> Reserved:
     """Reserve the calls of one dispatch of `step` (its `attempt`; with `items`, one call per
-    map item), against every level, in the caller's transaction with the run row locked.
+    map item; with `turn`, the attempt's n-th repair turn), against every level, in the
+    caller's transaction with the run row locked.
 
     Calls already reserved (a replayed dispatch) are not reserved twice. Returns a Denial and
     reserves nothing when any level would be crossed (exactly reaching a limit is allowed).
@@ -336,7 +353,7 @@ def budget_reserve(*, run: Run, step: StepRun, spec: dict, definition: dict,
     if body is None:
         return Reserved()
     indexes = items if items is not None else [-1]
-    held = set(Reservation.objects.filter(step=step, attempt=attempt, item__in=indexes)
+    held = set(Reservation.objects.filter(step=step, attempt=attempt, item__in=indexes, turn=turn)
                .values_list("item", flat=True))
     indexes = [i for i in indexes if i not in held]
     if not indexes:
@@ -360,16 +377,33 @@ def budget_reserve(*, run: Run, step: StepRun, spec: dict, definition: dict,
     names = [level.name for level in levels]
     Reservation.objects.bulk_create(
         Reservation(run=run, step=step, team_id=run.team_id, workflow_id=workflow_id, attempt=attempt,
-                    item=i, model=_model_of(body), levels=names, amount=each, created_at=at)
+                    item=i, turn=turn, model=_model_of(body), levels=names, amount=each,
+                    created_at=at)
         for i in indexes)
     return Reserved(warnings=[level for level in levels if level.warned_by(total)])
 
 
-def budget_settle(*, step_id: int, attempt: int, actual: Decimal, item: int = -1) -> None:
-    """Record what a reserved call cost (a replay changes nothing)."""
-    Reservation.objects.filter(step_id=step_id, attempt=attempt, item=item,
-                               state=Reservation.State.RESERVED).update(
-        state=Reservation.State.SETTLED, actual=actual, settled_at=now())
+def budget_settle(*, step_id: int, attempt: int, actual: Decimal, item: int = -1,
+                  turn: int | None = None) -> None:
+    """Record what a reserved call cost (a replay changes nothing).
+
+    With `turn`, `actual` is what that one call of the attempt cost. Without, it is what the
+    whole attempt cost: its calls still open take what its settled turns do not account for
+    (the last open one; an earlier open one, whose call never returned, nothing)."""
+    calls = Reservation.objects.filter(step_id=step_id, attempt=attempt, item=item)
+    if turn is not None:
+        calls.filter(turn=turn, state=Reservation.State.RESERVED).update(
+            state=Reservation.State.SETTLED, actual=actual, settled_at=now())
+        return
+    open_ = list(calls.filter(state=Reservation.State.RESERVED).order_by("turn").values_list("id", flat=True))
+    if not open_:
+        return
+    settled = committed_sum(calls.filter(state=Reservation.State.SETTLED))
+    at = now()
+    Reservation.objects.filter(id__in=open_[:-1]).update(
+        state=Reservation.State.SETTLED, actual=ZERO, settled_at=at)
+    Reservation.objects.filter(id=open_[-1]).update(
+        state=Reservation.State.SETTLED, actual=max(Decimal(actual) - settled, ZERO), settled_at=at)
 
 
 def budget_release(*, step_id: int, attempt: int | None = None) -> int:
@@ -380,9 +414,13 @@ def budget_release(*, step_id: int, attempt: int | None = None) -> int:
     return open_.update(state=Reservation.State.RELEASED, actual=ZERO, settled_at=now())
 
 
-def elapsed_denial(*, run: Run, definition: dict, step: str) -> dict | None:
-    """Why the run may not dispatch `step` now because of its wall-clock budget, or None."""
-    max_duration = (definition.get("budget") or {}).get("max_duration_s")
+def elapsed_denial(*, run: Run, definition: dict, step: str = "") -> dict | None:
+    """Why the run may not dispatch `step` (any step, for "") now because of its wall-clock
+    budget (an operator's raise, else the definition's), or None."""
+    return _past(run, run_duration_limit(run, definition), step)
+
+
+def _past(run, max_duration: int | None, step: str) -> dict | None:
     if max_duration is None or run.started_at is None:
         return None
     elapsed = (now() - run.started_at).total_seconds()
@@ -402,7 +440,7 @@ def budget_denial(*, run, definition: dict, spec: dict) -> dict | None:
         if projected > Decimal(str(max_cost)):
             return {"class": "budget", "step": spec["name"],
                     "message": f"projected cost ${projected:.4f} exceeds the budget ${Decimal(str(max_cost)):.2f}"}
-    denial = elapsed_denial(run=run, definition=definition, step=spec["name"])
+    denial = _past(run, (definition.get("budget") or {}).get("max_duration_s"), spec["name"])
     if denial:
         return {"class": "budget", "step": spec["name"], "message": denial["message"]}
     return None
@@ -471,10 +509,17 @@ def budget_limit_create(*, team: Team, actor: Actor, workflow: Workflow | None =
 
 def model_price_create(*, model: str, input_usd_per_mtok: Decimal, output_usd_per_mtok: Decimal,
                        actor: Actor, effective_from: datetime | None = None) -> ModelPrice:
-    """Record a model's price from `effective_from` (now) on. Audited. Only a superuser (or the
-    engine) sets prices: they apply to every team."""
+    """Record a model's price from `effective_from` (now) on: calls made from then on are
+    priced at it; calls made before keep the cost they were charged (it is stored on them).
+    Audited. Only a superuser (or the engine) sets prices: they apply to every team.
+
+    Raises Forbidden for anyone else, ValueError for a model the registry
+    (`STEPWISE_MODELS`) does not name, ValidationError for a negative price or a second price
+    of the model from the same moment."""
     if person(actor) is not None and not person(actor).is_superuser:
         raise Forbidden("only a superuser sets model prices")
+    if model not in settings.STEPWISE_MODELS:
+        raise ValueError(f"no model '{model}' is registered (STEPWISE_MODELS)")
     row = ModelPrice(model=model, input_usd_per_mtok=input_usd_per_mtok,
                      output_usd_per_mtok=output_usd_per_mtok, effective_from=effective_from or now())
     row.full_clean()
@@ -488,11 +533,13 @@ def model_price_create(*, model: str, input_usd_per_mtok: Decimal, output_usd_pe
     return row
 
 
-def override_record(*, run: Run, max_cost_usd: Decimal, reason: str, actor: Actor) -> BudgetOverride:
-    """Store an operator's raised limit on the run (the caller checks the permission, audits
-    through its event, and holds the run's lock)."""
-    override = BudgetOverride(run=run, max_cost_usd=max_cost_usd, reason=reason,
-                              created_by=person(actor), actor=label(actor))
+def override_record(*, run: Run, reason: str, actor: Actor, max_cost_usd: Decimal | None = None,
+                    max_duration_s: int | None = None) -> BudgetOverride:
+    """Store an operator's raised limit(s) on the run (the caller checks the permission, audits
+    through its event, and holds the run's lock). Raises ValidationError for a negative or
+    missing figure."""
+    override = BudgetOverride(run=run, max_cost_usd=max_cost_usd, max_duration_s=max_duration_s,
+                              reason=reason, created_by=person(actor), actor=label(actor))
     override.full_clean(exclude=["run"])
     override.save()
     return override

@@ -3,7 +3,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from budgets.api import BudgetLimitViewSet, CostsView
+from budgets.api import BudgetLimitViewSet, CostsView, ModelPriceViewSet
 from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
@@ -22,6 +22,7 @@ router.register("triggers", TriggerViewSet, basename="trigger")
 router.register("event-dead-letters", EventDeadLetterViewSet, basename="eventdeadletter")
 router.register("tools", ToolViewSet, basename="tool")
 router.register("budget-limits", BudgetLimitViewSet, basename="budgetlimit")
+router.register("model-prices", ModelPriceViewSet, basename="modelprice")
 router.register("templates", TemplateViewSet, basename="template")
 
 urlpatterns = [

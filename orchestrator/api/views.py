@@ -390,15 +390,16 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
 
     @extend_schema(request=BudgetRaiseSerializer,
                    responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS},
-                   description="Raise the run's cost limit (stored on the run, audited; the "
-                   "definition is unchanged) and resume it if it is paused. Operators only; "
-                   "409 once the run has ended.")
+                   description="Raise the run's cost limit, its duration limit or both (stored "
+                   "on the run, audited; the definition is unchanged) and resume it if it is "
+                   "paused. Operators only; 409 once the run has ended.")
     @action(detail=True, methods=["post"], parser_classes=[JSONBodyParser])
     def budget(self, request, pk=None):
         run = self.get_object()
         body = valid_data(BudgetRaiseSerializer(data=request.data))
-        run_budget_raise(run_id=run.id, max_cost_usd=body["max_cost_usd"].quantize(Decimal("0.000001")),
-                         reason=body["reason"], actor=request.user)
+        cost = body.get("max_cost_usd")
+        run_budget_raise(run_id=run.id, max_cost_usd=None if cost is None else cost.quantize(Decimal("0.000001")),
+                         max_duration_s=body.get("max_duration_s"), reason=body["reason"], actor=request.user)
         return self._accepted(run)
 
     @extend_schema(request=None, responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS,

@@ -27,6 +27,8 @@ MAP_ITEM_TYPES = ("agent", "tool")
 # A loop's body runs on workers only: no gate, map, child run or loop inside an iteration.
 LOOP_BODY_TYPES = ("agent", "tool", "router")
 ON_ERROR_CHOICES = ("fail", "pause", "continue")
+# A run past budget.max_duration_s: paused for an operator, or failed (timed_out).
+ON_DURATION_CHOICES = ("pause", "fail")
 JOIN_CHOICES = ("all", "any")
 BACKOFF_CHOICES = ("exponential", "linear", "fixed")
 ROUTER_STRATEGIES = ("rules", "score", "llm")
@@ -42,6 +44,7 @@ RISK_TIERS = ("low", "medium", "high", "critical")
 ACTION_TYPE_PATTERN = r"^[a-z][a-z0-9_.]{0,63}$"
 
 DEFAULT_ON_ERROR = "fail"
+DEFAULT_ON_DURATION = "pause"
 DEFAULT_MAX_PARALLEL = 10
 DEFAULT_JOIN = "all"
 DEFAULT_TIMEOUT_S = 300
@@ -1024,6 +1027,13 @@ def shared_format_schema() -> dict:
                         "exclusiveMinimum": 0,
                         "maximum": limits.MAX_RUN_DURATION_S,
                         "description": "Wall-clock seconds (null: no limit).",
+                    },
+                    "on_duration": {
+                        "enum": list(ON_DURATION_CHOICES),
+                        "default": DEFAULT_ON_DURATION,
+                        "description": "A run past max_duration_s: pause it (its running steps "
+                                       "are stopped and run again once an operator raises the "
+                                       "limit and resumes it) or fail it (timed_out).",
                     },
                 },
             },

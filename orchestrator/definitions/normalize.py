@@ -18,6 +18,7 @@ from .format import (
     DEFAULT_MAX_PARALLEL,
     DEFAULT_MERGE,
     DEFAULT_MIN_CONFIDENCE,
+    DEFAULT_ON_DURATION,
     DEFAULT_ON_ERROR,
     DEFAULT_OUTSIDE_TIER,
     DEFAULT_REPAIR_ATTEMPTS,
@@ -39,6 +40,7 @@ def normalize_definition(doc: dict) -> dict:
     budget = result.setdefault("budget", {})
     budget.setdefault("max_cost_usd", None)
     budget.setdefault("max_duration_s", None)
+    budget.setdefault("on_duration", DEFAULT_ON_DURATION)
     audit = result.setdefault("audit", {})
     audit.setdefault("sensitive", [])
     audit.setdefault("store_prompts", DEFAULT_AUDIT_STORE)

@@ -4,7 +4,10 @@ The contract is the step's `output_schema`, or — for a step that declares `pro
 proposal envelope over the declared action allowlist (`orchestrator.definitions.proposals`). A reply is
 checked strictly (unknown fields and enum values are rejected). A reply that fails is sent
 back once per allowed repair (`repair_attempts`, default 1) with the problems listed; every
-call's tokens are summed into the attempt, so budgets see repairs. After the bound the
+call's tokens are summed into the attempt, so budgets see repairs. Each repair turn is a model
+call of its own for budgets too: it is reserved before it is made (`ctx.reserve_call`; a turn
+that would cross a limit is not made) and every call is settled to its cost once it returns
+(`ctx.settle_call`), like an attempt. After the bound the
 attempt fails as `invalid_output` — never a crash, never half-checked data flowing on.
 
 A proposal that passes is normalized and hashed, and our code — not the model — adds the
@@ -14,6 +17,7 @@ an action is performed only by a tool step the definition names.
 """
 import time
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 
 from audit.services import external_call_authorize
 from budgets.services import cost_of
@@ -47,6 +51,9 @@ class Conversation:
     deadline: float
     tokens_in: int = 0
     tokens_out: int = 0
+    # Each call priced when it returned (a price change mid-attempt does not reprice it).
+    cost_usd: Decimal = Decimal(0)
+    last_cost_usd: Decimal = Decimal(0)
     model_id: str = ""
     meta: dict = field(default_factory=dict)
 
@@ -70,13 +77,13 @@ class Conversation:
             raise self.failed(error) from error
         self.tokens_in += reply.tokens_in
         self.tokens_out += reply.tokens_out
+        self.last_cost_usd = cost_of(self.config, reply.tokens_in, reply.tokens_out, model=self.spec["model"])
+        self.cost_usd += self.last_cost_usd
         self.model_id = reply.model_id or self.model_id
         return reply
 
     def result(self, output: object) -> Result:
-        return Result(output, self.tokens_in, self.tokens_out,
-                      cost_of(self.config, self.tokens_in, self.tokens_out, model=self.spec["model"]),
-                      self.spec["model"], self.provider.name,
+        return Result(output, self.tokens_in, self.tokens_out, self.cost_usd, self.spec["model"], self.provider.name,
                       {**self.meta, "model_id": self.model_id or self.model_name()})
 
     def failed(self, error: StepError) -> SpentStepError:
@@ -165,12 +172,20 @@ def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
     messages: list[dict] = []
     for repair in range(bound + 1):
         talk.meta["repair_count"] = repair
+        if repair and ctx.reserve_call:
+            # Budgets: a repair turn is reserved like an attempt before it is made.
+            try:
+                ctx.reserve_call(repair)
+            except StepError as error:
+                raise talk.failed(error) from error
         # Audit: the entry authorizing this model call is committed before the call is made,
         # so a worker that dies during the call leaves the evidence (audit.services).
         external_call_authorize(ctx=ctx, spec=spec, step_input=step_input, kind="model",
                                 target=f"{talk.provider.name}:{talk.model_name()}",
                                 request={"system": system, "prompt": prompt, "repair": repair})
         reply = talk.ask(replace(request, messages=tuple(messages)))
+        if ctx.settle_call:
+            ctx.settle_call(repair, talk.last_cost_usd)
         problems, value = problems_of(spec, reply)
         if not problems:
             return talk.result(_output(spec, value, step_input, repair, talk))

@@ -32,6 +32,13 @@ class ExecContext:
     # to remotes that can refuse a stale writer. 0: unfenced (a compensation, one worker at a
     # time under the run's compensation lease).
     fencing_token: int = 0
+    # Budgets (docs/budgets.md): `reserve_call(turn)` reserves one more model call of this
+    # attempt — its repair turn number `turn` — against every limit before it is made, and
+    # raises StepError when it may not be made (class `budget`: the run is paused for it);
+    # `settle_call(turn, cost_usd)` records what a call cost once it returned. The step
+    # services provide them; None: nothing is reserved (a direct call in a test).
+    reserve_call: Callable[[int], None] | None = None
+    settle_call: Callable[[int, Decimal], None] | None = None
 
 
 @dataclass(frozen=True)

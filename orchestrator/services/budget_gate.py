@@ -2,13 +2,16 @@
 
 `dispatch_reserve` is called, in the transaction that dispatches and with the run row locked,
 before a step's first attempt (`scheduling.run_advance`), a retry (`kinds.worker`), a map
-item's attempt (`kinds.map_step`) and an operator's retry or redrive (`kinds.worker.step_requeue`).
+item's attempt (`kinds.map_step`), an operator's retry or redrive (`kinds.worker.step_requeue`)
+and an agent attempt's repair turn (`kinds.worker.repair_reserve`, from the worker mid-attempt).
 A loop step reserves each iteration the same way (`items=[iteration]`). It reserves the call's
 projected cost against every level (`budgets.services.budget_reserve`), alerts once when a level
 passes its warning fraction, and on a denial alerts and returns the run's pause reason —
 nothing is reserved then, and the caller does not dispatch.
 
-`run_pause_for_budget` pauses a run for such a reason from outside the scheduler.
+`duration_denial` is the same check for the run's wall-clock limit alone (the reaper's, for a run
+past its deadline). `run_pause_for_budget` pauses a run for such a reason from outside the
+scheduler.
 """
 from budgets.alerts import budget_alert
 from budgets.services import budget_reserve, elapsed_denial
@@ -20,16 +23,15 @@ from ..states import RunState
 
 
 def dispatch_reserve(run: Run, step: StepRun, spec: dict, definition: dict, *, attempt: int,
-                     items: list[int] | None = None) -> dict | None:
-    """Reserve one dispatch of `step` (its `attempt`, or one call per map item in `items`).
-    Returns None when it may go, else the `budget` error to pause the run with."""
-    late = elapsed_denial(run=run, definition=definition, step=step.name)
+                     items: list[int] | None = None, turn: int = 0) -> dict | None:
+    """Reserve one dispatch of `step` (its `attempt`, or one call per map item in `items`, or
+    the attempt's repair `turn`). Returns None when it may go, else the `budget` error to
+    pause the run with."""
+    late = duration_denial(run, definition, step=step.name)
     if late:
-        budget_alert(kind="budget.denied", run=run, key=f"run:{run.id}:run.duration",
-                     level="run.duration", message=late["message"])
         return late
     reserved = budget_reserve(run=run, step=step, spec=spec, definition=definition,
-                              attempt=attempt, items=items)
+                              attempt=attempt, items=items, turn=turn)
     for level in reserved.warnings:
         budget_alert(kind="budget.warning", run=run, key=f"{level.key}:warn", level=level.name,
                      message=f"${level.committed:.4f} of ${level.limit:.2f} was committed before "
@@ -40,6 +42,16 @@ def dispatch_reserve(run: Run, step: StepRun, spec: dict, definition: dict, *, a
     budget_alert(kind="budget.denied", run=run, key=f"run:{run.id}:{denial.level}:{denial.limit}",
                  level=denial.level, message=denial.message)
     return denial.as_error()
+
+
+def duration_denial(run: Run, definition: dict, *, step: str = "") -> dict | None:
+    """The run's `budget` error when it is past its duration limit (alerted once per limit),
+    else None."""
+    late = elapsed_denial(run=run, definition=definition, step=step)
+    if late:
+        budget_alert(kind="budget.denied", run=run, key=f"run:{run.id}:run.duration:{late['limit_s']}",
+                     level="run.duration", message=late["message"])
+    return late
 
 
 def run_pause_for_budget(run: Run, error: dict, *, actor: Actor = SCHEDULER) -> bool:

@@ -6,6 +6,7 @@ in the run's team (`authz`), re-checks the run's and step's state under the run'
 recorded as events (and so in the audit ledger). A redriven or retried side effect is not
 repeated: the effect ledger returns what it did the first time.
 """
+from datetime import timedelta
 from decimal import Decimal
 
 from django.db import transaction
@@ -87,12 +88,13 @@ def run_resume(*, run_id, actor: Actor) -> Run:
     return run
 
 
-def run_budget_raise(*, run_id, max_cost_usd: Decimal, reason: str, actor: Actor,
-                     resume: bool = True) -> Run:
-    """Raise one run's cost limit (an override stored on the run; its definition is unchanged)
-    and, with `resume`, resume it if it is paused. Raises Forbidden without budget.raise in the
-    run's team, NotAllowed for an ended run or an empty reason, ValidationError for a negative
-    amount."""
+def run_budget_raise(*, run_id, reason: str, actor: Actor, max_cost_usd: Decimal | None = None,
+                     max_duration_s: int | None = None, resume: bool = True) -> Run:
+    """Raise one run's cost limit, its duration limit (seconds from its start), or both — an
+    override stored on the run; its definition is unchanged — and, with `resume`, resume it if
+    it is paused. A raised duration moves the run's deadline, so the reaper leaves it running.
+    Raises Forbidden without budget.raise in the run's team, NotAllowed for an ended run, an
+    empty reason or nothing to raise, ValidationError for a negative amount."""
     with transaction.atomic():
         run = lock_run(run_id)
         require(actor, Action.BUDGET_RAISE, team=run.team)
@@ -100,10 +102,20 @@ def run_budget_raise(*, run_id, max_cost_usd: Decimal, reason: str, actor: Actor
             raise NotAllowed(f"run {run.id} is {run.state}; its budget can no longer change")
         if not reason.strip():
             raise NotAllowed("say why the budget is raised")
-        override = override_record(run=run, max_cost_usd=Decimal(str(max_cost_usd)), reason=reason,
-                                   actor=actor)
-        event_record(run=run, kind="budget.overridden", actor=label(actor),
-                     payload={"max_cost_usd": str(override.max_cost_usd), "reason": reason})
+        if max_cost_usd is None and max_duration_s is None:
+            raise NotAllowed("say what to raise: max_cost_usd, max_duration_s or both")
+        override = override_record(
+            run=run, reason=reason, actor=actor, max_duration_s=max_duration_s,
+            max_cost_usd=None if max_cost_usd is None else Decimal(str(max_cost_usd)))
+        raised = {"reason": reason}
+        if override.max_cost_usd is not None:
+            raised["max_cost_usd"] = str(override.max_cost_usd)
+        if override.max_duration_s is not None:
+            raised["max_duration_s"] = override.max_duration_s
+            if run.started_at:
+                run.deadline_at = run.started_at + timedelta(seconds=override.max_duration_s)
+                run.save(update_fields=["deadline_at"])
+        event_record(run=run, kind="budget.overridden", actor=label(actor), payload=raised)
         if resume and run.state == RunState.PAUSED and not run.steps.filter(state__in=STEP_RECOVERABLE).exists():
             run.resume()
             run.save()

@@ -1,6 +1,7 @@
 """The reaper: a periodic sweep (Celery beat) over persisted state.
 
-It enforces what no stuck worker can: step and map item timeouts, expired leases, due retries,
+It enforces what no stuck worker can: step and map item timeouts, runs past their duration
+(paused or timed out per `budget.on_duration`, their running steps stopped), expired leases, due retries,
 lost messages, lost chord callbacks, finished children, approval deadlines (a gate's timeout:
 escalate, reject or expire) and reminders, notifications whose delivery is due again, and flags
 runs that stopped moving. Every action goes through the same service a worker would call, so a sweep
@@ -10,7 +11,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 
 from approvals.services import approval_reminders_send
 from notifications.services import callbacks_resend, notifications_resend
@@ -32,7 +33,7 @@ def reap() -> dict[str, int]:
     """One sweep. Returns how many of each thing it acted on."""
     at = now()
     report = {"timed_out": 0, "leases": 0, "retries": 0, "redispatched": 0, "joined": 0,
-              "items_resent": 0, "children": 0, "stuck": 0, "runs_timed_out": 0,
+              "items_resent": 0, "children": 0, "stuck": 0, "runs_timed_out": 0, "runs_paused": 0,
               "compensations": 0, "approval_reminders": 0, "notifications": 0,
               "callbacks": 0}
     late = StepRun.objects.filter(state__in=[StepState.RUNNING, StepState.WAITING], deadline_at__lt=at)
@@ -45,8 +46,9 @@ def reap() -> dict[str, int]:
     stale = at - timedelta(seconds=settings.STEPWISE_REDISPATCH_AFTER_S)
     for step_id in _ids(state=StepState.QUEUED, queued_at__lt=stale):
         report["redispatched"] += worker.step_redispatch(step_id=step_id)
-    for run_id in Run.objects.filter(state__in=RUN_LIVE, deadline_at__lt=at).values_list("id", flat=True)[:BATCH]:
-        report["runs_timed_out"] += runs.run_time_out(run_id=run_id)
+    for run_id in _late_runs(at):
+        if outcome := runs.run_over_duration(run_id=run_id):
+            report[f"runs_{outcome}"] += 1
     _sweep_compensations(stale, report)
     _sweep_maps(stale, report)
     _sweep_children(report)
@@ -55,6 +57,17 @@ def reap() -> dict[str, int]:
     report["notifications"] = notifications_resend()
     report["callbacks"] = callbacks_resend()
     return report
+
+
+def _late_runs(at) -> list:
+    """Live runs past their deadline, but not one of the `pause` policy already paused with
+    nothing left running (it waits for an operator: sweeping it again would change nothing).
+    A paused run of the `fail` policy is timed out."""
+    running = StepRun.objects.filter(run=OuterRef("pk"), state=StepState.RUNNING)
+    late = Run.objects.filter(state__in=RUN_LIVE, deadline_at__lt=at).exclude(
+        Q(state=RunState.PAUSED) & ~Exists(running)
+        & ~Q(version__normalized__budget__on_duration="fail"))
+    return list(late.values_list("id", flat=True)[:BATCH])
 
 
 def _ids(**filters) -> list[int]:

@@ -1,4 +1,5 @@
-"""A run's life as a whole: starting it, timing it out and cancelling it.
+"""A run's life as a whole: starting it, pausing or timing it out past its duration, and
+cancelling it.
 
 A run moves forward and ends through `scheduling` (every step that ends calls it); the
 services here are the ones an entry point calls for a whole run. Each checks the actor's
@@ -11,7 +12,7 @@ from django.db import IntegrityError, transaction
 from jsonschema import Draft202012Validator
 
 from audit.redaction import keyed_hash
-from budgets.services import budget_admit
+from budgets.services import budget_admit, duration_policy
 from notifications.services import callback_problems, run_callback_register
 
 from ..authz import REAPER, Action, Actor, is_person, label, may, require
@@ -23,8 +24,10 @@ from ..events import event_record
 from ..hashing import digest_of
 from ..models import Run, StepRun, WorkflowVersion
 from ..secret_inputs import seal_for, secret_paths, split
-from ..selectors import lock_run
-from ..states import RUN_CANCELLABLE, RUN_LIVE, RunState
+from ..selectors import definition_of, lock_run
+from ..states import RUN_CANCELLABLE, RUN_LIVE, RunState, StepState
+from .budget_gate import duration_denial, run_pause_for_budget
+from .kinds import handler_for
 from .scheduling import run_advance, run_ended_notify, run_settle_cancel, steps_stop
 
 
@@ -173,18 +176,54 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
     return run
 
 
+def run_over_duration(*, run_id) -> str:
+    """A live run past its deadline (`budget.max_duration_s`, or an operator's raise of it),
+    per its definition's `budget.on_duration`:
+
+    - `pause` (the default): the run is paused with the reason (level `run.duration`) and an
+      alert goes out; its running steps are stopped and held, to run again once an operator
+      raises the run's duration (`operators.run_budget_raise`) and it resumes;
+    - `fail`: the run is timed out and every step stopped (`run_time_out`).
+
+    Returns what it did ("paused", "timed_out"), or "" when the run is not live or not late,
+    or is paused already with nothing running.
+    """
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if run.state not in RUN_LIVE or not run.deadline_at or run.deadline_at > now():
+            return ""
+        definition, _ = definition_of(run)
+        if duration_policy(definition) == "fail":
+            _time_out(run)
+            return "timed_out"
+        late = duration_denial(run, definition)
+        if late is None:  # the deadline predates a raise of the limit: not late after all
+            return ""
+        paused = run_pause_for_budget(run, late, actor=REAPER)
+        stopped = [handler_for(step.kind).stop(run, step, reason=late["message"], hold=True, actor=REAPER)
+                   for step in run.steps.filter(state=StepState.RUNNING)]
+    return "paused" if paused or any(stopped) else ""
+
+
 def run_time_out(*, run_id) -> bool:
-    """End a live run past its wall-clock budget. False if it is not live or not late."""
+    """End a live run past its wall-clock budget (`timed_out`), its steps stopped — running
+    ones too. False if it is not live or not late."""
     with transaction.atomic():
         run = lock_run(run_id)
         if run.state not in RUN_LIVE or not run.deadline_at or run.deadline_at > now():
             return False
-        steps_stop(run, reason="run timed out", actor=REAPER)
-        run.time_out(error={"class": "timeout", "message": "the run exceeded budget.max_duration_s"})
-        run.save()
-        event_record(run=run, kind="run.timed_out", actor=label(REAPER), payload=run.error)
-        run_ended_notify(run)
+        _time_out(run)
     return True
+
+
+def _time_out(run: Run) -> None:
+    for step in run.steps.filter(state=StepState.RUNNING):
+        handler_for(step.kind).stop(run, step, reason="run timed out", hold=False, actor=REAPER)
+    steps_stop(run, reason="run timed out", actor=REAPER)
+    run.time_out(error={"class": "timeout", "message": "the run exceeded budget.max_duration_s"})
+    run.save()
+    event_record(run=run, kind="run.timed_out", actor=label(REAPER), payload=run.error)
+    run_ended_notify(run)
 
 
 def run_cancel(*, run_id, actor: Actor, reason: str = "run cancelled") -> Run:

@@ -129,6 +129,36 @@ def test_an_operator_raises_a_paused_runs_limit_and_it_goes_on(team, operator, s
                               "remaining_usd": "0.400000", "overridden": True}
 
 
+def test_an_operator_raises_a_run_paused_for_its_duration_and_it_goes_on(team, operator, move_clock):
+    from orchestrator.services import reaper
+    from tests.conftest import client_for
+
+    version, _ = workflow_save(team=team, definition={
+        "name": "slow", "input_schema": {"type": "object"}, "budget": {"max_duration_s": 60},
+        "steps": [{"name": "wait", "type": "tool", "tool": "core.echo"}]}, actor=SETUP)
+    run = run_start(version=version, input={}, actor=SETUP)
+    move_clock(61)
+    reaper.reap()
+    api = client_for(operator)
+    paused = api.get(f"/api/v1/runs/{run.id}/").json()
+    assert paused["state"] == "paused" and paused["error"]["level"] == "run.duration"
+
+    nothing = api.post(f"/api/v1/runs/{run.id}/budget/", {"reason": "more time"}, format="json")
+    assert nothing.status_code == 400 and nothing.json()["errors"][0]["path"] == "max_cost_usd"
+    for bad in (0, -5, "soon", 10**9):
+        refused = api.post(f"/api/v1/runs/{run.id}/budget/", {"max_duration_s": bad, "reason": "x"},
+                           format="json")
+        assert refused.status_code == 400 and refused.json()["errors"][0]["path"] == "max_duration_s"
+    response = api.post(f"/api/v1/runs/{run.id}/budget/", {"max_duration_s": 3600, "reason": "more time"},
+                        format="json")
+
+    assert response.status_code == 202, response.json()
+    body = response.json()
+    assert body["state"] == "running"
+    assert Run.objects.get(pk=run.pk).budget_overrides.get().max_duration_s == 3600
+    assert body["budget"]["overridden"] is False  # the cost limit was not raised
+
+
 def test_the_estimate_uses_the_reservations_estimator_and_starts_nothing(api, team, settings, move_clock):
     settings.STEPWISE_DEFAULT_STEP_COST_USD = "0.10"
     definition = {"name": "plan", "input_schema": {"type": "object"}, "budget": {"max_cost_usd": 0.25},

@@ -32,7 +32,7 @@ def test_top_level_defaults_are_filled():
     assert normalized["on_error"] == "fail"
     assert normalized["max_parallel"] == 10
     assert normalized["description"] == ""
-    assert normalized["budget"] == {"max_cost_usd": None, "max_duration_s": None}
+    assert normalized["budget"] == {"max_cost_usd": None, "max_duration_s": None, "on_duration": "pause"}
 
 
 def test_step_defaults_are_filled(support_workflow):

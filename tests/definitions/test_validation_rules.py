@@ -58,6 +58,7 @@ STRUCTURE = [
     ),
     case("negative-budget", put((("budget", "max_cost_usd"), -1)), "budget.max_cost_usd", ">= 0"),
     case("zero-duration", put((("budget", "max_duration_s"), 0)), "budget.max_duration_s", "> 0"),
+    case("bad-on-duration", put((("budget", "on_duration"), "cancel")), "budget.on_duration", "pause, fail"),
     case("bad-on-error", put((("on_error",), "explode")), "on_error", "fail, pause, continue"),
     case("zero-max-parallel", put((("max_parallel",), 0)), "max_parallel", ">= 1"),
     case("step-not-mapping", put((("steps", 1), "research")), "steps[1]", "must be a mapping"),

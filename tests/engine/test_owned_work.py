@@ -67,7 +67,7 @@ def parent_run(team, owned: str, way: str) -> Run:
          "compensate": {"tool": "core.echo", "params": {"undo": True}}},
         {"name": "boom", "type": "tool", "tool": "core.echo"}]}
     if way == "run timed out":
-        definition["budget"] = {"max_duration_s": 30}
+        definition["budget"] = {"max_duration_s": 30, "on_duration": "fail"}
     return run_start(version=save(team, definition), input={"items": [1, 2, 3]}, actor=SETUP)
 
 

@@ -13,6 +13,7 @@ from orchestrator.models import DeadLetter, Event, Run, StepRun
 from orchestrator.services import reaper
 from orchestrator.services.kinds.human_gate import approval_grant
 from orchestrator.services.kinds.worker import Usage, step_claim, step_succeed
+from orchestrator.services.operators import run_budget_raise, run_resume
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
@@ -84,10 +85,11 @@ def test_a_late_result_after_the_timeout_changes_nothing(team, move_clock):
 # --- a run past its deadline (budget.max_duration_s) -------------------------------------------
 
 
-def test_a_run_past_max_duration_is_timed_out_and_its_steps_stopped(team, move_clock):
-    run = start(team, echo(), echo("next", after=["work"]), budget={"max_duration_s": 30})
+def test_a_run_past_max_duration_with_the_fail_policy_is_timed_out_and_its_steps_stopped(team, move_clock, long_lease):
+    run = start(team, echo(), echo("next", after=["work"]),
+                budget={"max_duration_s": 30, "on_duration": "fail"})
     assert (run.deadline_at - run.started_at).total_seconds() == 30
-    claim(run)
+    attempt = claim(run).attempt
 
     move_clock(29.9)
     assert reaper.reap()["runs_timed_out"] == 0 and state_of(run) == "running"
@@ -98,7 +100,102 @@ def test_a_run_past_max_duration_is_timed_out_and_its_steps_stopped(team, move_c
     assert run.state == "timed_out"
     assert run.error == {"class": "timeout", "message": "the run exceeded budget.max_duration_s"}
     assert state_of(run, "next") == "cancelled"
+    # The running step is stopped by the reaper, not left to its worker: its attempt ends.
+    work = run.steps.get(name="work")
+    assert work.state == "cancelled"
+    assert list(work.attempt_records.values_list("outcome", "error_class")) == [("stopped", "budget")]
+    assert Event.objects.filter(step=work, kind="step.cancelled", actor="service:reaper").exists()
+    assert not step_succeed(step_id=work.id, attempt=attempt, output={}, usage=Usage(), worker="test")
     assert reaper.reap()["runs_timed_out"] == 0  # once
+
+
+def test_a_paused_run_past_max_duration_with_the_fail_policy_is_timed_out(team, move_clock, settings):
+    settings.STEPWISE_DEFAULT_STEP_COST_USD = "0.10"
+    thinker = {"name": "think", "type": "agent", "model": "fast", "prompt": "hi",
+               "output_schema": {"type": "object"}}
+    run = start(team, thinker, budget={"max_cost_usd": 0.05, "max_duration_s": 30, "on_duration": "fail"})
+    assert state_of(run) == "paused"  # its step would cross the cost limit
+
+    move_clock(31)
+    assert reaper.reap()["runs_timed_out"] == 1
+    assert state_of(run) == "timed_out" and state_of(run, "think") == "cancelled"
+
+
+def test_a_run_past_max_duration_is_paused_by_default_and_its_running_step_held(team, move_clock, long_lease):
+    run = start(team, echo(), echo("next", after=["work"]), budget={"max_duration_s": 30})
+    assert run.version.normalized["budget"]["on_duration"] == "pause"
+    attempt = claim(run).attempt
+
+    move_clock(30.1)
+    report = reaper.reap()
+    assert (report["runs_paused"], report["runs_timed_out"]) == (1, 0)
+    run.refresh_from_db()
+    assert run.state == "paused"
+    assert run.error == {"class": "budget", "level": "run.duration", "step": "", "limit_s": 30,
+                         "elapsed_s": 30, "message": "elapsed 30s exceeds the budget of 30s"}
+    work = run.steps.get(name="work")
+    assert (work.state, work.error["class"]) == ("retrying", "budget")
+    assert list(work.attempt_records.values_list("outcome", "error_class")) == [("stopped", "budget")]
+    held = Event.objects.get(step=work, kind="step.retrying")
+    assert (held.actor, held.payload["held"]) == ("service:reaper", True)
+    assert Event.objects.filter(run=run, kind="run.paused", actor="service:reaper").exists()
+    # The worker that was running it comes back too late: its result is stale.
+    assert not step_succeed(step_id=work.id, attempt=attempt, output={}, usage=Usage(), worker="test")
+    assert state_of(run, "next") == "blocked"
+    # Paused with nothing running: the sweep leaves it to an operator, and retries nothing.
+    move_clock(60)
+    report = reaper.reap()
+    assert (report["runs_paused"], report["retries"]) == (0, 0) and state_of(run, "work") == "retrying"
+
+
+def test_a_paused_over_duration_run_completes_after_an_operator_raises_its_duration(
+        team, operator, move_clock, long_lease):
+    run = start(team, echo(), echo("next", after=["work"]), budget={"max_duration_s": 30})
+    claim(run)
+    move_clock(31)
+    reaper.reap()
+    assert state_of(run) == "paused"
+
+    run_budget_raise(run_id=run.id, max_duration_s=120, reason="slow remote today", actor=operator)
+
+    run.refresh_from_db()
+    assert run.state == "running"
+    assert (run.deadline_at - run.started_at).total_seconds() == 120
+    raised = Event.objects.get(run=run, kind="budget.overridden")
+    assert raised.payload == {"reason": "slow remote today", "max_duration_s": 120}
+    assert run.budget_overrides.get().max_cost_usd is None
+    # The held step is due: the reaper queues a new attempt, and the run goes on to the end.
+    assert reaper.reap()["retries"] == 1 and state_of(run, "work") == "queued"
+    finish(run, "work")
+    finish(run, "next")
+    assert state_of(run) == "completed"
+    assert reaper.reap()["runs_paused"] == 0
+
+
+def test_resuming_an_over_duration_run_without_raising_pauses_it_again(team, operator, move_clock, long_lease):
+    run = start(team, echo(), echo("next", after=["work"]), budget={"max_duration_s": 30})
+    claim(run)
+    move_clock(31)
+    reaper.reap()
+    run_resume(run_id=run.id, actor=operator)
+    assert state_of(run) == "running"
+
+    reaper.reap()  # the held step is due: its dispatch finds the run still past its deadline
+    run.refresh_from_db()
+    assert (run.state, run.error["level"]) == ("paused", "run.duration")
+    assert state_of(run, "work") == "retrying"  # never queued: the run paused first
+
+
+@pytest.fixture
+def long_lease(settings):
+    """The worker running a step keeps its lease through the test (as its heartbeat would), so
+    the reaper stops the step for the run's deadline, not as a lost attempt."""
+    settings.STEPWISE_LEASE_S = 3600
+
+
+def finish(run: Run, name: str) -> None:
+    step_succeed(step_id=run.steps.get(name=name).id, attempt=claim(run, name).attempt, output={},
+                 usage=Usage(), worker="test")
 
 
 def test_a_run_without_max_duration_has_no_deadline(team, move_clock):

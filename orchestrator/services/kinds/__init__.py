@@ -9,7 +9,7 @@
   `max_iterations` times.
 
 A kind module implements `StepKindHandler` and registers it here. The scheduler starts a step,
-the reaper times one out and `step_end` releases what an ended step owned only through this
+the reaper times one out or stops it and `step_end` releases what an ended step owned only through this
 registry, so they never import a kind module (which imports them): the import graph stays
 one-way. `orchestrator.services` imports every kind module, which registers it.
 """
@@ -33,6 +33,13 @@ class StepKindHandler:
         """The reaper's verdict on a step past its deadline (in a transaction of its own).
         False if the step had moved on already."""
         raise NotImplementedError
+
+    def stop(self, run: Run, step: StepRun, *, reason: str, hold: bool, actor) -> bool:
+        """Stop the step while it runs, for its run's budget (the run is past its duration):
+        held to run again once the run resumes (`hold`), or cancelled. False if this kind has
+        nothing running to stop: it stops at its next safe point, as the run is no longer
+        advancing."""
+        return False
 
     def release(self, run: Run, step: StepRun, *, actor) -> None:
         """The step ended other than completed: stop everything it owns (an open approval, a

@@ -122,7 +122,9 @@ def map_item_run(*, step_id: int, index: int) -> ItemOutcome:
                       step_id=item.step_id, scrub=secrets.scrub, fencing_token=attempt,
                       effects=partial(effect_perform, step_id=item.step_id, key=key, fence=attempt,
                                       holds=lambda: _owned(item, attempt).exists(),
-                                      scrub=secrets.scrub))
+                                      scrub=secrets.scrub),
+                      reserve_call=partial(_item_call_reserve, item=item, attempt=attempt),
+                      settle_call=partial(_item_call_settle, item=item, attempt=attempt))
     try:
         with heartbeat(lambda: bool(_owned(item, attempt).update(lease_expires_at=lease_until())),
                        name=f"item-{item.id}"):
@@ -167,6 +169,27 @@ def _take_slot(item: MapItem, run: Run, *, cap: int, timeout_s: int) -> tuple[st
         return DONE, MapItem.objects.values_list("attempts", flat=True).get(id=item.id)
 
 
+def _item_call_reserve(turn: int, *, item: MapItem, attempt: int) -> None:
+    """Before an item attempt's repair `turn` is sent: reserve it like the attempt (run
+    locked). Raises StepError `budget` when a limit would be crossed (the run is paused, the
+    call not made), `lost` when the attempt no longer holds the item."""
+    with transaction.atomic():
+        run = lock_run(item.step.run_id)
+        if not _owned(item, attempt).exists():
+            raise StepError("lost", f"attempt {attempt} no longer holds item {item.index}")
+        definition, graph = definition_of(run)
+        denial = dispatch_reserve(run, item.step, graph.steps[item.step.name], definition,
+                                  attempt=attempt, items=[item.index], turn=turn)
+        if denial:
+            run_pause_for_budget(run, denial, actor=CHORD)
+    if denial:
+        raise StepError("budget", denial["message"])
+
+
+def _item_call_settle(turn: int, cost_usd: Decimal, *, item: MapItem, attempt: int) -> None:
+    budget_settle(step_id=item.step_id, attempt=attempt, item=item.index, turn=turn, actual=cost_usd)
+
+
 def _in_flight(run_id, at):
     """The run's items under a live lease: what max_parallel caps."""
     return MapItem.objects.filter(step__run_id=run_id, done=False, lease_expires_at__gt=at)
@@ -198,8 +221,16 @@ def _finish(item: MapItem, attempt: int, *, output, error: dict | None, spent) -
 
 
 def _attempt_failed(item: MapItem, attempt: int, spec: dict, error: StepError, *, spent=None) -> ItemOutcome:
-    """An attempt ended in `error`: the item's retry policy decides between another and done."""
+    """An attempt ended in `error`: the item's retry policy decides between another and done.
+    An attempt stopped for the run's budget is neither: the item waits, due, and is sent again
+    once the run is resumed (the reaper), without spending a retry."""
     at = now()
+    if error.error_class == "budget":
+        _charge(item, spent)
+        _settle(item, attempt, spent)
+        _owned(item, attempt).update(lease_expires_at=None, deadline_at=None, due_at=at,
+                                     error=error.as_dict())
+        return ItemOutcome(SKIPPED)
     when = retry_at(spec["retry"], attempts=attempt, error=error, at=at)
     if when is None:
         _finish(item, attempt, output=None, error=error.as_dict(), spent=spent)

@@ -104,6 +104,9 @@ class WorkerStep(StepKindHandler):
             _fail_or_retry(run, step, StepError("timeout", reason), actor=REAPER)
         return True
 
+    def stop(self, run: Run, step: StepRun, *, reason: str, hold: bool, actor: Actor) -> bool:
+        return step_stop(run, step, reason=reason, hold=hold, actor=actor)
+
     # release: nothing to do; a running attempt stops at its next safe point (the effect
     # ledger refuses to start an effect for a run that is no longer live).
 
@@ -149,7 +152,9 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str) -> None:
                                       holds=partial(claim_holds, step_id=step_id, attempt=claim.attempt),
                                       scrub=secrets.scrub),
                       params_override=claim.params_override, scrub=secrets.scrub,
-                      fencing_token=claim.attempt)
+                      fencing_token=claim.attempt,
+                      reserve_call=partial(repair_reserve, step_id=step_id, attempt=claim.attempt),
+                      settle_call=partial(call_settle, step_id=step_id, attempt=claim.attempt))
     dependency = limits.dependency_of(claim.spec)
     try:
         if closed_for := limits.breaker_open_for(dependency):
@@ -190,6 +195,30 @@ def _target(spec: dict) -> str:
 def _lease_kept(*, step_id: int, attempt: int):
     with heartbeat(lambda: lease_extend(step_id=step_id, attempt=attempt), name=f"lease-{step_id}"):
         yield
+
+
+def repair_reserve(turn: int, *, step_id: int, attempt: int) -> None:
+    """Before an agent attempt's repair `turn` is sent to the model: reserve its projected cost
+    against every level, like a dispatch (run locked). Raises StepError `budget` when a limit
+    would be crossed — the run is paused then, the call is not made, and the step is held to
+    run again once the run is resumed (`_fail_or_retry`) — or `lost` when this attempt no
+    longer holds its step."""
+    with transaction.atomic():
+        run, step = lock_run_of_step(step_id)
+        if not fenced(step, attempt):
+            raise StepError("lost", "the attempt no longer holds its step")
+        definition, graph = definition_of(run)
+        denial = dispatch_reserve(run, step, graph.steps[step.name], definition, attempt=attempt, turn=turn)
+        if denial:
+            run_pause_for_budget(run, denial)
+    # Raised after the commit: the pause and its alert stand, whatever the worker does next.
+    if denial:
+        raise StepError("budget", denial["message"])
+
+
+def call_settle(turn: int, cost_usd: Decimal, *, step_id: int, attempt: int) -> None:
+    """A model call of an attempt returned: settle its reservation to what it cost."""
+    budget_settle(step_id=step_id, attempt=attempt, actual=cost_usd, turn=turn)
 
 
 def step_claim(*, step_id: int, worker: str) -> Claim | None:
@@ -323,6 +352,9 @@ def step_fail(*, step_id: int, attempt: int, error: StepError, usage: Usage, wor
 def _fail_or_retry(run: Run, step: StepRun, error: StepError, *, actor: Actor) -> None:
     who = label(actor)
     budget_release(step_id=step.id)  # an attempt lost, timed out or refused: its cost is unknown
+    if error.error_class == "budget":
+        _hold(run, step, error, actor=actor)
+        return
     policy = spec_of(run, step.name)["retry"]
     when = retry_at(policy, attempts=step.attempts, error=error, at=now())
     if when is not None and run.state in RUN_ADVANCING:
@@ -349,6 +381,38 @@ def _fail_or_retry(run: Run, step: StepRun, error: StepError, *, actor: Actor) -
     event_record(run=run, step=step, kind=f"step.{step.state}", actor=who, payload=step.error)
     dead_letter_open(run=run, step=step, error=error, actor=actor)
     step_ended(run, step, actor=actor)
+
+
+def _hold(run: Run, step: StepRun, error: StepError, *, actor: Actor) -> None:
+    """The attempt was stopped for the run's budget (a repair turn refused, the run past its
+    duration): not a failure of the step, so no retry is spent on it. The step waits as
+    `retrying`, due at once: the run is paused, and once resumed the reaper queues a new
+    attempt, which reserves again (`step_retry_due`)."""
+    step.schedule_retry(error=error.as_dict(), at=now())
+    step.save()
+    event_record(run=run, step=step, kind="step.retrying", actor=label(actor),
+                 payload={**error.as_dict(), "attempt": step.attempts, "held": True})
+
+
+def step_stop(run: Run, step: StepRun, *, reason: str, hold: bool, actor: Actor) -> bool:
+    """Stop a running agent, tool or router step from outside its worker (the run is past its
+    duration): its attempt ends `stopped`, what it reserved is released, and the step is held
+    to run again once the run resumes (`hold`) or cancelled. Caller's transaction, run locked.
+    The worker's late result is then stale (fencing) and its effects are refused. False if the
+    step is not running."""
+    if step.state != StepState.RUNNING or step.kind not in (StepKind.AGENT, StepKind.TOOL, StepKind.ROUTER):
+        return False
+    error = StepError("budget", reason)
+    StepAttempt.objects.filter(step=step, number=step.attempts, finished_at=None).update(
+        finished_at=now(), outcome="stopped", error_class=error.error_class, error_message=reason)
+    budget_release(step_id=step.id)
+    if hold:
+        _hold(run, step, error, actor=actor)
+        return True
+    step.cancel(reason=reason)
+    step.save()
+    event_record(run=run, step=step, kind="step.cancelled", actor=label(actor), payload=error.as_dict())
+    return True
 
 
 def step_retry_due(*, step_id: int) -> bool:
