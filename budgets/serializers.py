@@ -124,6 +124,9 @@ class ModelPriceSerializer(serializers.Serializer):
 
 class ModelPriceCreateSerializer(serializers.Serializer):
     model = serializers.CharField(max_length=100, help_text="A model of the registry (STEPWISE_MODELS).")
-    input_usd_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0)
-    output_usd_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0)
+    # Numbers in the schema (a decimal string's published pattern would also admit "").
+    input_usd_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0,
+                                                  coerce_to_string=False)
+    output_usd_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0,
+                                                   coerce_to_string=False)
     effective_from = serializers.DateTimeField(required=False, help_text="Default: now.")
