@@ -457,7 +457,7 @@
     SF.render(condition, whenSchema, schema, t.step, (key, value) => {
       if (value === undefined) delete t.step.when; else t.step.when = value;
       changed();
-    }, { idPrefix: "edge" });
+    }, { idPrefix: "edge", onlySchema: true });
     condition.insertBefore(h("p", { class: "builder-quiet" }, `The condition on this edge is ${target}'s \`when\`: ${target} runs only when it holds.`), condition.firstChild);
     panel.appendChild(condition);
     const del = h("button", { type: "button", class: "button", id: "btn-remove-edge" }, "Remove this dependency");
@@ -596,7 +596,7 @@
     section("diff-added", "Steps added", d.added);
     section("diff-removed", "Steps removed", d.removed);
     section("diff-changed", "Steps changed", d.changed.map((c) => `${c.name}: ${c.keys.join(", ")}`));
-    if (d.workflow.length) section("diff-workflow", "Workflow fields changed", d.workflow);
+    if (current && d.workflow.length) section("diff-workflow", "Workflow fields changed", d.workflow);
     if (current && !d.added.length && !d.removed.length && !d.changed.length && !d.workflow.length) {
       box.appendChild(h("p", { id: "diff-none" }, `No changes: saving keeps version ${current.version} (its layout is saved).`));
     }

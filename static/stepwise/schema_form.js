@@ -121,7 +121,8 @@
   /* Draw the fields of `schema` (an object schema) for `value` into `container`.
    * onChange(key, newValue) is called on an edit; newValue undefined means "remove the key".
    * options.skip: property names drawn elsewhere (the canvas draws `after`);
-   * options.readOnly: names shown but not editable; options.suggest: {name: [values]} for a
+   * options.readOnly: names shown but not editable; options.onlySchema: leave out the keys
+   * the schema does not list (drawn elsewhere); options.suggest: {name: [values]} for a
    * datalist (models, tools); options.idPrefix names the inputs (field-<prefix>-<key>). */
   function render(container, schema, root, value, onChange, options) {
     options = options || {};
@@ -132,7 +133,7 @@
     const prefix = options.idPrefix || "f";
     const props = Object.assign({}, schema.properties || {});
     // Keys the schema does not list (a newer server, a typo) are still shown, as YAML.
-    for (const key of Object.keys(value || {})) if (!(key in props)) props[key] = {};
+    if (!options.onlySchema) for (const key of Object.keys(value || {})) if (!(key in props)) props[key] = {};
     for (const [key, raw] of Object.entries(props)) {
       if (skip.has(key)) continue;
       const prop = resolve(raw, root);
@@ -189,12 +190,12 @@
         }
         input.addEventListener("change", () => onChange(key, input.value === "" && !required.has(key) ? undefined : input.value));
       } else {
-        input = el("textarea", { id, rows: 4, class: "sf-yaml", spellcheck: "false",
-                                 placeholder: prop.default !== undefined ? `YAML; default ${JSON.stringify(prop.default)}` : "YAML" });
-        input.value = current === undefined ? "" : toYaml(current);
+        const box = el("textarea", { id, rows: 4, class: "sf-yaml", spellcheck: "false",
+                                     placeholder: prop.default !== undefined ? `YAML; default ${JSON.stringify(prop.default)}` : "YAML" });
+        box.value = current === undefined ? "" : toYaml(current);
         const err = el("div", { class: "sf-error" });
-        input.addEventListener("change", () => {
-          const text = input.value.trim();
+        box.addEventListener("change", () => {
+          const text = box.value.trim();
           if (text === "") { err.textContent = ""; return onChange(key, undefined); }
           try {
             const parsed = window.jsyaml.load(text);
@@ -204,7 +205,8 @@
             err.textContent = `Not YAML: ${e.reason || e.message}`;
           }
         });
-        row.appendChild(input);
+        if (readOnly.has(key)) box.disabled = true;
+        row.appendChild(box);
         row.appendChild(err);
         input = null;
       }
