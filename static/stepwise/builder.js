@@ -275,7 +275,9 @@
     { selector: "edge[label]", style: { label: "data(label)" } },
     { selector: "edge.route", style: { "line-color": "#8a5a9e", "target-arrow-color": "#8a5a9e" } },
     { selector: "edge.has-error", style: { "line-color": "#ba2121", "target-arrow-color": "#ba2121", color: "#ba2121", width: 3 } },
-    { selector: "edge.refused", style: { "line-style": "dashed" } },
+    // A refused edge arcs above the others, so it and its label stay visible.
+    { selector: "edge.refused", style: { "line-style": "dashed", "curve-style": "unbundled-bezier",
+      "control-point-distances": [90], "control-point-weights": [0.5], "font-weight": "bold" } },
     { selector: "edge:selected", style: { "overlay-color": "#ffd54f", "overlay-opacity": 0.35 } },
     { selector: ".eh-handle", style: { "background-color": "#ba2121", width: 12, height: 12, shape: "ellipse" } },
     { selector: ".eh-preview, .eh-ghost-edge", style: { "line-color": "#417690", "target-arrow-color": "#417690",

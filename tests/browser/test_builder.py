@@ -170,7 +170,7 @@ def _saved_examples(team, owner) -> list[WorkflowVersion]:
 
 
 def test_every_example_and_template_saves_back_identical_without_an_edit(
-        browser_page, web_server, team, editor):
+        browser_page, screenshot, web_server, team, editor):
     owner = member(team, "owner", role=Role.OWNER)
     examples = _saved_examples(team, owner)
     assert len(examples) == len(list(EXAMPLES.glob("*.yaml")))
@@ -180,6 +180,14 @@ def test_every_example_and_template_saves_back_identical_without_an_edit(
         open_builder(page, f"{web_server}/admin/orchestrator/workflow/{version.workflow_id}/builder/")
         drawn = set(page.evaluate("window.stepwiseBuilder.cy.nodes().map(n => n.id())"))
         assert drawn == step_names(version.definition), version
+        if version.workflow.name == "content-moderation":
+            # A router's routes are the labels of its edges.
+            labels = page.evaluate("Object.fromEntries(window.stepwiseBuilder.cy.edges('[source = \"route\"]')"
+                                   ".map(e => [e.target().id(), e.data('label')]))")
+            assert labels == {"review": "uncertain", "publish": "uncertain / clear", "enforce": "violation"}
+            page.evaluate("window.stepwiseBuilder.cy.getElementById('route').emit('tap')")
+            page.wait_for_selector("#field-step-routes")
+            screenshot(page, "builder")
         save(page)
         assert page.evaluate("document.getElementById('builder').dataset.savedCreated") == "false", (
             version, page.inner_text("#builder-status"))
@@ -215,10 +223,10 @@ def test_a_cycle_drawn_on_the_canvas_is_refused_on_that_edge(browser_page, scree
     before = page.evaluate("window.stepwiseBuilder.text()")
     page.evaluate("window.stepwiseBuilder.cy.getElementById('approve').emit('tap')")
     page.wait_for_selector("#field-step-approvers")
-    screenshot(page, "builder")
 
     page.click("#btn-connect")
     draw_edge(page, "send", "classify")
+    screenshot(page, "builder-cycle")
     edge = "refused:send->classify"
     assert page.evaluate(f"window.stepwiseBuilder.cy.getElementById('{edge}').hasClass('refused')")
     message = page.inner_text("#refused-message")
