@@ -129,4 +129,6 @@ def builder_layout(request) -> JsonResponse:
         return JsonResponse({"errors": exc.problems}, status=403)
     except InputInvalid as exc:
         return JsonResponse({"errors": exc.problems}, status=400)
-    return JsonResponse({"workflow": name, "number": number, "positions": layout.positions})
+    builder = reverse("admin:orchestrator_workflow_builder_edit", args=[version.workflow_id])
+    return JsonResponse({"workflow": name, "number": number, "positions": layout.positions,
+                         "builder_url": f"{builder}?version={number}"})

@@ -617,6 +617,10 @@
     rememberPositions();
     const layout = await call("POST", data.urls.layout, JSON.stringify({ team: data.team, workflow: body.workflow, number: body.number, positions }));
     saved = { name: body.workflow, number: body.number };
+    // A reload (or a bookmark) opens the version just saved, not the blank page or template.
+    if (layout.status === 200 && layout.body && layout.body.builder_url) {
+      window.history.replaceState(null, "", layout.body.builder_url);
+    }
     placeProblems([]);
     $("btn-run").disabled = false;
     root.dataset.savedVersion = String(body.number);

@@ -248,3 +248,21 @@ def test_a_cycle_drawn_on_the_canvas_is_refused_on_that_edge(browser_page, scree
     assert "cycle: classify -> research -> draft -> approve -> send -> classify" in page.inner_text("#panel")
     assert WorkflowVersion.objects.filter(workflow=version.workflow).count() == 1
     assert json.loads(page.evaluate("window.stepwiseBuilder.text()"))["steps"][0]["after"] == ["send"]
+
+    # A problem of one dependency (`steps[i].after[j]`) lands on that edge, a problem of a
+    # field on the step; saving is refused with them.
+    page.click("#tab-yaml")
+    text = page.input_value("#yaml-text").replace("    after:\n      - send\n", "", 1)
+    text = text.replace("    after:\n      - classify\n", "    after:\n      - classify\n      - classify\n", 1)
+    text = text.replace("    tool: email.send\n", "    tool: email.sned\n", 1)
+    page.fill("#yaml-text", text)
+    page.click("#tab-canvas")
+    page.click("#btn-save")
+    page.wait_for_function("window.stepwiseBuilder.cy.getElementById('classify->research').hasClass('has-error')")
+    assert page.evaluate("window.stepwiseBuilder.cy.getElementById('send').hasClass('has-error')")
+    assert not page.evaluate("window.stepwiseBuilder.cy.getElementById('classify->fetch_history').hasClass('has-error')")
+    assert "steps[1].after[1]" in page.inner_text("#workflow-errors")
+    page.evaluate("window.stepwiseBuilder.cy.getElementById('send').emit('tap')")
+    assert "steps[5].tool" in page.inner_text("#panel") and "email.sned" in page.inner_text("#panel")
+    assert page.locator("#save-dialog[open]").count() == 0
+    assert WorkflowVersion.objects.filter(workflow=version.workflow).count() == 1

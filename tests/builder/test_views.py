@@ -103,6 +103,7 @@ def test_positions_are_stored_beside_the_version_and_change_nothing_of_its_defin
                           "not_a_step": {"x": 1, "y": 1}}}
     response = client.post(LAYOUT, json.dumps(body), content_type="application/json")
     assert response.status_code == 200
+    assert response.json()["builder_url"] == f"{edit_url(support.workflow)}?version=1"
     layout = WorkflowVersionLayout.objects.get(version=support)
     assert layout.positions == {"classify": {"x": 10.0, "y": 20.2}, "send": {"x": 400.0, "y": 20.0}}
     assert layout.updated_by == editor
