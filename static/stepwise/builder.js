@@ -104,7 +104,10 @@
 
   // --- edits ----------------------------------------------------------------------------
 
+  let dirty = false;  // edited since opened or saved
+
   function changed({ structure = true } = {}) {
+    dirty = true;
     if (structure) redraw();
     syncYaml();
   }
@@ -617,6 +620,7 @@
     rememberPositions();
     const layout = await call("POST", data.urls.layout, JSON.stringify({ team: data.team, workflow: body.workflow, number: body.number, positions }));
     saved = { name: body.workflow, number: body.number };
+    dirty = false;
     // A reload (or a bookmark) opens the version just saved, not the blank page or template.
     if (layout.status === 200 && layout.body && layout.body.builder_url) {
       window.history.replaceState(null, "", layout.body.builder_url);
@@ -763,6 +767,15 @@
       const [source, target] = selected.id.split("->");
       removeDependency(source, target);
     });
+    document.addEventListener("keydown", (event) => {
+      // Delete / Backspace on the canvas removes the selected step or dependency, never while
+      // typing in a field.
+      if ((event.key === "Delete" || event.key === "Backspace") && selected
+          && !event.target.closest("input, textarea, select, dialog") && !$("canvas").hidden) {
+        event.preventDefault();
+        $("btn-delete").click();
+      }
+    });
     $("btn-check").addEventListener("click", check);
     $("btn-save").addEventListener("click", startSave);
     $("btn-save-confirm").addEventListener("click", confirmSave);
@@ -775,6 +788,10 @@
     $("tab-yaml").addEventListener("click", () => showView("yaml"));
     $("template-select").addEventListener("change", (event) => {
       if (event.target.value) {
+        if (dirty && !window.confirm("Leave this workflow? Your edits are not saved.")) {
+          event.target.value = "";
+          return;
+        }
         window.location.href = `${data.urls.builder_new}?team=${encodeURIComponent(data.team)}&template=${encodeURIComponent(event.target.value)}`;
       }
     });

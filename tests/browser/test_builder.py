@@ -266,3 +266,43 @@ def test_a_cycle_drawn_on_the_canvas_is_refused_on_that_edge(browser_page, scree
     assert "steps[5].tool" in page.inner_text("#panel") and "email.sned" in page.inner_text("#panel")
     assert page.locator("#save-dialog[open]").count() == 0
     assert WorkflowVersion.objects.filter(workflow=version.workflow).count() == 1
+
+
+def test_a_field_added_to_the_format_appears_in_the_side_panel_without_ui_work(
+        browser_page, web_server, team, editor):
+    """The panel is generated from the schema the page is given: a schema with two fields the
+    format does not have yet (served through the same page, rewritten on its way) shows them,
+    and editing them writes them into the step."""
+    version, _ = workflow_save(team=team, definition=parse_definition_text(
+        (EXAMPLES / "support.yaml").read_text()), actor=editor)
+    page = browser_page
+    sign_in(page, web_server, "/admin/orchestrator/workflow/")
+    opening, closing = '<script id="builder-data" type="application/json">', "</script>"
+
+    def with_new_fields(route):
+        html = route.fetch().text()
+        start = html.index(opening) + len(opening)
+        end = html.index(closing, start)
+        data = json.loads(html[start:end])
+        data["schema"]["$defs"]["agent_step"]["properties"].update({
+            "priority": {"type": "integer", "minimum": 1, "description": "How urgent the step is."},
+            "labels": {"type": "array", "items": {"type": "string"}, "description": "Free labels."}})
+        text = json.dumps(data).replace("<", "\\u003C").replace(">", "\\u003E").replace("&", "\\u0026")
+        route.fulfill(body=html[:start] + text + html[end:], content_type="text/html; charset=utf-8")
+
+    page.route("**/builder/", with_new_fields)
+    open_builder(page, f"{web_server}/admin/orchestrator/workflow/{version.workflow_id}/builder/")
+    page.evaluate("window.stepwiseBuilder.cy.getElementById('classify').emit('tap')")
+    page.wait_for_selector("#field-step-priority")
+    assert "How urgent the step is." in page.inner_text("[data-key=priority]")
+    set_field(page, "#field-step-priority", "2")
+    set_field(page, "#field-step-labels", "billing, urgent")
+    step = json.loads(page.evaluate("window.stepwiseBuilder.text()"))["steps"][0]
+    assert (step["name"], step["priority"], step["labels"]) == ("classify", 2, ["billing", "urgent"])
+    assert "priority: 2" in page.input_value("#yaml-text")
+    # A field the page is not told about (the real format) is not drawn.
+    page.unroute("**/builder/")
+    open_builder(page, f"{web_server}/admin/orchestrator/workflow/{version.workflow_id}/builder/")
+    page.evaluate("window.stepwiseBuilder.cy.getElementById('classify').emit('tap')")
+    page.wait_for_selector("#field-step-prompt")
+    assert page.locator("#field-step-priority").count() == 0
