@@ -114,7 +114,7 @@
   }
 
   function placeholderOf(schema) {
-    if (schema.default === undefined) return "";
+    if (schema.default === undefined || schema.default === "") return "";
     return typeof schema.default === "object" ? JSON.stringify(schema.default) : `default: ${schema.default}`;
   }
 
