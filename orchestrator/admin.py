@@ -21,6 +21,7 @@ from budgets.selectors import run_budget
 
 from .admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column, pretty_json
 from .authz import Action, teams_where
+from .builder import views as builder_views
 from .definitions import DefinitionInvalid
 from .definitions.format import WORKFLOW_NAME_PATTERN
 from .errors import Forbidden, InputInvalid, NotAllowed
@@ -83,7 +84,7 @@ class WorkflowVersionInline(ReadOnlyInline):
 @admin.register(Workflow)
 class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["name", "team", "latest_version", "published_version", "archived_at",
-                    "created_at"]
+                    "created_at", "builder_link"]
     list_filter = ["team"]
     search_fields = ["name"]
     list_select_related = ["team", "active_version"]
@@ -128,9 +129,25 @@ class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     def drafts_on_save(self, request, queryset: QuerySet[Workflow]) -> None:
         _each(self, request, queryset, partial(workflow_policy_set, publish_on_save=False), "Changed")
 
+    @admin.display(description="builder")
+    def builder_link(self, workflow: Workflow) -> str:
+        return format_html('<a href="{}">open in builder</a>',
+                           reverse("admin:orchestrator_workflow_builder_edit", args=[workflow.id]))
+
     def get_urls(self):
+        # The visual builder (orchestrator/builder/views.py, docs/builder.md).
+        def page(view):
+            def wrapped(request, *args, **kwargs):
+                return view(request, *args, admin_context=self.admin_site.each_context(request), **kwargs)
+            return self.admin_site.admin_view(wrapped)
+
         view = self.admin_site.admin_view(self.from_template_view)
         return [path("from-template/", view, name="orchestrator_workflow_from_template"),
+                path("builder/", page(builder_views.builder_page), name="orchestrator_workflow_builder"),
+                path("builder/layout/", self.admin_site.admin_view(builder_views.builder_layout),
+                     name="orchestrator_workflow_builder_layout"),
+                path("<int:workflow_id>/builder/", page(builder_views.builder_page),
+                     name="orchestrator_workflow_builder_edit"),
                 *super().get_urls()]
 
     def from_template_view(self, request):

@@ -112,6 +112,26 @@ class WorkflowVersion(models.Model):
         return f"{self.workflow.name} v{self.number}"
 
 
+class WorkflowVersionLayout(models.Model):
+    """Where the visual builder drew each step of a version (docs/builder.md).
+
+    Kept beside the definition, never in it: positions change no meaning, so they change no
+    digest and make no new version. `positions` maps a step's name (a loop's body steps too) to
+    `{"x", "y"}`; a step missing here is placed by the auto-layout.
+    """
+
+    version = models.OneToOneField(WorkflowVersion, on_delete=models.CASCADE, primary_key=True,
+                                   related_name="layout")
+    positions = models.JSONField(default=dict)
+    updated_at = models.DateTimeField(default=now)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    def __str__(self) -> str:
+        return f"layout of {self.version}"
+
+
 class Run(ConcurrentTransitionMixin, models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="runs")
