@@ -29,8 +29,8 @@ class Bound:
 
 
 # Per backend (connection.vendor). Keep in step with docs/benchmark.md.
-STEP = {"sqlite": Bound(statements=30, transactions=3), "postgresql": Bound(statements=28, transactions=3)}
-LAST_STEP = {"sqlite": Bound(statements=30, transactions=3), "postgresql": Bound(statements=30, transactions=3)}
+STEP = {"sqlite": Bound(statements=25, transactions=2), "postgresql": Bound(statements=24, transactions=2)}
+LAST_STEP = {"sqlite": Bound(statements=25, transactions=2), "postgresql": Bound(statements=26, transactions=2)}
 POST_RUN = {"sqlite": 30, "postgresql": 29}
 
 
