@@ -31,6 +31,7 @@ from .dispatch import callback_on_commit
 from .logcontext import describing
 from .metrics import observe_event
 from .models import Event, Run, StepRun
+from .txscope import TransactionMemo
 
 log = logging.getLogger("stepwise.events")
 
@@ -130,8 +131,14 @@ def _owe_callbacks(events: list[Event]) -> None:
 RELAY_CHANNEL = "stepwise_events"
 
 
+# PostgreSQL folds the repeats of one transaction's NOTIFY into one delivery anyway: send it
+# once per transaction (again after a savepoint that sent it was rolled back).
+_NOTIFIED = TransactionMemo("events_notified")
+
+
 def _notify_on_commit() -> None:
     """Wake the outbox relays at commit (PostgreSQL; the relay polls elsewhere)."""
-    if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql" and not _NOTIFIED.get():
         with connection.cursor() as cursor:
             cursor.execute(f"NOTIFY {RELAY_CHANNEL}")
+        _NOTIFIED.set(True)

@@ -29,9 +29,9 @@ class Bound:
 
 
 # Per backend (connection.vendor). Keep in step with docs/benchmark.md.
-STEP = {"sqlite": Bound(statements=25, transactions=2), "postgresql": Bound(statements=24, transactions=2)}
-LAST_STEP = {"sqlite": Bound(statements=25, transactions=2), "postgresql": Bound(statements=26, transactions=2)}
-POST_RUN = {"sqlite": 30, "postgresql": 29}
+STEP = {"sqlite": Bound(statements=21, transactions=2), "postgresql": Bound(statements=21, transactions=2)}
+LAST_STEP = {"sqlite": Bound(statements=23, transactions=2), "postgresql": Bound(statements=23, transactions=2)}
+POST_RUN = {"sqlite": 25, "postgresql": 25}
 
 
 def chain_definition(steps: int) -> dict:
