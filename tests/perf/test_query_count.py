@@ -29,8 +29,8 @@ class Bound:
 
 
 # Per backend (connection.vendor). Keep in step with docs/benchmark.md.
-STEP = {"sqlite": Bound(statements=21, transactions=2), "postgresql": Bound(statements=21, transactions=2)}
-LAST_STEP = {"sqlite": Bound(statements=23, transactions=2), "postgresql": Bound(statements=23, transactions=2)}
+STEP = {"sqlite": Bound(statements=16, transactions=2), "postgresql": Bound(statements=16, transactions=2)}
+LAST_STEP = {"sqlite": Bound(statements=20, transactions=2), "postgresql": Bound(statements=20, transactions=2)}
 POST_RUN = {"sqlite": 25, "postgresql": 25}
 
 
