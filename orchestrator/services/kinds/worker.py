@@ -214,7 +214,8 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
                 refusal = clearance.refusal
                 raise _Refused
             step.claim(worker=worker, timeout_s=spec["timeout_s"], lease_s=settings.STEPWISE_LEASE_S)
-            step.save()
+            # What the claim changed: the input (every upstream output) is not written back.
+            step.save(update_fields=CLAIMED_FIELDS)
             key = idempotency_key_for(run.id, step.name)
             StepAttempt.objects.create(step=step, number=step.attempts, worker=worker,
                                        started_at=step.started_at, idempotency_key=key)
@@ -231,6 +232,10 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
     return Claim(step.id, step.attempts, run.id, run.version.workflow.name, spec,
                  step.input or {}, key, clearance.params_override, run.team.slug, step.queue,
                  sealed_of(run))
+
+
+# The columns `StepRun.claim` sets.
+CLAIMED_FIELDS = ("state", "attempts", "lease_owner", "started_at", "deadline_at", "lease_expires_at")
 
 
 class _Refused(Exception):
