@@ -73,10 +73,10 @@ def _log_after_commit(events: list[Event]) -> None:
     def write() -> None:
         for kind, *_, payload in notable:
             observe_event(kind, payload)
-        names = dict(Run.objects.filter(pk__in={n[1] for n in notable}).values_list(
-            "pk", "version__workflow__name"))
-        teams = dict(Run.objects.filter(pk__in={n[1] for n in notable}).values_list(
-            "pk", "team__slug"))
+        described = {pk: (name, team) for pk, name, team in Run.objects.filter(
+            pk__in={n[1] for n in notable}).values_list("pk", "version__workflow__name", "team__slug")}
+        names = {pk: name for pk, (name, _) in described.items()}
+        teams = {pk: team for pk, (_, team) in described.items()}
         for kind, run_id, step, attempt, actor, payload in notable:
             with describing(run_id=run_id, step=step, attempt=attempt,
                             workflow=names.get(run_id), team=teams.get(run_id)):

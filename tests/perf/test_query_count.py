@@ -30,8 +30,8 @@ class Bound:
 
 # Per backend (connection.vendor). Keep in step with docs/benchmark.md.
 STEP = {"sqlite": Bound(statements=16, transactions=2), "postgresql": Bound(statements=16, transactions=2)}
-LAST_STEP = {"sqlite": Bound(statements=20, transactions=2), "postgresql": Bound(statements=20, transactions=2)}
-POST_RUN = {"sqlite": 25, "postgresql": 25}
+LAST_STEP = {"sqlite": Bound(statements=19, transactions=2), "postgresql": Bound(statements=19, transactions=2)}
+POST_RUN = {"sqlite": 22, "postgresql": 22}
 
 
 def chain_definition(steps: int) -> dict:
