@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from django.db import connection
 
 from orchestrator.hashing import canonical_json, sha256_hex
+from orchestrator.txscope import TransactionMemo
 
 from .models import GENESIS_HASH, AuditEntry
 
@@ -72,16 +73,35 @@ def seals_in_database() -> bool:
     return connection.vendor == "postgresql"
 
 
+# SQLite: the head this transaction's last append left. The transaction holds the database's
+# write lock from its BEGIN IMMEDIATE, so no one else can append before it ends; the memo
+# forgets at commit, at rollback and at the rollback of a savepoint taken before the append.
+_HEAD = TransactionMemo("audit_head")
+
+
 def link_and_insert(entry: AuditEntry) -> AuditEntry:
     """Compute the digest and append `entry` (inside the caller's transaction)."""
-    entry.digest = content_digest(entry_row(entry))
+    return link_and_insert_all([entry])[0]
+
+
+def link_and_insert_all(entries: list[AuditEntry]) -> list[AuditEntry]:
+    """Append `entries` in order, in one INSERT (inside the caller's transaction).
+
+    On SQLite the chain head is read once per transaction, then carried from append to append.
+    """
+    for entry in entries:
+        entry.digest = content_digest(entry_row(entry))
     if not seals_in_database():
-        head = chain_head()
-        entry.sequence = head[0] + 1 if head else 1
-        entry.prev_hash = head[1] if head else GENESIS_HASH
-        entry.hash = link_hash(entry.prev_hash, entry.sequence, entry.digest)
-    entry.save(force_insert=True)
-    return entry
+        head = _HEAD.get() or chain_head()
+        for entry in entries:
+            entry.sequence = head[0] + 1 if head else 1
+            entry.prev_hash = head[1] if head else GENESIS_HASH
+            entry.hash = link_hash(entry.prev_hash, entry.sequence, entry.digest)
+            head = (entry.sequence, entry.hash)
+    AuditEntry.objects.bulk_create(entries)
+    if not seals_in_database():
+        _HEAD.set(head)
+    return entries
 
 
 def chain_head() -> tuple[int, str] | None:

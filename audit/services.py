@@ -69,6 +69,21 @@ def audit_record(*, action: str, actor: str, subject_type: str, subject_id: obje
     """
     if not connection.in_atomic_block:
         raise RuntimeError("audit_record must run inside the transaction of the change it records")
+    return chain.link_and_insert(_entry(
+        action=action, actor=actor, subject_type=subject_type, subject_id=subject_id,
+        outcome=outcome, run=run, step=step, payload=payload, payload_ref=payload_ref,
+        redactor=redactor, proposal_hash=proposal_hash, model=model,
+        prompt_version=prompt_version, idempotency_key=idempotency_key,
+        correlation_id=correlation_id, event_id=event_id, workflow=workflow,
+        workflow_version=workflow_version, definition_digest=definition_digest, team=team))
+
+
+def _entry(*, action: str, actor: str, subject_type: str, subject_id: object, outcome: str,
+           run: Run | None, step: StepRun | None, payload: dict | None, payload_ref: str,
+           redactor: Redactor | None, proposal_hash: str, model: str, prompt_version: str,
+           idempotency_key: str, correlation_id: str, event_id: int | None, workflow: str,
+           workflow_version: int | None, definition_digest: str, team: str) -> AuditEntry:
+    """The entry `audit_record` appends, not yet linked nor saved."""
     if run is not None:
         context = RunContext.of(run)
         workflow = workflow or context.workflow
@@ -77,7 +92,7 @@ def audit_record(*, action: str, actor: str, subject_type: str, subject_id: obje
         team = team or context.team
         redactor = redactor or context.redactor
     redactor = redactor or Redactor(Policy())
-    entry = AuditEntry(
+    return AuditEntry(
         created_at=now(), actor=actor[:200], actor_kind=actor_kind(actor), action=action[:64],
         subject_type=subject_type, subject_id=str(subject_id)[:100], team=team,
         workflow=workflow, workflow_version=workflow_version, definition_digest=definition_digest,
@@ -87,7 +102,6 @@ def audit_record(*, action: str, actor: str, subject_type: str, subject_id: obje
         correlation_id=redactor.text(correlation_id)[:255], outcome=outcome[:32],
         payload=canonical_json(redactor.scrub(payload or {})), payload_ref=payload_ref[:255],
     )
-    return chain.link_and_insert(entry)
 
 
 # --- what a run's entries are explained by --------------------------------------------------
@@ -201,12 +215,16 @@ def _content(context: RunContext, redactor: Redactor, value: object, at: tuple[s
 
 
 def audit_record_events(events: list[Event]) -> None:
-    """One ledger entry per outbox event, in the events' transaction and order."""
-    for event in events:
-        _record_event(event)
+    """One ledger entry per outbox event, in the events' transaction and order (one INSERT).
+
+    Raises RuntimeError outside `transaction.atomic()`.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("audit_record must run inside the transaction of the change it records")
+    chain.link_and_insert_all([_event_entry(event) for event in events])
 
 
-def _record_event(event: Event) -> AuditEntry:
+def _event_entry(event: Event) -> AuditEntry:
     run, step, kind = event.run, event.step, event.kind
     context = RunContext.of(run)
     redactor = context.redactor
@@ -251,10 +269,13 @@ def _record_event(event: Event) -> AuditEntry:
             details["idempotency_key"] = idempotency_key_for(run.id, step.name)
     if payload.get("proposal_hash"):
         details["proposal_hash"] = str(payload["proposal_hash"])
-    return audit_record(
+    details = {"payload_ref": "", "proposal_hash": "", "model": "", "prompt_version": "",
+               "idempotency_key": "", "correlation_id": "", **details}
+    return _entry(
         action=kind, actor=event.actor, subject_type=subject[0], subject_id=subject[1],
         outcome=kind.split(".", 1)[-1], run=run, step=step, payload=payload, redactor=redactor,
-        event_id=event.id, **details)
+        event_id=event.id, workflow="", workflow_version=None, definition_digest="", team="",
+        **details)
 
 
 # --- external calls -------------------------------------------------------------------------

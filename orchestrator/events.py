@@ -31,6 +31,7 @@ from .dispatch import callback_on_commit
 from .logcontext import describing
 from .metrics import observe_event
 from .models import Event, Run, StepRun
+from .txscope import TransactionMemo
 
 log = logging.getLogger("stepwise.events")
 
@@ -72,10 +73,10 @@ def _log_after_commit(events: list[Event]) -> None:
     def write() -> None:
         for kind, *_, payload in notable:
             observe_event(kind, payload)
-        names = dict(Run.objects.filter(pk__in={n[1] for n in notable}).values_list(
-            "pk", "version__workflow__name"))
-        teams = dict(Run.objects.filter(pk__in={n[1] for n in notable}).values_list(
-            "pk", "team__slug"))
+        described = {pk: (name, team) for pk, name, team in Run.objects.filter(
+            pk__in={n[1] for n in notable}).values_list("pk", "version__workflow__name", "team__slug")}
+        names = {pk: name for pk, (name, _) in described.items()}
+        teams = {pk: team for pk, (_, team) in described.items()}
         for kind, run_id, step, attempt, actor, payload in notable:
             with describing(run_id=run_id, step=step, attempt=attempt,
                             workflow=names.get(run_id), team=teams.get(run_id)):
@@ -130,8 +131,14 @@ def _owe_callbacks(events: list[Event]) -> None:
 RELAY_CHANNEL = "stepwise_events"
 
 
+# PostgreSQL folds the repeats of one transaction's NOTIFY into one delivery anyway: send it
+# once per transaction (again after a savepoint that sent it was rolled back).
+_NOTIFIED = TransactionMemo("events_notified")
+
+
 def _notify_on_commit() -> None:
     """Wake the outbox relays at commit (PostgreSQL; the relay polls elsewhere)."""
-    if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql" and not _NOTIFIED.get():
         with connection.cursor() as cursor:
             cursor.execute(f"NOTIFY {RELAY_CHANNEL}")
+        _NOTIFIED.set(True)

@@ -157,8 +157,20 @@ NONE = Revealed()
 def revealed_for(run_id) -> Revealed:
     """The run's secrets, unsealed (NONE when it has none). Raises ImproperlyConfigured when no
     configured key opens them."""
-    sealed = RunSecret.objects.filter(run_id=run_id).values_list("sealed", flat=True).first()
+    return revealed_from(RunSecret.objects.filter(run_id=run_id).values_list("sealed", flat=True).first())
+
+
+def revealed_from(sealed: str | None) -> Revealed:
+    """`revealed_for`, from the run's `RunSecret.sealed` already read (None: it has none)."""
     return Revealed(json.loads(RUN_SECRETS.unseal(sealed))) if sealed else NONE
+
+
+def sealed_of(run: Run) -> str | None:
+    """The run's sealed secrets from a run read with `select_related("sealed_secrets")`."""
+    try:
+        return run.sealed_secrets.sealed
+    except RunSecret.DoesNotExist:
+        return None
 
 
 def secrets_reseal() -> int:

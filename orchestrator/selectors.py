@@ -40,13 +40,15 @@ def runs_with_version() -> QuerySet[Run]:
 
 
 def lock_run(run_id) -> Run:
-    """Fetch a run with its row locked for the rest of the transaction (PostgreSQL).
+    """Fetch a run (with its team: the audit entries name it) with its row locked for the rest
+    of the transaction (PostgreSQL).
 
     Every service that changes a run or one of its steps locks the run first, and only then
     reads the step: one lock order, so two services never deadlock. SQLite has no row locks;
     there IMMEDIATE transactions serialize writers instead.
     """
-    return runs_with_version().select_for_update(of=("self",), no_key=True).get(id=run_id)
+    return runs_with_version().select_related("team").select_for_update(
+        of=("self",), no_key=True).get(id=run_id)
 
 
 def lock_run_of_step(step_id: int) -> tuple[Run, StepRun]:
@@ -55,7 +57,8 @@ def lock_run_of_step(step_id: int) -> tuple[Run, StepRun]:
     The step's input (every upstream output it reads) is left unloaded: a save then leaves it
     out of the UPDATE instead of writing it back whole. Read it with `step_input_of`.
     """
-    run = runs_with_version().select_for_update(of=("self",), no_key=True).get(steps__id=step_id)
+    run = runs_with_version().select_related("team").select_for_update(
+        of=("self",), no_key=True).get(steps__id=step_id)
     return run, StepRun.objects.defer("input").get(id=step_id)
 
 

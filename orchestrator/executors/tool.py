@@ -43,12 +43,16 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
                            timeout_s=spec.get("timeout_s"), team_lookup=partial(_team_of, ctx.run_id),
                            fencing_token=ctx.fencing_token)
 
+    external = not tool.in_process or bool(spec.get("side_effect"))
+
     def call():
         # Audit: the entry authorizing this call is committed before the call is made, so a
         # worker that dies during the call leaves the evidence (audit.services). A replayed
-        # effect makes no call, and so no entry.
-        external_call_authorize(ctx=ctx, spec=spec, step_input=step_input, kind="tool",
-                                target=tool.name, request=params)
+        # effect makes no call, and so no entry. A call that stays in this process (a pure
+        # tool) is not an external call: nothing to authorize, and no transaction of its own.
+        if external:
+            external_call_authorize(ctx=ctx, spec=spec, step_input=step_input, kind="tool",
+                                    target=tool.name, request=params)
         return _call(tool, params, tool_ctx)
 
     return tool, call

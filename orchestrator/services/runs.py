@@ -20,9 +20,9 @@ from ..clock import now
 from ..definitions.limits import run_input_problems
 from ..definitions.mandatory_gates import weakened_gates
 from ..errors import Forbidden, IdempotencyConflict, InputInvalid, NotAllowed, ServiceError
-from ..events import event_record
+from ..events import event_record, events_record
 from ..hashing import digest_of
-from ..models import Run, StepRun, WorkflowVersion
+from ..models import Event, Run, StepRun, WorkflowVersion
 from ..secret_inputs import seal_for, secret_paths, split
 from ..selectors import definition_of, lock_run
 from ..states import RUN_CANCELLABLE, RUN_LIVE, RunState, StepState
@@ -164,13 +164,14 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
     created = {"workflow": version.workflow.name, "version": version.number, "trigger": trigger}
     if origin:
         created["origin"] = origin
-    event_record(run=run, kind="run.created", actor=who, payload=created)
     run.start()
     max_duration = (version.normalized.get("budget") or {}).get("max_duration_s")
     if max_duration:
         run.deadline_at = run.started_at + timedelta(seconds=max_duration)
     run.save()
-    event_record(run=run, kind="run.running", actor=who)
+    # Both in one INSERT (and their ledger entries in one more), in this order.
+    events_record([Event(run=run, kind="run.created", actor=who, payload=created),
+                   Event(run=run, kind="run.running", actor=who)])
     run = lock_run(run.id)
     run_advance(run, actor=actor)
     return run

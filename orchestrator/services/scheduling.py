@@ -6,6 +6,8 @@ It starts each step through its kind (`services.kinds`), and ends the run when t
 so (`run_finish`). A run that is cancelling ends here too, once nothing runs any more
 (`run_settle_cancel`). Every service that ends a step reaches these through `step_end`.
 """
+from collections.abc import Sequence
+
 from budgets.services import budget_release, model_calls
 
 from .. import tracing
@@ -22,20 +24,31 @@ from .budget_gate import dispatch_reserve
 from .kinds import handler_for
 
 
-def run_advance(run: Run, *, actor: Actor = SCHEDULER) -> None:
-    """Compute and apply the next transitions of `run`. Must run inside transaction.atomic()."""
+def run_advance(run: Run, *, actor: Actor = SCHEDULER, pending: Sequence[Event] = ()) -> None:
+    """Compute and apply the next transitions of `run`. Must run inside transaction.atomic().
+
+    `pending`: events of the change that led here (the step that just completed), not yet
+    written: they are written first, in the same INSERT as the scheduler's batch.
+    """
     if run.state not in RUN_ADVANCING:
+        if pending:
+            events_record(list(pending))
         return
     with tracing.span("scheduler.advance", run=run.id):
-        _advance(run, actor=actor)
+        _advance(run, actor=actor, pending=pending)
 
 
-def _advance(run: Run, *, actor: Actor) -> None:
+def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = ()) -> None:
     definition, graph = definition_of(run)
     steps = {s.name: s for s in run.steps.all()}
     views = {n: StepView(s.state, s.output) for n, s in steps.items()}
     decided = plan(definition, run.input, views, graph=graph)
-    events: list[Event] = []
+    events: list[Event] = list(pending)
+    if pending and any(graph.steps[n]["type"] in CONTROL_KINDS for n in decided.enqueue):
+        # A control step records events of its own as it starts (an approval requested, a
+        # child run created): what led here goes into the ledger before them.
+        events_record(events)
+        events = []
     dirty: dict[str, StepRun] = {}
     who = label(actor)
 

@@ -5,28 +5,49 @@ complete (failed, timed out, cancelled) first has what it owns released by its k
 approval, a child run, map items still to run — so nothing it started acts afterwards. Then the
 run moves on: a cancelling run settles, any other is advanced by the scheduler.
 """
+from collections.abc import Sequence
+
 from django.db import transaction
 
-from budgets.services import budget_release
+from budgets.services import budget_release, model_calls
 
 from ..authz import REAPER, Actor, label
-from ..events import event_record
-from ..models import Run, StepRun
-from ..selectors import lock_run_of_step
+from ..events import event_record, events_record
+from ..models import Event, Run, StepRun
+from ..selectors import lock_run_of_step, spec_of
 from ..states import RunState, StepState
 from .kinds import handler_for
 from .scheduling import run_advance, run_settle_cancel
 
 
-def step_ended(run: Run, step: StepRun, *, actor: Actor) -> None:
-    """`step` has just reached a terminal state: release what it owns, then move the run on."""
+def step_ended(run: Run, step: StepRun, *, actor: Actor, pending: Sequence[Event] = ()) -> None:
+    """`step` has just reached a terminal state: release what it owns, then move the run on.
+
+    `pending`: the events of the step's end not yet written (`events.Event` instances, unsaved):
+    they are written before anything that follows, batched with the run's next transitions.
+    """
+    if pending and (step.state not in (StepState.COMPLETED, StepState.SKIPPED)
+                    or run.state == RunState.CANCELLING):
+        events_record(list(pending))
+        pending = ()
     if step.state not in (StepState.COMPLETED, StepState.SKIPPED):
         handler_for(step.kind).release(run, step, actor=actor)
-    budget_release(step_id=step.id)  # what it reserved and never spent
+    if may_hold_reservations(run, step):
+        budget_release(step_id=step.id)  # what it reserved and never spent
     if run.state == RunState.CANCELLING:
         run_settle_cancel(run, actor=actor)
     else:
-        run_advance(run, actor=actor)
+        run_advance(run, actor=actor, pending=pending)
+
+
+def may_hold_reservations(run: Run, step: StepRun) -> bool:
+    """Whether `step` can hold budget reservations: only a step that calls a model (an agent, an
+    LLM router, a map of either) is ever reserved for (`budgets.services.model_calls`, the
+    test `budget_reserve` makes), so the others are spared two UPDATEs that match nothing."""
+    try:
+        return model_calls(spec_of(run, step.name)) is not None
+    except KeyError:  # not a step of the run's definition: release, to be safe
+        return True
 
 
 def waiting_step_time_out(*, step_id: int, reason: str) -> bool:

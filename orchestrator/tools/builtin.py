@@ -76,7 +76,8 @@ def http_request(params: dict, ctx: ToolContext) -> dict:
     return {"status": response.status_code, "headers": dict(response.headers), "body": body}
 
 
-@tool("core.echo", params_schema={"type": "object"}, description="Return the params unchanged.")
+@tool("core.echo", params_schema={"type": "object"}, description="Return the params unchanged.",
+      in_process=True)
 def echo(params: dict, ctx: ToolContext) -> dict:
     """Return the params unchanged (a pure step, for wiring data and for benchmarks)."""
     return params

@@ -63,6 +63,12 @@ class Tool:
     # Save-time checks of a step's params against its connection: (params, connection or None)
     # -> [(path inside params, message)]; literal values only (templates are run-time's).
     check: Callable[[dict, object], list[tuple[tuple, str]]] | None = field(default=None)
+    # The tool computes its output from its params alone, in the worker's process: it reaches
+    # nothing outside (no network, file, database or clock), so a call of it is not an
+    # external call and the audit ledger authorizes none (docs/audit.md). The step's own
+    # entries (ready with its input hash, running, completed with its output) still say what
+    # it did. A step that declares `side_effect: true` is authorized all the same.
+    in_process: bool = False
 
 
 # The header (HTTP, e-mail) and message property (brokers) carrying the fencing token.
@@ -79,7 +85,8 @@ def tool(name: str, *, params_schema: dict, output_schema: dict | None = None,
          description: str = "", lookup: Callable[[str], object] | None = None,
          dedupes_by_key: bool = False, url_params: tuple[str, ...] = (),
          connection: str | None = None, side_effect: bool = False,
-         check: Callable[[dict, object], list[tuple[tuple, str]]] | None = None):
+         check: Callable[[dict, object], list[tuple[tuple, str]]] | None = None,
+         in_process: bool = False):
     """Register the decorated function as tool `name`. Raises ToolAlreadyRegistered on reuse."""
 
     def register(fn):
@@ -90,7 +97,7 @@ def tool(name: str, *, params_schema: dict, output_schema: dict | None = None,
                             description or (fn.__doc__ or "").strip().split("\n")[0],
                             lookup=lookup, dedupes_by_key=dedupes_by_key,
                             url_params=tuple(url_params), connection=connection,
-                            side_effect=side_effect, check=check)
+                            side_effect=side_effect, check=check, in_process=in_process)
         return fn
 
     return register

@@ -29,6 +29,62 @@ def record(n: int, **payload) -> list[AuditEntry]:
                              subject_id=i, payload={"i": i, **payload}) for i in range(n)]
 
 
+def append(i: int) -> AuditEntry:
+    return audit_record(action="test.event", actor="service:test", subject_type="ledger",
+                        subject_id=i, payload={"i": i})
+
+
+class Undone(Exception):
+    pass
+
+
+def test_an_append_undone_with_its_savepoint_is_not_linked_to():
+    """The head carried from append to append within a transaction (SQLite) forgets an entry
+    whose savepoint rolled back; the next entry links to the one before it."""
+    with transaction.atomic():
+        kept = append(1)
+        with pytest.raises(Undone), transaction.atomic():
+            append(2)
+            raise Undone
+        after = append(3)
+        with transaction.atomic():  # a savepoint that commits keeps the carried head
+            last = append(4)
+
+    assert [e.subject_id for e in ledger()][-3:] == ["1", "3", "4"]
+    assert verify_ledger().ok
+    after.refresh_from_db(), kept.refresh_from_db(), last.refresh_from_db()
+    assert (after.prev_hash, after.sequence) == (kept.hash, kept.sequence + 1)
+    assert (last.prev_hash, last.sequence) == (after.hash, after.sequence + 1)
+
+
+def test_one_transactions_entries_are_appended_in_one_statement():
+    from django.test.utils import CaptureQueriesContext
+
+    from orchestrator.events import events_record
+    from orchestrator.models import Event
+
+    run = ledger_run()
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        events_record([Event(run=run, kind="run.noted", actor="service:test") for _ in range(3)])
+    inserts = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('INSERT INTO "audit_entry"')]
+
+    assert len(inserts) == 1
+    assert [e.action for e in ledger(run_id=run.id)][-3:] == ["run.noted"] * 3
+    assert verify_ledger().ok
+
+
+def ledger_run():
+    from orchestrator.authz import System
+    from orchestrator.services.runs import run_start
+    from orchestrator.services.workflows import workflow_save
+    from tests.factories import TeamFactory
+
+    version, _ = workflow_save(team=TeamFactory(slug="ledger"), definition={
+        "name": "noted", "input_schema": {"type": "object"}, "steps": [
+            {"name": "a", "type": "tool", "tool": "core.echo"}]}, actor=System("test"))
+    return run_start(version=version, input={}, actor=System("test"))
+
+
 def test_canonical_json_is_sorted_compact_and_ascii():
     assert canonical_json({"b": 1, "a": ["é", None]}) == '{"a":["\\u00e9",null],"b":1}'
 

@@ -64,6 +64,24 @@ def test_every_external_call_is_authorized_by_exactly_one_entry_before_it(suppor
         assert "step.completed" in after and "step.completed" not in before
 
 
+def test_a_pure_tool_makes_no_external_call_and_a_declared_side_effect_is_still_authorized(team):
+    version, _ = workflow_save(team=team, definition={
+        "name": "pure", "input_schema": {"type": "object"}, "steps": [
+            {"name": "echo", "type": "tool", "tool": "core.echo", "params": {"n": 1}},
+            {"name": "declared", "type": "tool", "tool": "core.echo", "side_effect": True,
+             "params": {"n": 2}, "after": ["echo"]}]}, actor=SETUP)
+    run = work(run_start(version=version, input={}, actor=SETUP))
+
+    assert run.state == "completed"
+    entries = assert_one_entry_per_event(run)
+    calls = [e for e in entries if e.action == "external_call.authorized"]
+    assert [(e.step_name, e.data["target"], e.data["request"]) for e in calls] == [
+        ("declared", "core.echo", {"n": 2})]
+    echoed = [e.action for e in entries if e.step_name == "echo"]
+    assert echoed == ["step.ready", "step.queued", "step.running", "step.completed"]
+    assert verify_ledger().ok
+
+
 def test_entries_carry_versions_models_prompts_and_keys(support_run):
     entries = ledger(run_id=support_run.id)
     version = support_run.version

@@ -43,3 +43,21 @@ def test_finishing_a_step_leaves_its_input_out_of_the_update(claimed, finish):
     assert not any(BIG in sql for sql in updates)
     step.refresh_from_db()
     assert BIG in str(step.input)
+
+
+def test_claiming_a_step_leaves_its_input_out_of_the_update(team):
+    version, _ = workflow_save(team=team, definition={
+        "name": "claimed", "input_schema": {"type": "object"}, "steps": [
+            {"name": "a", "type": "tool", "tool": "core.echo", "params": {"text": "{{ input.big }}"}}]},
+        actor=SETUP)
+    step = run_start(version=version, input={"big": BIG}, actor=SETUP).steps.get(name="a")
+
+    with CaptureQueriesContext(connection) as queries:
+        claim = step_claim(step_id=step.id, worker="w")
+
+    updates = updates_of(step, queries)
+    assert len(updates) == 1 and BIG not in updates[0]
+    step.refresh_from_db()
+    assert (step.state, step.attempts, step.lease_owner) == ("running", 1, "w")
+    assert step.started_at and step.deadline_at and step.lease_expires_at
+    assert BIG in str(step.input) and BIG in str(claim.step_input)

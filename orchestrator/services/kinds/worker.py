@@ -40,15 +40,15 @@ from ...executors import ATTEMPT_META_FIELDS, ExecContext, execute
 from ...keys import idempotency_key_for
 from ...leases import heartbeat, lease_until
 from ...logcontext import bound
-from ...models import Run, StepAttempt, StepRun
+from ...models import Event, Run, StepAttempt, StepRun
 from ...retry import StepError, retry_at
-from ...secret_inputs import revealed_for
+from ...secret_inputs import revealed_from, sealed_of
 from ...selectors import definition_of, lock_run_of_step, runs_with_version, spec_of
 from ...states import RUN_ADVANCING, STEP_RECOVERABLE, RunState, StepKind, StepState
 from ..budget_gate import dispatch_reserve, run_pause_for_budget
 from ..deadletters import dead_letter_open
 from ..effects import effect_perform
-from ..step_end import step_ended
+from ..step_end import may_hold_reservations, step_ended
 from . import Record, StepKindHandler, register
 
 
@@ -84,6 +84,8 @@ class Claim:
     params_override: dict = field(default_factory=dict)
     team: str = ""
     queue: str = ""
+    # The run's secret inputs, still sealed (read with the claim; None: it has none).
+    sealed_secrets: str | None = None
 
 
 class WorkerStep(StepKindHandler):
@@ -144,7 +146,7 @@ def step_execute(*, step_id: int, worker: str) -> float:
 def _execute_claimed(step_id: int, claim: Claim, worker: str) -> None:
     # The run's secret inputs, in memory for this call only; whatever comes back is scrubbed
     # of them before it is stored (secret_inputs).
-    secrets = revealed_for(claim.run_id)
+    secrets = revealed_from(claim.sealed_secrets)
     ctx = ExecContext(str(claim.run_id), claim.workflow, claim.spec["name"], claim.attempt,
                       claim.idempotency_key, step_id=step_id,
                       effects=partial(effect_perform, step_id=step_id, key=claim.idempotency_key,
@@ -226,7 +228,8 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
     step's approval no longer holds (then the step has been failed, its action not run)."""
     try:
         with transaction.atomic():
-            step = StepRun.objects.select_related("run", "run__team", "run__version__workflow").defer(
+            step = StepRun.objects.select_related(
+                "run", "run__team", "run__version__workflow", "run__sealed_secrets").defer(
                 "run__version__definition", "run__version__normalized").get(id=step_id)
             run = step.run
             if step.state != StepState.QUEUED:
@@ -240,7 +243,8 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
                 refusal = clearance.refusal
                 raise _Refused
             step.claim(worker=worker, timeout_s=spec["timeout_s"], lease_s=settings.STEPWISE_LEASE_S)
-            step.save()
+            # What the claim changed: the input (every upstream output) is not written back.
+            step.save(update_fields=CLAIMED_FIELDS)
             key = idempotency_key_for(run.id, step.name)
             StepAttempt.objects.create(step=step, number=step.attempts, worker=worker,
                                        started_at=step.started_at, idempotency_key=key)
@@ -255,7 +259,12 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
         step_refuse(step_id=step_id, error=StepError("policy", refusal), worker=worker)
         return None
     return Claim(step.id, step.attempts, run.id, run.version.workflow.name, spec,
-                 step.input or {}, key, clearance.params_override, run.team.slug, step.queue)
+                 step.input or {}, key, clearance.params_override, run.team.slug, step.queue,
+                 sealed_of(run))
+
+
+# The columns `StepRun.claim` sets.
+CLAIMED_FIELDS = ("state", "attempts", "lease_owner", "started_at", "deadline_at", "lease_expires_at")
 
 
 class _Refused(Exception):
@@ -307,7 +316,7 @@ def _charge(run: Run, step: StepRun, usage: Usage) -> None:
     run.save(update_fields=["tokens_in", "tokens_out", "cost_usd"])
 
 
-def _close_attempt(step: StepRun, attempt: int, *, outcome: str, usage: Usage,
+def _close_attempt(run: Run, step: StepRun, attempt: int, *, outcome: str, usage: Usage,
                    error: StepError | None = None) -> None:
     StepAttempt.objects.filter(step=step, number=attempt).update(
         finished_at=now(), outcome=outcome, tokens_in=usage.tokens_in, tokens_out=usage.tokens_out,
@@ -315,7 +324,8 @@ def _close_attempt(step: StepRun, attempt: int, *, outcome: str, usage: Usage,
         error_class=error.error_class if error else "", error_message=error.message if error else "",
         **{k: v for k, v in usage.meta.items() if k in ATTEMPT_META_FIELDS},
     )
-    budget_settle(step_id=step.id, attempt=attempt, actual=usage.cost_usd)
+    if may_hold_reservations(run, step):
+        budget_settle(step_id=step.id, attempt=attempt, actual=usage.cost_usd)
 
 
 def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: str) -> bool:
@@ -323,16 +333,17 @@ def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: st
     with transaction.atomic():
         run, step = lock_run_of_step(step_id)
         if not fenced(step, attempt):
-            _close_attempt(step, attempt, outcome="stale", usage=usage)
+            _close_attempt(run, step, attempt, outcome="stale", usage=usage)
             return False
         step.complete(output=output)
         _charge(run, step, usage)
         step.save()
-        _close_attempt(step, attempt, outcome="succeeded", usage=usage)
-        event_record(run=run, step=step, kind="step.completed", actor=f"worker:{worker}",
-                     payload={"attempt": attempt, "tokens_in": usage.tokens_in,
-                              "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd)})
-        step_ended(run, step, actor=worker_actor(worker))
+        _close_attempt(run, step, attempt, outcome="succeeded", usage=usage)
+        # Written with the run's next transitions, in one INSERT (step_ended, run_advance).
+        completed = Event(run=run, step=step, kind="step.completed", actor=f"worker:{worker}",
+                          payload={"attempt": attempt, "tokens_in": usage.tokens_in,
+                                   "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd)})
+        step_ended(run, step, actor=worker_actor(worker), pending=[completed])
     return True
 
 
@@ -341,10 +352,10 @@ def step_fail(*, step_id: int, attempt: int, error: StepError, usage: Usage, wor
     with transaction.atomic():
         run, step = lock_run_of_step(step_id)
         if not fenced(step, attempt):
-            _close_attempt(step, attempt, outcome="stale", usage=usage, error=error)
+            _close_attempt(run, step, attempt, outcome="stale", usage=usage, error=error)
             return False
         _charge(run, step, usage)
-        _close_attempt(step, attempt, outcome="failed", usage=usage, error=error)
+        _close_attempt(run, step, attempt, outcome="failed", usage=usage, error=error)
         _fail_or_retry(run, step, error, actor=worker_actor(worker))
     return True
 

@@ -1,0 +1,116 @@
+"""The SQL a step costs is bounded: adding a statement or a transaction to the step path fails here.
+
+A step of a chain of the pure built-in tool `core.echo` is driven through `step_execute`, the
+one call the worker's `execute_step` task makes (claim, execute, succeed and advance the run),
+under `CaptureQueriesContext`, with real transactions (`transaction=True`: BEGIN and COMMIT are
+sent, and on-commit dispatches happen). The bounds are the numbers in docs/benchmark.md
+("SQL statements per step"); when a change lowers a count, lower its bound here and there.
+"""
+from dataclasses import dataclass
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from orchestrator.services.kinds.worker import step_execute
+from orchestrator.services.runs import run_start
+from orchestrator.services.workflows import workflow_save
+from tests.factories import SETUP
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TX_CONTROL = {"BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE"}
+
+
+@dataclass(frozen=True)
+class Bound:
+    statements: int  # every statement but transaction control (BEGIN/COMMIT/SAVEPOINT/...)
+    transactions: int
+
+
+# Per backend (connection.vendor). Keep in step with docs/benchmark.md.
+STEP = {"sqlite": Bound(statements=16, transactions=2), "postgresql": Bound(statements=16, transactions=2)}
+LAST_STEP = {"sqlite": Bound(statements=19, transactions=2), "postgresql": Bound(statements=19, transactions=2)}
+POST_RUN = {"sqlite": 22, "postgresql": 22}
+
+
+def chain_definition(steps: int) -> dict:
+    """The bench's workflow (bench/measure.py): s0 -> s1 -> ... of `core.echo`."""
+    return {"name": "chain", "input_schema": {"type": "object"}, "steps": [
+        {"name": f"s{i}", "type": "tool", "tool": "core.echo", "params": {"step": i},
+         **({"after": [f"s{i - 1}"]} if i else {})} for i in range(steps)]}
+
+
+def kind_of(sql: str) -> str:
+    return sql.split(None, 1)[0].upper() if sql else "?"
+
+
+@dataclass
+class Counted:
+    sql: list[str]
+
+    @property
+    def statements(self) -> int:
+        return sum(1 for q in self.sql if kind_of(q) not in TX_CONTROL)
+
+    @property
+    def transactions(self) -> int:
+        # Django sends BEGIN itself on both backends (SQLite: BEGIN IMMEDIATE).
+        return sum(1 for q in self.sql if kind_of(q) == "BEGIN")
+
+    def listing(self) -> str:
+        return "\n".join(q[:160] for q in self.sql)
+
+
+def counted(fn) -> tuple[Counted, object]:
+    """The statements `fn()` sends on this process's connection, and what it returned."""
+    with CaptureQueriesContext(connection) as captured:
+        result = fn()
+    return Counted([q["sql"] for q in captured.captured_queries]), result
+
+
+@pytest.fixture
+def chain(team):
+    version, _ = workflow_save(team=team, definition=chain_definition(3), actor=SETUP)
+    run_start(version=version, input={}, actor=SETUP)  # warms the per-process definition cache
+    run = run_start(version=version, input={}, actor=SETUP)
+    return list(run.steps.order_by("position").values_list("id", flat=True))
+
+
+def assert_within(measured: Counted, bound: Bound, what: str) -> None:
+    assert measured.statements <= bound.statements, (
+        f"{what}: {measured.statements} statements, bound {bound.statements}\n{measured.listing()}")
+    assert measured.transactions <= bound.transactions, (
+        f"{what}: {measured.transactions} transactions, bound {bound.transactions}\n{measured.listing()}")
+
+
+def test_a_step_of_a_chain_stays_within_its_statements_and_transactions(chain):
+    first, middle, last = chain
+    step_execute(step_id=first, worker="w")
+
+    measured, _ = counted(lambda: step_execute(step_id=middle, worker="w"))
+
+    assert_within(measured, STEP[connection.vendor], "a step (claim + execute + succeed + advance)")
+
+
+def test_the_step_that_completes_the_run_stays_within_its_bound(chain):
+    first, middle, last = chain
+    step_execute(step_id=first, worker="w")
+    step_execute(step_id=middle, worker="w")
+
+    measured, _ = counted(lambda: step_execute(step_id=last, worker="w"))
+
+    assert_within(measured, LAST_STEP[connection.vendor], "the last step (completes the run)")
+
+
+def test_starting_a_run_through_the_api_stays_within_its_statements(team, api):
+    version, _ = workflow_save(team=team, definition=chain_definition(3), actor=SETUP)
+    post = lambda: api.post("/api/v1/workflows/chain/runs/", {"input": {}}, format="json")  # noqa: E731
+    assert post().status_code == 202  # the token, the definition cache: warm
+
+    measured, response = counted(post)
+
+    assert response.status_code == 202
+    assert measured.statements <= POST_RUN[connection.vendor], (
+        f"POST .../runs/: {measured.statements} statements, bound {POST_RUN[connection.vendor]}\n"
+        f"{measured.listing()}")
