@@ -536,14 +536,129 @@ def test_a_secret_input_is_scrubbed_from_the_stored_output_and_error(team):
     secret_schema = {"type": "object", "required": ["code"], "properties": {"code": {"type": "string", "writeOnly": True}}}
     version, _ = workflow_save(team=team, definition={
         "name": "secretive", "input_schema": secret_schema, "steps": [
-            echo(params={"code": "{{ input.code }}"}),
+            echo(params={"code": "{{ input.code }}"}, side_effect=True),
             {"name": "call", "type": "tool", "tool": "http.request", "retry": NO_RETRY,
              "params": {"method": "GET", "url": "http://127.0.0.1:9/{{ input.code }}"}}]},
         actor=SETUP)
     run = run_start(version=version, input={"code": "s3cr3t-code-991"}, actor=SETUP)
     for name in ("work", "call"):
         step_execute(step_id=step_of(run, name).id, worker="w")
+    from audit.models import AuditEntry
+    from orchestrator.models import Effect
+
     stored = str(list(StepRun.objects.filter(run=run).values_list("output", "error"))) + str(
         list(StepAttempt.objects.filter(step__run=run).values_list("error_message", flat=True)))
+    stored += str(list(Effect.objects.filter(run=run).values_list("result", "error")))
+    stored += str(list(AuditEntry.objects.filter(run_id=str(run.id)).values_list("payload", flat=True)))
+    assert Effect.objects.filter(run=run).count() == 1
     assert "s3cr3t-code-991" not in stored
     assert step_of(run).state == "completed" and step_of(run, "call").state == "failed"
+
+
+# --- what the executor is handed -------------------------------------------------------------
+
+PROBE = "test.worker_probe"
+
+
+@pytest.fixture
+def probe():
+    """A side-effecting tool that records what each call was handed: its params, its context
+    and the log ids bound around it. Registered for one test, then removed from the registry."""
+    from orchestrator import logcontext
+    from orchestrator.tools import registry
+
+    calls: list[dict] = []
+
+    @registry.tool(PROBE, params_schema={"type": "object"}, side_effect=True)
+    def worker_probe(params, ctx):
+        calls.append({"params": params, "ctx": ctx, "log": dict(logcontext.current())})
+        return {"done": len(calls)}
+
+    yield calls
+    registry._TOOLS.pop(PROBE, None)
+
+
+def probed(name="work", **extra) -> dict:
+    return {"name": name, "type": "tool", "tool": PROBE, **extra}
+
+
+def test_a_side_effect_runs_through_the_ledger_under_its_attempt_token(team, probe):
+    from audit.models import AuditEntry
+    from orchestrator.models import Effect
+
+    run = start(team, probed(params={"amount": 3}))
+    step = step_of(run)
+    step_execute(step_id=step.id, worker="w")
+
+    [call] = probe
+    key = f"{run.id}:work:default"
+    ctx = call["ctx"]
+    assert call["params"] == {"amount": 3}
+    assert (ctx.run_id, ctx.step_name, ctx.attempt, ctx.idempotency_key, ctx.fencing_token) == (
+        str(run.id), "work", 1, key, 1)
+    assert {k: call["log"].get(k) for k in ("run_id", "step", "attempt", "workflow", "team")} == {
+        "run_id": str(run.id), "step": "work", "attempt": "1", "workflow": "worked", "team": "support"}
+    effect = Effect.objects.get(run=run)
+    assert (effect.key, effect.step_id, effect.fence, effect.status, effect.result) == (
+        key, step.id, 1, "succeeded", {"done": 1})
+    authorized = AuditEntry.objects.get(action="external_call.authorized", run_id=str(run.id))
+    assert (authorized.step_name, authorized.idempotency_key) == ("work", key)
+    assert authorized.data["attempt"] == 1
+    assert step_of(run).output == {"done": 1}
+
+
+def test_an_attempt_superseded_before_its_effect_starts_calls_nothing(team, probe, move_clock,
+                                                                      settings):
+    """Attempt 1 claimed the step, then stalled before its call; its lease expired and attempt 2
+    claimed the step. Attempt 1 resuming must not call the remote: the ledger asks its claim."""
+    from orchestrator.models import Effect
+    from orchestrator.services.kinds.worker import _execute_claimed
+
+    run = start(team, probed(timeout_s=600, retry=RETRY))
+    step = step_of(run)
+    first = step_claim(step_id=step.id, worker="w1")
+    move_clock(settings.STEPWISE_LEASE_S + 1)
+    step_lease_expired(step_id=step.id)
+    move_clock(settings.STEPWISE_LEASE_S + 5)
+    step_retry_due(step_id=step.id)
+    second = step_claim(step_id=step.id, worker="w2")
+
+    _execute_claimed(step.id, first, "w1")
+    assert probe == [] and not Effect.objects.filter(run=run).exists()
+    assert StepAttempt.objects.get(step=step, number=1).outcome in ("lost", "stale")
+    assert step_of(run).state == "running"
+
+    _execute_claimed(step.id, second, "w2")
+    assert [call["ctx"].fencing_token for call in probe] == [2]
+    assert Effect.objects.get(run=run).fence == 2
+    assert step_of(run).state == "completed"
+
+
+def test_parameters_changed_at_the_approval_gate_replace_the_rendered_ones(team, probe):
+    from dataclasses import replace
+
+    from orchestrator.services.kinds.worker import _execute_claimed
+
+    run = start(team, probed(params={"amount": 3, "to": "ann"}))
+    step = step_of(run)
+    claim = step_claim(step_id=step.id, worker="w")
+    _execute_claimed(step.id, replace(claim, params_override={"amount": 2}), "w")
+    assert [call["params"] for call in probe] == [{"amount": 2, "to": "ann"}]
+
+
+def test_the_worker_traces_the_step_and_its_call(team, probe, settings):
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from orchestrator import tracing
+
+    spans = InMemorySpanExporter()
+    tracing.configure(exporter=spans)
+    settings.STEPWISE_TRACING = True
+    run = start(team, probed())
+    step_execute(step_id=step_of(run).id, worker="w")
+    by_name = {span.name: span for span in spans.get_finished_spans()}
+    executed, called = by_name["step.execute"], by_name["tool.call"]
+    assert dict(executed.attributes) == {"stepwise.run": str(run.id), "stepwise.step": "work",
+                                         "stepwise.attempt": "1", "stepwise.workflow": "worked"}
+    assert dict(called.attributes) == {"stepwise.target": PROBE}
+    assert called.parent.span_id == executed.context.span_id
