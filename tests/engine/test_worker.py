@@ -646,14 +646,27 @@ def test_parameters_changed_at_the_approval_gate_replace_the_rendered_ones(team,
     assert [call["params"] for call in probe] == [{"amount": 2, "to": "ann"}]
 
 
-def test_the_worker_traces_the_step_and_its_call(team, probe, settings):
+AGENT = {"name": "think", "type": "agent", "model": "fast", "prompt": "hi",
+         "output_schema": {"type": "object"},
+         "script": [{"output": {"ok": True}, "tokens_in": 1000, "tokens_out": 200}]}
+ROUTER = {"name": "route", "type": "router", "routes": [
+    {"name": "yes", "when": "input.x > 1", "then": ["after"]}], "default": {"name": "no", "then": []}}
+
+
+@pytest.fixture
+def spans(settings):
+    """Tracing on, spans kept in memory (the SDK's provider is installed once per process)."""
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from orchestrator import tracing
 
-    spans = InMemorySpanExporter()
-    tracing.configure(exporter=spans)
+    exporter = InMemorySpanExporter()
+    tracing.configure(exporter=exporter)
     settings.STEPWISE_TRACING = True
+    return exporter
+
+
+def test_the_worker_traces_the_step_and_its_call(team, probe, spans):
     run = start(team, probed())
     step_execute(step_id=step_of(run).id, worker="w")
     by_name = {span.name: span for span in spans.get_finished_spans()}
@@ -662,3 +675,77 @@ def test_the_worker_traces_the_step_and_its_call(team, probe, settings):
                                          "stepwise.attempt": "1", "stepwise.workflow": "worked"}
     assert dict(called.attributes) == {"stepwise.target": PROBE}
     assert called.parent.span_id == executed.context.span_id
+
+
+def test_a_call_span_names_the_model_of_an_agent_and_the_kind_of_a_router(team, spans):
+    run = start(team, AGENT, ROUTER, echo("after", after=["route"]), input={"x": 2})
+    for name in ("think", "route"):
+        step_execute(step_id=step_of(run, name).id, worker="w")
+    targets = {span.name: dict(span.attributes) for span in spans.get_finished_spans()
+               if span.name.endswith(".call")}
+    assert targets == {"agent.call": {"stepwise.target": "fast"},
+                       "router.call": {"stepwise.target": "router"}}
+    assert step_of(run, "route").output == {"route": "yes"}
+
+
+def test_an_agent_step_is_charged_what_its_model_spent(team):
+    run = start(team, AGENT)
+    step_execute(step_id=step_of(run, "think").id, worker="w")
+    step, run = step_of(run, "think"), Run.objects.get(id=run.id)
+    cost = Decimal("0.0005")  # 1000 tokens at 0.25 $/Mtok in, 200 at 1.25 $/Mtok out
+    assert (step.state, step.output) == ("completed", {"ok": True})
+    assert (step.tokens_in, step.tokens_out, step.cost_usd) == (1000, 200, cost)
+    assert (run.tokens_in, run.tokens_out, run.cost_usd) == (1000, 200, cost)
+    attempt = StepAttempt.objects.get(step=step)
+    assert (attempt.tokens_in, attempt.tokens_out, attempt.cost_usd) == (1000, 200, cost)
+    assert (attempt.model, attempt.provider, attempt.model_id) == ("fast", "scripted", "scripted:fast")
+
+
+def test_a_model_reply_is_found_by_the_workflow_and_step_it_is_for(team, settings, tmp_path):
+    import json
+
+    fixture = tmp_path / "replies.json"
+    fixture.write_text(json.dumps({"worked.think": [{"output": {"from": "worked.think"}}],
+                                   "other.think": [{"output": {"from": "other.think"}}]}))
+    settings.STEPWISE_MODELS = {**settings.STEPWISE_MODELS,
+                                "fixtured": {"provider": "scripted", "fixture": str(fixture)}}
+    spec = {key: value for key, value in AGENT.items() if key != "script"}
+    run = start(team, {**spec, "model": "fixtured"})
+    step_execute(step_id=step_of(run, "think").id, worker="w")
+    assert step_of(run, "think").output == {"from": "worked.think"}
+
+
+# --- the reaper's timeout and an operator's retry --------------------------------------------
+
+
+def test_a_timeout_closes_the_running_attempt_of_that_step_only(team, move_clock):
+    from orchestrator.services.kinds.worker import WorkerStep
+
+    late, other = start(team, echo(retry=NO_RETRY), name="late"), start(team, echo(), name="other")
+    step_claim(step_id=step_of(late).id, worker="w")
+    step_claim(step_id=step_of(other).id, worker="w")
+    move_clock(7)
+    assert WorkerStep().time_out(step_id=step_of(late).id, reason="past its 5 s")
+    attempt = StepAttempt.objects.get(step=step_of(late))
+    assert (attempt.outcome, attempt.error_class, attempt.error_message) == (
+        "timed_out", "timeout", "past its 5 s")
+    assert attempt.finished_at == now()
+    assert step_of(late).state == "timed_out"
+    untouched = StepAttempt.objects.get(step=step_of(other))
+    assert (untouched.outcome, untouched.finished_at) == ("", None)
+    assert not WorkerStep().time_out(step_id=step_of(late).id, reason="again")  # not running
+
+
+def test_retrying_a_step_of_a_failed_run_reopens_the_steps_the_failure_cancelled(team, operator):
+    from orchestrator.services.operators import step_retry
+
+    run = start(team, echo(retry=NO_RETRY), echo("after", after=["work"]), on_error="fail")
+    claim = step_claim(step_id=step_of(run).id, worker="w")
+    step_fail(step_id=claim.step_id, attempt=1, error=StepError("permanent", "no"), usage=Usage(),
+              worker="w")
+    assert step_of(run, "after").state == "cancelled"
+    step_retry(step_id=claim.step_id, actor=operator)
+    after = step_of(run, "after")
+    assert after.state == "blocked"
+    [blocked] = events(after, "step.blocked")
+    assert blocked.actor == "user:operator"
