@@ -749,3 +749,29 @@ def test_retrying_a_step_of_a_failed_run_reopens_the_steps_the_failure_cancelled
     assert after.state == "blocked"
     [blocked] = events(after, "step.blocked")
     assert blocked.actor == "user:operator"
+
+
+def test_each_attempt_of_a_model_step_reserves_its_budget_and_settles_what_it_spent(
+        team, move_clock):
+    from budgets.models import Reservation
+
+    run = start(team, {**AGENT, "retry": RETRY}, budget={"max_cost_usd": 10})
+    step = step_of(run, "think")
+    step_claim(step_id=step.id, worker="w")
+    step_fail(step_id=step.id, attempt=1, error=StepError("transient", "503"), usage=Usage(),
+              worker="w")
+    move_clock(1)
+    assert step_retry_due(step_id=step.id)
+    step_claim(step_id=step.id, worker="w")
+    step_succeed(step_id=step.id, attempt=2, output={"ok": True},
+                 usage=Usage(cost_usd=Decimal("0.002"), model="fast"), worker="w")
+    assert list(Reservation.objects.filter(step=step).order_by("attempt").values_list(
+        "attempt", "state", "actual")) == [(1, "settled", Decimal("0")),  # it spent nothing
+                                           (2, "settled", Decimal("0.002"))]
+
+
+def test_a_lease_runs_out_at_its_expiry_instant(team, move_clock, settings):
+    run = start(team, echo(timeout_s=600))
+    step_claim(step_id=step_of(run).id, worker="w")
+    move_clock(settings.STEPWISE_LEASE_S)
+    assert step_lease_expired(step_id=step_of(run).id)
