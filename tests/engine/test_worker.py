@@ -775,3 +775,92 @@ def test_a_lease_runs_out_at_its_expiry_instant(team, move_clock, settings):
     step_claim(step_id=step_of(run).id, worker="w")
     move_clock(settings.STEPWISE_LEASE_S)
     assert step_lease_expired(step_id=step_of(run).id)
+
+
+# --- the messages sent after commit, taken at the broker's edge ------------------------------
+
+
+@pytest.fixture
+def broker(monkeypatch, django_capture_on_commit_callbacks):
+    """Runs the on-commit callbacks of a block and keeps the messages they hand to Celery's
+    `send_task` (the broker's edge; nothing reaches a broker): (task, args, options)."""
+    from contextlib import contextmanager
+
+    from celery import current_app
+
+    sent: list[tuple[str, tuple, dict]] = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, args=None, **options: sent.append(
+        (name.rsplit(".", 1)[-1], tuple(args or ()), options)))
+
+    @contextmanager
+    def committing():
+        with django_capture_on_commit_callbacks(execute=True):
+            yield sent
+
+    return committing
+
+
+def _named(options: dict) -> tuple:
+    return options["headers"].get("stepwise_run"), options["headers"].get("stepwise_step")
+
+
+def test_a_started_step_is_sent_to_its_queue(team, broker):
+    with broker() as sent:
+        run = start(team, echo())
+    [(task, args, options)] = [message for message in sent if message[0] == "execute_step"]
+    assert (task, args, options["queue"]) == ("execute_step", (step_of(run).id,), "tools")
+    assert _named(options) == (str(run.id), "work")
+
+
+def test_a_retry_due_soon_is_sent_with_its_delay_and_then_to_its_queue(team, broker, move_clock):
+    run = start(team, echo(retry=RETRY))
+    step = step_of(run)
+    step_claim(step_id=step.id, worker="w")
+    with broker() as sent:
+        step_fail(step_id=step.id, attempt=1, error=StepError("transient", "503"), usage=Usage(),
+                  worker="w")
+    [(task, args, options)] = [message for message in sent if message[0] == "retry_due"]
+    assert (args, options["countdown"], options["queue"]) == ((step.id,), 1.0, "orchestrator")
+    assert _named(options) == (str(run.id), "work")
+    move_clock(1)
+    with broker() as sent:
+        step_retry_due(step_id=step.id)
+    [(task, args, options)] = [message for message in sent if message[0] == "execute_step"]
+    assert (args, options["queue"], _named(options)) == ((step.id,), "tools", (str(run.id), "work"))
+
+
+def test_a_lost_message_is_sent_again_to_the_same_queue(team, broker):
+    run = start(team, echo())
+    with broker() as sent:
+        step_redispatch(step_id=step_of(run).id)
+    [(task, args, options)] = sent
+    assert (task, args, options["queue"]) == ("execute_step", (step_of(run).id,), "tools")
+    assert _named(options) == (str(run.id), "work")
+
+
+# --- the circuit breaker ----------------------------------------------------------------------
+
+
+def test_transient_failures_open_a_dependency_breaker_and_a_success_closes_it(team, settings):
+    from django.core.cache import cache
+
+    settings.STEPWISE_BREAKER_FAILURES = 2
+    down = {"name": "work", "type": "tool", "tool": "http.request", "retry": NO_RETRY,
+            "params": {"method": "GET", "url": "http://127.0.0.1:9/down"}}
+    dependency = "tool:http.request:127.0.0.1:9"
+    try:
+        for name in ("one", "two", "three"):
+            run = start(team, down, name=name)
+            step_execute(step_id=step_of(run).id, worker="w")
+        attempts = StepAttempt.objects.filter(step__run__version__workflow__name__in=(
+            "one", "two", "three")).order_by("id")
+        classes = [attempt.error_class for attempt in attempts]
+        assert classes[:2] in (["transient"] * 2, ["timeout"] * 2), classes
+        assert attempts[2].error_message == f"circuit open for {dependency}"
+
+        cache.set("cb:tool:core.echo:failures", 1, timeout=60)
+        step_execute(step_id=step_of(start(team, echo(), name="fine")).id, worker="w")
+        assert cache.get("cb:tool:core.echo:failures") is None
+    finally:
+        for dep in (dependency, "tool:core.echo"):
+            cache.delete_many([f"cb:{dep}:until", f"cb:{dep}:probe", f"cb:{dep}:failures"])
