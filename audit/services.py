@@ -360,6 +360,10 @@ def audit_prune(*, before: datetime, actor: str, dry_run: bool = False) -> Prune
             subject_id="audit_entry", outcome="pruned",
             payload={"through_sequence": through[0], "through_hash": through[1],
                      "from_sequence": first, "deleted": count, "before": before.isoformat()})
+        # Link the checkpoint now, while the entries it covers are still the head. Sealed at
+        # COMMIT (PostgreSQL), after the delete, it would find no head once every entry was
+        # pruned, and start the chain again at sequence 1 from the genesis hash.
+        chain.seal_pending()
         with _deletes_allowed():
             deleted, _ = doomed.delete()
     return PruneResult(deleted, through[0], checkpoint)

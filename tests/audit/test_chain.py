@@ -1,22 +1,30 @@
 """Tamper evidence: the chain is linear, audit_verify passes on a clean ledger and names the
 first broken link of a hand-edited one."""
+import re
 import threading
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import close_old_connections, connection, transaction
 
 from audit.chain import (
+    PRUNE_ACTION,
+    Break,
+    Report,
     canonical_json,
     content_digest,
     entry_row,
     link_hash,
     sha256_hex,
+    timestamp_text,
     verify_ledger,
     verify_rows,
 )
 from audit.models import GENESIS_HASH, AuditEntry
-from audit.services import audit_record
+from audit.services import audit_prune, audit_record
+from orchestrator import clock
 
 from .conftest import ledger, tamper
 
@@ -218,3 +226,87 @@ def test_concurrent_writers_append_one_linear_chain():
     report = verify_ledger()
     assert report.ok, report.broken
     assert AuditEntry.objects.filter(sequence__isnull=True).count() == 0
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata", "America/St_Johns"])
+def test_an_entry_time_is_written_in_utc_whatever_the_time_zone(settings, zone):
+    """The digest covers this text: it must not depend on the server's zone."""
+    settings.TIME_ZONE = zone  # Django sets the process's zone (TZ) from it
+    kolkata = datetime(2026, 1, 1, 17, 30, tzinfo=ZoneInfo("Asia/Kolkata"))
+    assert timestamp_text(kolkata) == "2026-01-01T12:00:00.000000+00:00"
+    assert timestamp_text(datetime(2026, 1, 1, 12, 0, 0, 7, tzinfo=UTC)) == "2026-01-01T12:00:00.000007+00:00"
+
+
+# --- verify_ledger's other branches: an empty ledger, an unlinked entry, a pruned prefix ------
+# Each starts from whatever the ledger holds (empty in a plain run; entries committed by other
+# tests under mutmut) and changes it inside the test's transaction, which is rolled back.
+
+
+def test_an_empty_ledger_verifies_with_nothing_counted():
+    record(2)
+    tamper("DELETE FROM audit_entry")
+
+    assert verify_ledger() == Report(0, None, None, None, None)
+
+
+def test_an_entry_never_linked_into_the_chain_is_reported_before_anything_else():
+    first, unlinked = record(2)
+    ledger()
+    tamper("UPDATE audit_entry SET sequence = NULL, prev_hash = NULL, hash = NULL WHERE id = %s",
+           [unlinked.id])
+
+    report = verify_ledger()
+
+    assert report == Report(0, None, None, None, Break(None, unlinked.id, "entry was never linked into the chain"))
+    assert str(report.broken) == f"the ledger (entry id {unlinked.id}): entry was never linked into the chain"
+
+
+def test_a_ledger_pruned_to_its_checkpoint_verifies_from_the_checkpoint_on():
+    record(3)
+    head = ledger()[-1]
+    audit_prune(before=clock.now() + timedelta(days=1), actor="user:compliance")
+    later = record(2)
+    # Ids do not follow sequences (on PostgreSQL ids are taken at insert, sequences at commit):
+    # verification must go by sequence alone.
+    tamper("UPDATE audit_entry SET id = id + 100000")
+    later = [AuditEntry.objects.get(id=e.id + 100000) for e in later]
+    [checkpoint, *rest] = ledger()
+
+    report = verify_ledger()
+
+    # Everything up to the old head went; the checkpoint that covers it is the first entry left.
+    assert (checkpoint.action, checkpoint.sequence) == (PRUNE_ACTION, head.sequence + 1)
+    assert checkpoint.data["through_sequence"] == head.sequence and checkpoint.data["through_hash"] == head.hash
+    assert checkpoint.prev_hash == head.hash
+    assert [e.id for e in rest] == [e.id for e in later]
+    assert report == Report(3, head.sequence + 1, head.sequence + 3, rest[-1].hash, None)
+
+
+def test_a_pruned_prefix_no_checkpoint_covers_is_reported_at_the_first_entry_left():
+    entries = record(3)
+    ledger()
+    kept = AuditEntry.objects.get(id=entries[2].id)
+    tamper("DELETE FROM audit_entry WHERE sequence < %s", [kept.sequence])
+
+    report = verify_ledger()
+
+    reason = f"entries 1..{kept.sequence - 1} are missing and no prune checkpoint covers them"
+    assert report == Report(0, None, None, None, Break(kept.sequence, kept.id, reason))
+    with pytest.raises(CommandError, match=re.escape(
+            f"audit ledger: BROKEN at sequence {kept.sequence} (entry id {kept.id}): {reason} "
+            "(0 entries verified before it)")):
+        call_command("audit_verify")
+
+
+def test_a_checkpoint_for_another_sequence_does_not_anchor_the_prefix():
+    record(3)
+    head = ledger()[-1]
+    audit_prune(before=clock.now() + timedelta(days=1), actor="user:compliance")
+    [checkpoint] = ledger()
+    tamper("UPDATE audit_entry SET payload = %s WHERE id = %s",
+           [canonical_json({**checkpoint.data, "through_sequence": head.sequence - 1}), checkpoint.id])
+
+    report = verify_ledger()
+
+    assert report.broken == Break(checkpoint.sequence, checkpoint.id,
+                                  f"entries 1..{head.sequence} are missing and no prune checkpoint covers them")

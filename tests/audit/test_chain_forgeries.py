@@ -15,7 +15,7 @@ from datetime import UTC
 import pytest
 from django.db import transaction
 
-from audit.chain import content_digest, link_hash, verify_ledger, verify_rows
+from audit.chain import Break, content_digest, link_hash, verify_ledger, verify_rows
 from audit.models import AuditEntry
 from audit.services import audit_record
 
@@ -220,3 +220,76 @@ def test_an_entry_moved_to_another_place_in_the_chain_is_caught():
 
     report = verify_ledger()
     assert not report.ok and report.broken.entry_id == second
+
+
+# --- what a report says: every field, and the reason word for word -------------------------
+
+CONTENT_EDITED = "the entry's content does not match its digest (it was edited)"
+HASH_WRONG = "the entry's hash does not match prev_hash, sequence and digest"
+PREV_WRONG = "prev_hash does not match the previous entry's hash (an entry was removed or replaced)"
+
+
+def without(rows: list[dict], sequence: int) -> list[dict]:
+    return [r for r in rows if r["sequence"] != sequence]
+
+
+def with_changes(rows: list[dict], at: int, **changes) -> list[dict]:
+    """`rows` with the entry of sequence `at` changed (and nothing recomputed)."""
+    return [{**r, **changes} if r["sequence"] == at else r for r in rows]
+
+
+def stored_report_cases():
+    """(rows, anchor, start, expected report fields, expected break or None): every row of the
+    stored chain and its forgeries are built above, without audit.chain."""
+    rows, h = stored_chain(), STORED_HASHES
+    rehashed = forge(rows, "entry rewritten and rehashed")
+    return {
+        "intact": (rows, GENESIS, 1, (4, 1, 4, h[3]), None),
+        "nothing to walk": ([], GENESIS, 1, (0, None, None, None), None),
+        "a suffix from its anchor": (rows[2:], h[1], 3, (2, 3, 4, h[3]), None),
+        "first entry edited": (with_changes(rows, 1, actor="user:mallory"),
+                               GENESIS, 1, (0, None, None, None), (1, 101, CONTENT_EDITED)),
+        "second entry edited": (forge(rows, "entry rewritten"), GENESIS, 1, (1, 1, 1, h[0]),
+                                (2, 102, CONTENT_EDITED)),
+        "digest recomputed": (forge(rows, "entry rewritten with its digest"), GENESIS, 1,
+                              (1, 1, 1, h[0]), (2, 102, HASH_WRONG)),
+        "rehashed, next not patched": (rehashed, GENESIS, 1, (2, 1, 2, rehashed[1]["hash"]),
+                                       (3, 103, PREV_WRONG)),
+        "wrong anchor": (rows, "1" * 64, 1, (0, None, None, None), (1, 101, PREV_WRONG)),
+        "an entry missing": (without(rows, 2), GENESIS, 1, (1, 1, 1, h[0]),
+                             (3, 103, "expected sequence 2: entries are missing")),
+        "a sequence repeated": (with_changes(rows, 3, sequence=2), GENESIS, 1, (2, 1, 2, h[1]),
+                                (2, 103, "expected sequence 3, found 2")),
+        "no sequence": (with_changes(rows, 3, sequence=None), GENESIS, 1, (2, 1, 2, h[1]),
+                        (3, 103, "expected sequence 3, found None")),
+        "a text sequence": (with_changes(rows, 2, sequence="2"), GENESIS, 1, (1, 1, 1, h[0]),
+                            (2, 102, "expected sequence 2, found 2")),
+        "an exported row without id": ([{k: v for k, v in r.items() if k != "id"} for r in
+                                        forge(rows, "entry rewritten")], GENESIS, 1, (1, 1, 1, h[0]),
+                                       (2, None, CONTENT_EDITED)),
+    }
+
+
+@pytest.mark.parametrize("case", list(stored_report_cases()))
+def test_a_report_says_how_far_the_walk_got_and_where_and_why_it_stopped(case):
+    rows, anchor, start, fields, broken = stored_report_cases()[case]
+
+    report = verify_rows(rows, anchor=anchor, start=start)
+
+    assert (report.count, report.first_sequence, report.head_sequence, report.head_hash) == fields
+    if broken is None:
+        assert report.ok and report.broken is None
+    else:
+        assert not report.ok
+        assert (report.broken.sequence, report.broken.entry_id, report.broken.reason) == broken
+
+
+@pytest.mark.parametrize("sequence, entry_id, text", [
+    (3, 7, "sequence 3 (entry id 7): why"),
+    (0, 0, "sequence 0 (entry id 0): why"),
+    (None, 7, "the ledger (entry id 7): why"),
+    (3, None, "sequence 3: why"),
+    (None, None, "the ledger: why"),
+])
+def test_a_break_names_the_sequence_and_the_entry_it_knows(sequence, entry_id, text):
+    assert str(Break(sequence, entry_id, "why")) == text
