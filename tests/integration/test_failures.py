@@ -237,39 +237,20 @@ def test_map_items_that_fail_transiently_are_retried_and_the_chord_joins_them(wo
 
 
 def test_a_fan_out_keeps_to_max_parallel_and_leaves_the_shared_workers_to_another_run(workers, team):
-    """One run's fan-out and another run compete for the same workers on the same queue.
+    """One run's fan-out and another run compete for the same workers.
 
     The worker group runs two tasks at once (`-c 2`); the fan-out may hold one (max_parallel),
     so the other run's step gets the second worker while the fan-out still has most of its
-    items to go. Without the map-item cap both workers run items, the small run's message waits
-    behind every item, and the sink sees two item calls at once.
+    items to go. Without the map-item cap both workers run items and the sink sees two item
+    calls at once.
     """
     items = 16
     with HttpSink() as sink:
-        sink.delay_s = 0.3  # every call takes a while: a worker running it is busy
-        big, _ = workflow_save(team=team, definition={
-            "name": "big-fanout", "input_schema": {"type": "object"}, "max_parallel": 1,
-            "steps": [{"name": "each", "type": "map", "over": "input.items", "item": {
-                "type": "tool", "tool": "http.request",
-                "params": {"method": "POST", "url": f"{sink.url}/item", "json": {"n": "{{ item }}"}}}}]},
-            actor=SETUP)
-        small, _ = workflow_save(team=team, definition={
-            "name": "small", "input_schema": {"type": "object"}, "steps": [
-                {"name": "one", "type": "tool", "tool": "http.request",
-                 "params": {"method": "POST", "url": f"{sink.url}/small"}}]}, actor=SETUP)
+        big, small = fan_out_and_single(team, sink, max_parallel=1)
         assert (queue_of(big, "each"), queue_of(small, "one")) == ("tools.batch", "tools")
-        fan_out = run_start(version=big, input={"items": list(range(items))}, actor=SETUP)
-        wait_for(lambda: sink.arrivals["/item"] >= 1)  # its item messages are all queued
-        other = run_start(version=small, input={}, actor=SETUP)
-
-        assert wait_for_run(other.id, states=("completed", "failed")).state == "completed"
-        fan_out = wait_for_run(fan_out.id, states=("completed", "failed"), timeout=120)
-        assert fan_out.state == "completed", fan_out.error
-
-        paths = [path for path, _ in sink.arrival_order]
-        items_before_other = paths.index("/small")
+        paths = compete(big, small, sink, items=items)
         assert sink.peak["/item"] == 1, "the fan-out ran more items at once than max_parallel"
-        assert items_before_other <= items // 2, paths
+        assert paths.index("/small") <= items // 2, paths
         assert paths.count("/item") == items
 
 
@@ -283,29 +264,39 @@ def test_a_fan_out_without_a_cap_does_not_stand_in_front_of_another_runs_step(wo
     """
     items = 16
     with HttpSink() as sink:
-        sink.delay_s = 0.3
-        big, _ = workflow_save(team=team, definition={
-            "name": "wide-fanout", "input_schema": {"type": "object"},
-            "steps": [{"name": "each", "type": "map", "over": "input.items", "item": {
-                "type": "tool", "tool": "http.request",
-                "params": {"method": "POST", "url": f"{sink.url}/item", "json": {"n": "{{ item }}"}}}}]},
-            actor=SETUP)
-        small, _ = workflow_save(team=team, definition={
-            "name": "small", "input_schema": {"type": "object"}, "steps": [
-                {"name": "one", "type": "tool", "tool": "http.request",
-                 "params": {"method": "POST", "url": f"{sink.url}/small"}}]}, actor=SETUP)
-        fan_out = run_start(version=big, input={"items": list(range(items))}, actor=SETUP)
-        wait_for(lambda: sink.arrivals["/item"] >= 1)  # its item messages are all queued
-        other = run_start(version=small, input={}, actor=SETUP)
-
-        assert wait_for_run(other.id, states=("completed", "failed")).state == "completed"
-        fan_out = wait_for_run(fan_out.id, states=("completed", "failed"), timeout=120)
-        assert fan_out.state == "completed", fan_out.error
-
-        paths = [path for path, _ in sink.arrival_order]
+        big, small = fan_out_and_single(team, sink)
+        paths = compete(big, small, sink, items=items)
         assert sink.peak["/item"] == 2, "both worker processes should have run items at once"
         assert paths.index("/small") <= 4, paths
         assert paths.count("/item") == items
+
+
+def fan_out_and_single(team, sink: HttpSink, **options):
+    """A map of HTTP calls to the sink's /item, and a one-step run calling its /small."""
+    big, _ = workflow_save(team=team, definition={
+        "name": "fanout", "input_schema": {"type": "object"}, **options,
+        "steps": [{"name": "each", "type": "map", "over": "input.items", "item": {
+            "type": "tool", "tool": "http.request",
+            "params": {"method": "POST", "url": f"{sink.url}/item", "json": {"n": "{{ item }}"}}}}]},
+        actor=SETUP)
+    small, _ = workflow_save(team=team, definition={
+        "name": "small", "input_schema": {"type": "object"}, "steps": [
+            {"name": "one", "type": "tool", "tool": "http.request",
+             "params": {"method": "POST", "url": f"{sink.url}/small"}}]}, actor=SETUP)
+    return big, small
+
+
+def compete(big, small, sink: HttpSink, *, items: int) -> list[str]:
+    """Start the fan-out, then (its item messages all queued) the single step; wait for both to
+    complete; return the sink's request paths in arrival order."""
+    sink.delay_s = 0.3  # every call takes a while: a worker running it is busy
+    fan_out = run_start(version=big, input={"items": list(range(items))}, actor=SETUP)
+    wait_for(lambda: sink.arrivals["/item"] >= 1)
+    other = run_start(version=small, input={}, actor=SETUP)
+    assert wait_for_run(other.id, states=("completed", "failed")).state == "completed"
+    fan_out = wait_for_run(fan_out.id, states=("completed", "failed"), timeout=120)
+    assert fan_out.state == "completed", fan_out.error
+    return [path for path, _ in sink.arrival_order]
 
 
 def queue_of(version, step: str) -> str:
