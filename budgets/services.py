@@ -224,6 +224,10 @@ def run_limit(run: Run, definition: dict) -> Decimal | None:
 def run_duration_limit(run: Run, definition: dict) -> int | None:
     """The run's wall-clock limit in seconds from its start: the latest operator override of
     it, else its definition's `budget.max_duration_s`."""
+    if run.deadline_at is None:
+        # Both set it (run_start, run_budget_raise): a run without one has no limit, and the
+        # step path skips the override lookup (tests/perf/test_query_count.py).
+        return None
     override = (BudgetOverride.objects.filter(run=run, max_duration_s__isnull=False)
                 .order_by("-created_at", "-id").values_list("max_duration_s", flat=True).first())
     if override is not None:
