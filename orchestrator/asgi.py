@@ -5,9 +5,16 @@ site's origins (`ALLOWED_HOSTS`); each consumer then checks who may watch what (
 """
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
+if not settings.configured:
+    # The web server takes its PostgreSQL connections from a pool (settings.py; the variable is
+    # its size, 0 turns it off). Only where this module is the entry point (uvicorn's processes):
+    # a process whose settings were read before it imported this module keeps them, and nothing
+    # it starts later inherits the variable.
+    os.environ.setdefault("STEPWISE_DB_POOL", "16")
 django_asgi = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

@@ -8,6 +8,8 @@ percentage to invent.
 import time
 from decimal import Decimal
 
+from django.conf import settings
+from django.db import connection
 from django.db.models import Count, Q
 
 from approvals.models import ApprovalRequest, ApprovalState
@@ -64,6 +66,10 @@ def wait_for_event(run: Run, *, after: int, timeout: float) -> int:
         newest = latest_event_of(run)
         if newest > after or time.monotonic() >= deadline:
             return newest
+        if settings.DB_POOL_MAX and not connection.in_atomic_block:
+            # Pooled (the web server on PostgreSQL): give the connection back while waiting,
+            # so sixteen long-polls do not hold the pool's sixteen connections.
+            connection.close()
         time.sleep(min(LONG_POLL_INTERVAL_S, max(deadline - time.monotonic(), 0)))
 
 

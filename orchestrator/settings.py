@@ -138,10 +138,24 @@ WSGI_APPLICATION = None
 ASGI_APPLICATION = "orchestrator.asgi.application"
 
 # --- database -----------------------------------------------------------------------------
+DB_POOL_MAX = int(os.environ.get("STEPWISE_DB_POOL", "0"))
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=60,
                                                   conn_health_checks=True)}
     DATABASES["default"].setdefault("TEST", {})
+    # The web server's PostgreSQL connection pool (docs/benchmark.md#the-api-under-load). Under
+    # ASGI every request runs in a thread of its own, so a persistent connection never outlives
+    # its request: without a pool each request opened a connection (a backend fork and its
+    # authentication, 2-5 ms). `orchestrator/asgi.py` turns it on for the web process only;
+    # workers keep one persistent connection per process (CELERY_DB_REUSE_MAX below).
+    if DB_POOL_MAX > 0 and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"].update(CONN_MAX_AGE=0, CONN_HEALTH_CHECKS=False)  # the pool checks
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": min(2, DB_POOL_MAX), "max_size": DB_POOL_MAX,
+            # A request waits this long for a free connection, then fails (a 500 and a log
+            # line) rather than queueing without bound behind a stuck database.
+            "timeout": float(os.environ.get("STEPWISE_DB_POOL_TIMEOUT_S", "10")),
+        }
 else:
     DATABASES = {
         "default": {
