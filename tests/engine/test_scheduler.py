@@ -119,6 +119,18 @@ def test_a_failed_step_applies_the_workflow_error_policy(on_error, outcome):
         assert p.skip == [] and p.ready == []
 
 
+@pytest.mark.parametrize("on_error, state, message", [
+    ("fail", "failed", "step 'b' ended failed"),
+    ("fail", "timed_out", "step 'b' ended timed_out"),
+    ("pause", "failed", "step 'b' ended failed; run paused for an operator"),
+    ("pause", "cancelled", "step 'b' ended cancelled; run paused for an operator"),
+])
+def test_a_run_stopped_by_broken_steps_names_the_first_one_and_its_state(on_error, state, message):
+    d = definition(tool("a"), tool("b"), tool("c"), tool("d", ["b"]), on_error=on_error)
+    p = plan(d, {}, views(a="completed", b=state, c="failed", d="blocked"))
+    assert (p.outcome, p.detail) == (on_error, {"class": "step_failed", "message": message, "step": "b"})
+
+
 def test_fallback_runs_only_when_its_primary_failed_and_stands_in_for_it():
     d = definition(tool("a", fallback="fb"), tool("fb"), tool("c", ["a"]))
     waiting = plan(d, {}, views(a="running", fb="blocked", c="blocked"))
@@ -150,6 +162,31 @@ def test_run_completes_with_the_outputs_of_its_final_steps():
     d = definition(tool("a"), tool("b", ["a"]), tool("c", ["a"]))
     p = plan(d, {}, views(a=StepView("completed", 1), b=StepView("completed", 2), c=StepView("skipped")))
     assert p.outcome == "complete" and p.detail == {"b": 2}
+
+
+@pytest.mark.parametrize("ended", [
+    ["skipped"],
+    ["skipped", "failed"],
+    ["skipped", "failed", "timed_out", "cancelled"],  # every terminal state at once
+])
+def test_a_run_under_on_error_continue_completes_whichever_terminal_states_its_steps_ended_in(ended):
+    others = {f"s{i}": state for i, state in enumerate(ended)}
+    d = definition(tool("a"), *(tool(n) for n in others), on_error="continue")
+    p = plan(d, {}, views(a=StepView("completed", 1), **others))
+    assert (p.outcome, p.detail) == ("complete", {"a": 1})
+
+
+@pytest.mark.parametrize("steps, on_error", [
+    ([tool("a", fallback="fb"), tool("fb", ["a"]), tool("c", ["a"])], "fail"),  # fb waits on its primary
+    ([tool("a", fallback="fb"), tool("fb", ["a"]), tool("c", ["a"])], "continue"),
+    ([tool("a", fallback="fb"), tool("b", ["a"]), tool("fb", ["b"])], "fail"),  # on a step after its primary
+])
+def test_a_run_in_which_no_step_can_make_progress_fails_as_a_deadlock(steps, on_error):
+    """The guard for a state nothing moves forward: a failed step counts as pending while its
+    fallback has not finished, and here the fallback waits for that very step."""
+    p = plan(definition(*steps, on_error=on_error), {}, views(a="failed", **{s["name"]: "blocked" for s in steps[1:]}))
+    assert (p.ready, p.skip, p.invalid, p.enqueue) == ([], [], [], [])
+    assert (p.outcome, p.detail) == ("fail", {"class": "deadlock", "message": "no step can make progress"})
 
 
 def test_condition_that_cannot_be_evaluated_is_reported_not_raised():
@@ -326,6 +363,16 @@ def test_the_loop_output_keeps_only_the_completed_body_steps():
               "extra[1]": StepView("skipped")}
     p = plan(d, {"topic": "t"}, views_)
     assert p.loops == [("refine", "complete", {"iterations": 1, "last": {"draft": {"n": 1}, "critique": {"c": 1}}})]
+
+
+@pytest.mark.parametrize("extra", ["blocked", "skipped"])  # skipped in this very plan, or before
+def test_until_reads_the_state_of_a_skipped_body_step(extra):
+    d = definition(loop(body=[tool("draft"), tool("extra", ["draft"], when="false == true")],
+                        until="steps.extra.state == 'skipped'"))
+    views_ = {"refine": StepView("waiting"), "draft[1]": done({"n": 1}), "extra[1]": StepView(extra)}
+    p = plan(d, {"topic": "t"}, views_)
+    assert p.skip == ([("extra[1]", "condition is false: false == true")] if extra == "blocked" else [])
+    assert p.loops == [("refine", "complete", {"iterations": 1, "last": {"draft": {"n": 1}}})]
 
 
 def test_an_until_that_cannot_be_evaluated_fails_the_loop_with_its_reason():
