@@ -117,3 +117,21 @@ def test_a_map_items_repair_turn_reserves_too_and_pauses_the_run_before_a_call_t
     assert run.state == "completed"
     assert len(fake_llm.requests) == 2
     assert calls(run) == [(1, 0, "settled", ESTIMATE, CALL), (2, 0, "settled", ESTIMATE, CALL)]
+
+
+@pytest.mark.parametrize("claimed", [False, True])
+def test_a_repair_turn_of_an_attempt_that_no_longer_holds_its_step_is_refused_as_lost(team, claimed):
+    """A worker whose attempt was superseded (its step not running, or running under a newer
+    attempt) asks for a repair turn: the call is refused as `lost` and nothing is reserved."""
+    from orchestrator.retry import StepError
+    from orchestrator.services.kinds.worker import repair_reserve, step_claim
+
+    run = classify_run(team, budget=1.0)
+    step = run.steps.get(name="classify")
+    if claimed:
+        step_claim(step_id=step.id, worker="newer")  # attempt 1 holds it; attempt 0 is stale
+    with pytest.raises(StepError) as refused:
+        repair_reserve(1, step_id=step.id, attempt=0 if claimed else 1)
+    assert (refused.value.error_class, refused.value.message) == (
+        "lost", "the attempt no longer holds its step")
+    assert not Reservation.objects.filter(run=run, turn=1).exists()
