@@ -396,7 +396,7 @@ def _common_step_properties() -> dict:
             "type": ["string", "null"],
             "description": (
                 "A step to run if this one fails after its retries; it must not be an "
-                "ancestor of this step."
+                "ancestor of this step, nor wait for it, nor be the fallback of another step."
             ),
         },
         "input_schema": {

@@ -1,16 +1,18 @@
 """The step dependency graph of a definition: ancestry, cycles and steps that can never run.
 
 Owns the graph reasoning the validator needs, over plain names: which steps are ancestors
-of which, every elementary cycle, and which steps can never run (a `when` that is the
+of which, every elementary cycle, which steps can never run (a `when` that is the
 literal false, a dependency on a cycle or on a step that never runs, or a `join: all` over
-mutually exclusive router routes). It must not read raw documents or build messages
-about fields; `validation.py` turns its findings into problems.
+mutually exclusive router routes), and which fallbacks the scheduler could never run (a
+cycle of fallbacks, or a fallback that waits for its own primary). It must not read raw
+documents or build messages about fields; `validation.py` turns its findings into problems.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 # Enumerating elementary cycles is exponential in the worst case; a definition with more
 # than this many is reported by its first ones.
@@ -24,6 +26,7 @@ class Node:
     after: tuple[str, ...]  # known step names only, each once
     join: str = "all"
     always_false: bool = False
+    fallback: str | None = None  # a known step name other than this one's
 
 
 @dataclass
@@ -39,6 +42,11 @@ class Graph:
         for node in self.nodes:
             for dep in node.after:
                 self.dependents[dep].append(node.name)
+        # Fallback step -> the first step in document order that names it as its fallback.
+        self.primary_of: dict[str, str] = {}
+        for node in self.nodes:
+            if node.fallback is not None:
+                self.primary_of.setdefault(node.fallback, node.name)
 
     def ancestors(self) -> dict[str, frozenset[str]]:
         """Every step -> the steps it transitively waits for (itself only via a cycle)."""
@@ -102,6 +110,100 @@ class Graph:
                     path.append(nxt)
                     pending.append(iter(self.dependents[nxt]))
         return found
+
+    def fallback_cycles(self) -> list[list[str]]:
+        """Cycles of fallbacks (`a`'s fallback is `b`, `b`'s is `a`), each listed once from its
+        earliest step in document order and closed by that step again."""
+        found: list[list[str]] = []
+        settled: set[str] = set()
+        for node in self.nodes:
+            walk: list[str] = []
+            current: str | None = node.name
+            while current is not None and current not in settled and current not in walk:
+                walk.append(current)
+                following = self.by_name.get(current)
+                current = following.fallback if following is not None else None
+            if current is not None and current in walk:
+                cycle = walk[walk.index(current):]
+                first = min(range(len(cycle)), key=lambda i: self.order[cycle[i]])
+                cycle = cycle[first:] + cycle[:first]
+                found.append([*cycle, cycle[0]])
+            settled.update(walk)
+        found.sort(key=lambda cycle: self.order[cycle[0]])
+        return found
+
+    def fallback_waits_for(self, primary: str) -> tuple[list[str], list[str]] | None:
+        """How the fallback of `primary` would wait for `primary` itself, or None if it never does.
+
+        The scheduler counts a failed step as pending until its fallback has ended, and starts
+        a fallback only once its primary has failed. So the fallback of `primary` could never
+        run if it waits for `primary`: through `after`, through a fallback (which waits for its
+        own primary to end), or through a failed step (which waits for its fallback).
+
+        Returns the steps on the way, the fallback first and `primary` last, and the steps that
+        must fail too for it to wait (empty when `primary` failing is enough; such a way is
+        preferred). A cycle of fallbacks is reported by `fallback_cycles` instead.
+        """
+        fallback = self.by_name[primary].fallback
+        if fallback is None or fallback not in self.by_name:
+            return None
+        for through_failures in (False, True):
+            way = self._waiting_way(fallback, primary, through_failures)
+            if way is not None:
+                return way
+        return None
+
+    def _waiting_way(
+        self, fallback: str, primary: str, through_failures: bool
+    ) -> tuple[list[str], list[str]] | None:
+        # Breadth first over two kinds of vertex: ("run", s), s starting or ending its own
+        # attempt, and ("done", s), s counting as ended for the steps after it (which waits
+        # for its fallback once s has failed). The fallback's own wait for its primary is
+        # not followed: that one is what it is for.
+        start = ("run", fallback)
+        target = ("done", primary)
+        came_from: dict[tuple[str, str], tuple[str, str] | None] = {start: None}
+        frontier = [("done", dep) for dep in self.by_name[fallback].after]
+        for vertex in frontier:
+            came_from.setdefault(vertex, start)
+        while frontier and target not in came_from:
+            following = []
+            for vertex in frontier:
+                for nxt in self._waits(vertex, through_failures):
+                    if nxt not in came_from:
+                        came_from[nxt] = vertex
+                        following.append(nxt)
+            frontier = following
+        if target not in came_from:
+            return None
+        vertices: list[tuple[str, str]] = []
+        vertex: tuple[str, str] | None = target
+        while vertex is not None:
+            vertices.append(vertex)
+            vertex = came_from[vertex]
+        vertices.reverse()
+        names: list[str] = []
+        failing: list[str] = []
+        for before, after in pairwise(vertices):
+            if before[0] == "done" and after == ("run", self.by_name[before[1]].fallback):
+                failing.append(before[1])
+        for _, name in vertices:
+            if not names or names[-1] != name:
+                names.append(name)
+        return names, failing
+
+    def _waits(self, vertex: tuple[str, str], through_failures: bool):
+        kind, name = vertex
+        node = self.by_name[name]
+        if kind == "run":
+            for dep in node.after:
+                yield ("done", dep)
+            if name in self.primary_of:
+                yield ("run", self.primary_of[name])
+        else:
+            yield ("run", name)
+            if through_failures and node.fallback is not None and node.fallback in self.by_name:
+                yield ("run", node.fallback)
 
     def never_runs(self, cycles: list[list[str]]) -> dict[str, tuple[str, str]]:
         """Steps outside cycles that can never run -> (field that causes it, reason)."""

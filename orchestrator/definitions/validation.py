@@ -145,6 +145,12 @@ class _PrefixedLog:
         return len(self.log)
 
 
+def _if_failing(steps: list[str]) -> str:
+    if not steps:
+        return ""
+    return f" if {' and '.join(repr(step) for step in steps)} {'fails' if len(steps) == 1 else 'fail'} too"
+
+
 def _known(kind: str, names: Collection[str]) -> str:
     if not names:
         return f"no {kind}s are registered"
@@ -175,6 +181,9 @@ class _Check:
         self.ancestors: dict[str, frozenset[str]] = {}
         # Step name -> the ancestors that surely completed whenever it runs.
         self.completed: dict[str, frozenset[str]] = {}
+        # The dependency graph, once built; and the steps on a cycle of fallbacks.
+        self.graph = Graph([])
+        self.in_fallback_cycle: set[str] = set()
         # Map step name -> (full, minimal) sample of one item, for its item's templates.
         self.item_samples: dict[str, tuple[object, object]] = {}
         # Names of the steps in every loop's body seen so far (unique across the workflow).
@@ -205,6 +214,14 @@ class _Check:
             self.add(("steps", self.index_of[cycle[0]], "after"), "cycle: " + " -> ".join(cycle))
         for name, (field, reason) in graph.never_runs(cycles).items():
             self.add(("steps", self.index_of[name], field), reason)
+        for cycle in graph.fallback_cycles():
+            self.in_fallback_cycle.update(cycle)
+            self.add(
+                ("steps", self.index_of[cycle[0]], "fallback"),
+                "fallbacks form a cycle: " + " -> ".join(cycle)
+                + " (each waits for the one before it to fail), so none of them could ever run",
+            )
+        self.graph = graph
         self.ancestors = graph.ancestors()
         self.completed = graph.completed_ancestors()
         for index, step in self.steps:
@@ -246,12 +263,16 @@ class _Check:
                 )
             )
             when = step.get("when")
+            fallback = step.get("fallback")
             nodes.append(
                 Node(
                     name=name,
                     after=after,
                     join="any" if step.get("join") == "any" else "all",
                     always_false=isinstance(when, str) and when.strip() == "false",
+                    fallback=fallback
+                    if isinstance(fallback, str) and fallback in self.index_of and fallback != name
+                    else None,
                 )
             )
             if step.get("type") == "router":
@@ -268,7 +289,7 @@ class _Check:
         name = step.get("name") if isinstance(step.get("name"), str) else None
         upstream = self.ancestors.get(name, frozenset()) if name else frozenset()
         self.check_expression((*at, "when"), step.get("when"), name, upstream, self.roots)
-        self.check_fallback(at, step, name, upstream)
+        self.check_fallback(index, step, name, upstream)
         self.check_retry(at, step.get("retry"))
         self.check_schema_field((*at, "output_schema"), step.get("output_schema"))
         self.check_step_input_schema(at, step.get("input_schema"), name, upstream)
@@ -411,19 +432,54 @@ class _Check:
         elif body.get("type") == "tool":
             self.check_tool(at, body, name, upstream, roots)
 
-    def check_fallback(self, at: Parts, step: dict, name, upstream) -> None:
+    def check_fallback(self, index: int, step: dict, name, upstream) -> None:
+        """A fallback the scheduler can run: it names another step, which has not already run
+        when this one fails, rescues no other step, has no fallback of its own if it is one,
+        and does not wait for this step (a failed step counts as pending until its fallback
+        has ended, so that fallback would wait forever)."""
         fallback = step.get("fallback")
         if not isinstance(fallback, str):
             return
+        at: Parts = ("steps", index, "fallback")
         if fallback not in self.index_of:
-            self.add((*at, "fallback"), f"unknown step {fallback!r} as fallback")
+            self.add(at, f"unknown step {fallback!r} as fallback")
         elif fallback == name:
-            self.add((*at, "fallback"), "a step cannot be its own fallback")
+            self.add(at, "a step cannot be its own fallback")
         elif fallback in upstream:
             self.add(
-                (*at, "fallback"),
+                at,
                 f"fallback {fallback!r} is an ancestor of {name!r}; it has already run when {name!r} fails",
             )
+        elif name is None or self.index_of[name] != index or name in self.in_fallback_cycle:
+            return  # a duplicate name, reported as such; a cycle, reported at its first step
+        elif (first := self.graph.primary_of[fallback]) != name:
+            # The scheduler runs a fallback for one primary only (its `fallback_for`).
+            self.add(
+                at,
+                f"{fallback!r} is already the fallback of {first!r} (steps[{self.index_of[first]}]); "
+                "a step can be the fallback of one step only",
+            )
+        elif (primary := self.graph.primary_of.get(name)) is not None:
+            # The scheduler rescues `primary` with this step's own result, never with its
+            # fallback's: that fallback would run, but never stand in for `primary`.
+            self.add(
+                at,
+                f"{name!r} is the fallback of {primary!r}, so it cannot have a fallback of its own: "
+                f"if {name!r} fails too, {primary!r} fails even when {fallback!r} completes",
+            )
+        elif (waits := self.graph.fallback_waits_for(name)) is not None:
+            way, failing = waits
+            self.add(at, f"fallback {fallback!r} depends on its primary {name!r} "
+                         f"({self.fallback_way(way)}), so it could never run{_if_failing(failing)}")
+
+    def fallback_way(self, way: list[str]) -> str:
+        """`fb -> b -> a`, naming the primary of each fallback met on the way."""
+        shown = [way[0]]
+        for position in range(1, len(way)):
+            step, primary = way[position], self.graph.primary_of.get(way[position])
+            neighbours = {way[position - 1], *way[position + 1 : position + 2]}
+            shown.append(f"{step} (fallback of {primary})" if primary in neighbours else step)
+        return " -> ".join(shown)
 
     def check_retry(self, at: Parts, retry: object) -> None:
         if not isinstance(retry, dict):

@@ -70,6 +70,28 @@ def test_invalid_definition_lists_every_problem_with_its_path(api):
 
 
 @pytest.mark.django_db
+def test_a_fallback_that_waits_for_its_primary_is_refused_before_any_run_deadlocks(api):
+    definition = {
+        "name": "stuck-fallback",
+        "input_schema": {"type": "object"},
+        "steps": [
+            {"name": "a", "type": "tool", "tool": "core.echo", "fallback": "fb"},
+            {"name": "b", "type": "tool", "tool": "core.echo", "after": ["a"]},
+            {"name": "fb", "type": "tool", "tool": "core.echo", "after": ["b"]},
+        ],
+    }
+
+    response = save(api, definition)
+
+    assert response.status_code == 400
+    assert response.json()["errors"] == [{
+        "path": "steps[0].fallback",
+        "message": "fallback 'fb' depends on its primary 'a' (fb -> b -> a), so it could never run",
+    }]
+    assert not Workflow.objects.exists()
+
+
+@pytest.mark.django_db
 def test_yaml_body_is_accepted(api):
     text = (EXAMPLES / "support.yaml").read_text()
 

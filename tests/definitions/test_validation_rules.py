@@ -6,6 +6,7 @@ router, a map step and a sub-workflow) and names the problem it must produce.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -351,6 +352,98 @@ REFERENCES = [
         example="routing",
     ),
 ]
+
+def spare(name, after=("classify",), **extra):
+    """A tool step to serve as a fallback (after `classify`, like research and fetch_history)."""
+    return {"name": name, "type": "tool", "tool": "http.get", "after": list(after),
+            "params": {"url": "https://crm.example/spare"}, **extra}
+
+
+def with_fallbacks(*added, **fallbacks):
+    """An edit appending the steps `added` (from steps[6] on) and setting the named steps'
+    fallbacks: `with_fallbacks(spare("fb"), research="fb")`."""
+
+    def edit(doc: dict) -> None:
+        doc["steps"].extend(copy.deepcopy(added))
+        for step in doc["steps"]:
+            if step["name"] in fallbacks:
+                step["fallback"] = fallbacks[step["name"]]
+
+    return edit
+
+
+def looping(*body, **fallbacks):
+    """A loop (steps[6]) whose body is `body`, with the named body steps' fallbacks."""
+    body = [dict(step, **({"fallback": fallbacks[step["name"]]} if step["name"] in fallbacks else {}))
+            for step in body]
+    return with_fallbacks({"name": "refine", "type": "loop", "after": ["classify"],
+                           "max_iterations": 2, "until": "steps.b1.state == 'completed'",
+                           "body": body})
+
+
+# Support workflow: classify; research and fetch_history after it; draft after both;
+# approve after draft; send after approve. Each case is the whole list of problems.
+FALLBACKS = [
+    # refused: the fallback waits for its primary, which counts as pending until it ends
+    ("runs-after-its-primary", with_fallbacks(spare("fb", after=["research"]), research="fb"),
+     [("steps[1].fallback", "fallback 'fb' depends on its primary 'research' (fb -> research), "
+       "so it could never run")]),
+    ("runs-after-a-step-after-its-primary", with_fallbacks(spare("fb", after=["draft"]), research="fb"),
+     [("steps[1].fallback", "fallback 'fb' depends on its primary 'research' (fb -> draft -> research), "
+       "so it could never run")]),
+    ("an-existing-step-after-its-primary", with_fallbacks(research="approve"),
+     [("steps[1].fallback", "fallback 'approve' depends on its primary 'research' "
+       "(approve -> draft -> research), so it could never run")]),
+    ("runs-after-another-fallback-that-waits-for-a-step-after-its-primary",
+     with_fallbacks(spare("fa"), spare("fc", after=["fa"]), research="fc", draft="fa"),
+     [("steps[1].fallback", "fallback 'fc' depends on its primary 'research' "
+       "(fc -> fa (fallback of draft) -> draft -> research), so it could never run")]),
+    ("each-runs-after-the-others-primary",
+     with_fallbacks(spare("fa", after=["fetch_history"]), spare("fc", after=["research"]),
+                    research="fa", fetch_history="fc"),
+     [("steps[1].fallback", "fallback 'fa' depends on its primary 'research' (fa -> fetch_history -> "
+       "fc (fallback of fetch_history) -> research), so it could never run if 'fetch_history' fails too"),
+      ("steps[2].fallback", "fallback 'fc' depends on its primary 'fetch_history' (fc -> research -> "
+       "fa (fallback of research) -> fetch_history), so it could never run if 'research' fails too")]),
+    ("in-a-loop-body-runs-after-its-primary", looping(spare("b1", after=()), spare("fb", after=["b1"]), b1="fb"),
+     [("steps[6].body[0].fallback", "fallback 'fb' depends on its primary 'b1' (fb -> b1), so it could never run")]),
+    # refused: fallbacks of each other, which each wait for the other to fail
+    ("mutual", with_fallbacks(spare("fb1"), spare("fb2"), fb1="fb2", fb2="fb1"),
+     [("steps[6].fallback", "fallbacks form a cycle: fb1 -> fb2 -> fb1 "
+       "(each waits for the one before it to fail), so none of them could ever run")]),
+    ("a-cycle-of-three", with_fallbacks(spare("fb1"), spare("fb2"), fb2="research", research="fb1", fb1="fb2"),
+     [("steps[1].fallback", "fallbacks form a cycle: research -> fb1 -> fb2 -> research "
+       "(each waits for the one before it to fail), so none of them could ever run")]),
+    # refused: what the scheduler does not run (one primary per fallback, no fallback chains)
+    ("of-two-primaries", with_fallbacks(spare("fb"), research="fb", fetch_history="fb"),
+     [("steps[2].fallback", "'fb' is already the fallback of 'research' (steps[1]); "
+       "a step can be the fallback of one step only")]),
+    ("with-a-fallback-of-its-own", with_fallbacks(spare("fb1"), spare("fb2"), research="fb1", fb1="fb2"),
+     [("steps[6].fallback", "'fb1' is the fallback of 'research', so it cannot have a fallback of its own: "
+       "if 'fb1' fails too, 'research' fails even when 'fb2' completes")]),
+    # allowed
+    ("sharing-its-primarys-upstream", with_fallbacks(spare("fb"), research="fb"), []),
+    ("after-its-primarys-own-upstream", with_fallbacks(spare("fb", after=["research", "fetch_history"]),
+                                                       draft="fb"), []),
+    ("an-existing-step-beside-its-primary", with_fallbacks(fetch_history="research"), []),
+    ("one-each-for-two-primaries", with_fallbacks(spare("fb1"), spare("fb2"), research="fb1",
+                                                  fetch_history="fb2"), []),
+    ("after-a-sibling-with-a-fallback-of-its-own",
+     with_fallbacks(spare("fa", after=["fetch_history"]), spare("fc"), research="fa", fetch_history="fc"), []),
+    ("with-steps-after-it", with_fallbacks(spare("fb"), spare("after_fb", after=["fb"]), research="fb"), []),
+    ("in-a-loop-body-sharing-its-primarys-upstream",
+     looping(spare("b0", after=()), spare("b1", after=["b0"]), spare("fb", after=["b0"]), b1="fb"), []),
+]
+
+
+@pytest.mark.parametrize("edit, expected", [pytest.param(e, x, id=i) for i, e, x in FALLBACKS])
+def test_a_fallback_is_refused_exactly_when_the_scheduler_could_never_run_it(
+    edit, expected, support_workflow, validate
+):
+    edit(support_workflow)
+
+    assert [(p.path, p.message) for p in validate(support_workflow)] == expected
+
 
 GRAPH = [
     case(
