@@ -179,6 +179,35 @@ def _readiness(graph: Graph, name: str, on_error: str, views: Mapping[str, StepV
     return "go", ""
 
 
+def _decide_blocked(graph: Graph, name: str, on_error: str, run_input: dict,
+                    working: dict[str, StepView], scope: dict | None, result: Plan) -> bool:
+    """Skip, ready or invalidate the blocked step `name` if it can be decided now (recording the
+    verdict in `result` and `working`); False when it must wait."""
+    verdict, reason = _readiness(graph, name, on_error, working)
+    if verdict == "wait":
+        return False
+    if verdict == "skip":
+        result.skip.append((name, reason))
+        working[name] = StepView(SKIPPED)
+        return True
+    inp = step_input(graph, name, run_input, working, scope)
+    condition = graph.steps[name].get("when")
+    if condition:
+        try:
+            holds = evaluate_expression(condition, inp)
+        except ExpressionError as exc:
+            result.invalid.append((name, f"condition could not be evaluated: {exc}"))
+            working[name] = StepView(FAILED)
+            return True
+        if holds is not True:
+            result.skip.append((name, f"condition is false: {condition}"))
+            working[name] = StepView(SKIPPED)
+            return True
+    result.ready.append((name, inp))
+    working[name] = StepView(READY)
+    return True
+
+
 def plan(definition: dict, run_input: dict, views: Mapping[str, StepView], *, graph: Graph | None = None,
          scope: dict | None = None) -> Plan:
     """Compute the next actions for a running (or waiting) run.
@@ -191,31 +220,17 @@ def plan(definition: dict, run_input: dict, views: Mapping[str, StepView], *, gr
     on_error = definition["on_error"]
     working = dict(views)
     result = Plan()
-    for name in graph.order:
-        if working[name].state != BLOCKED:
-            continue
-        verdict, reason = _readiness(graph, name, on_error, working)
-        if verdict == "wait":
-            continue
-        if verdict == "skip":
-            result.skip.append((name, reason))
-            working[name] = StepView(SKIPPED)
-            continue
-        inp = step_input(graph, name, run_input, working, scope)
-        condition = graph.steps[name].get("when")
-        if condition:
-            try:
-                holds = evaluate_expression(condition, inp)
-            except ExpressionError as exc:
-                result.invalid.append((name, f"condition could not be evaluated: {exc}"))
-                working[name] = StepView(FAILED)
-                continue
-            if holds is not True:
-                result.skip.append((name, f"condition is false: {condition}"))
-                working[name] = StepView(SKIPPED)
-                continue
-        result.ready.append((name, inp))
-        working[name] = StepView(READY)
+    # Until nothing changes: a step's verdict can follow from one decided later in the order
+    # (a fallback listed before its primary, skipped once that primary is; a step after a failed
+    # primary, which waits for the fallback decided after it). Each pass decides at least one
+    # blocked step or is the last, so there are at most as many passes as steps.
+    decided = True
+    while decided:
+        decided = False
+        for name in graph.order:
+            if working[name].state == BLOCKED and _decide_blocked(
+                    graph, name, on_error, run_input, working, scope, result):
+                decided = True
 
     order: list[str] = []
     for name in graph.order:

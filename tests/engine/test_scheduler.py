@@ -144,6 +144,24 @@ def test_fallback_runs_only_when_its_primary_failed_and_stands_in_for_it():
     assert ("fb", "primary step 'a' did not fail") in succeeded.skip
 
 
+def test_a_fallback_listed_before_its_primary_is_skipped_in_the_same_plan_as_its_primary():
+    d = definition(tool("fb"), tool("a", when="false == true", fallback="fb"), tool("c", ["a"]))
+    p = plan(d, {}, views(fb="blocked", a="blocked", c="blocked"))
+    assert p.skip == [("a", "condition is false: false == true"),
+                      ("c", "upstream step 'a' did not complete"),
+                      ("fb", "primary step 'a' did not fail")]
+    assert (p.outcome, p.detail) == ("complete", {})
+
+
+def test_a_step_after_a_failed_primary_is_decided_once_its_fallback_listed_after_it_is():
+    d = definition(tool("x"), tool("a", fallback="fb"), tool("c", ["a"]), tool("fb", ["x"]),
+                   on_error="continue")
+    p = plan(d, {}, views(x="failed", a="failed", c="blocked", fb="blocked"))
+    assert p.skip == [("fb", "upstream step 'x' did not complete"),
+                      ("c", "upstream step 'a' did not complete")]
+    assert p.outcome == "complete"
+
+
 def test_max_parallel_caps_enqueued_steps():
     d = definition(*(tool(f"s{i}") for i in range(5)), max_parallel=2)
     p = plan(d, {}, views(**{f"s{i}": "blocked" for i in range(5)}))
