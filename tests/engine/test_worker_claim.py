@@ -144,9 +144,9 @@ def test_a_claim_does_not_read_the_workflow_definition_json(team):
 
 
 @pytest.mark.parametrize("read, statements", [
-    # The step's name and run, its state (django-fsm's ConcurrentTransitionMixin reads it as
-    # the row loads: `only()` without it costs a statement), then the run with its version.
-    ("the spec of a step", 3),
+    # The step's name, run and state (django-fsm's ConcurrentTransitionMixin reads the state
+    # as the row loads: an `only()` without it costs a statement), then the run with its version.
+    ("the spec of a step", 2),
     ("a fencing check", 1),  # the step's state and attempts, locked
 ])
 def test_a_read_taken_around_a_claim_stays_within_its_statements(team, read, statements):

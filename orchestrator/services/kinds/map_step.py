@@ -261,7 +261,7 @@ def map_items_recover(*, step_id: int, stale_before) -> int:
     """
     run = runs_with_version().get(steps__id=step_id)
     definition, graph = definition_of(run)
-    step = StepRun.objects.only("name").get(id=step_id)
+    step = StepRun.objects.only("name", "state").get(id=step_id)  # state: read as it loads (fsm)
     spec = graph.steps[step.name]["item"]
     at = now()
     pending = MapItem.objects.filter(step_id=step_id, done=False)

@@ -284,7 +284,9 @@ def step_refuse(*, step_id: int, error: StepError, worker: str) -> bool:
 
 def step_spec(*, step_id: int) -> dict:
     """The definition of a step (a read, for decisions taken before claiming it)."""
-    step = StepRun.objects.only("name", "run_id").get(id=step_id)
+    # `state` too: django-fsm's ConcurrentTransitionMixin reads it as the row loads, and a
+    # deferred field would cost a SELECT of its own.
+    step = StepRun.objects.only("name", "run_id", "state").get(id=step_id)
     return spec_of(runs_with_version().get(id=step.run_id), step.name)
 
 
