@@ -35,6 +35,10 @@ RUN_ADVANCING = frozenset({RunState.RUNNING, RunState.WAITING})
 RUN_CANCELLABLE = frozenset({RunState.PENDING, *RUN_LIVE})
 # Side effects may still start (a compensation is one).
 RUN_EFFECTS_ALLOWED = frozenset({*RUN_ADVANCING, RunState.COMPENSATING})
+# Why a step that a run's end stopped was cancelled (its `skip_reason`), by how the run ended:
+# the steps still waiting when it ended, and a running one that stopped after. A retry of the
+# run reopens exactly these.
+STOPPED_BY_RUN_END = {RunState.FAILED: "run failed", RunState.TIMED_OUT: "run timed out"}
 
 
 class StepState(TextChoices):

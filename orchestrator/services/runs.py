@@ -25,7 +25,7 @@ from ..hashing import digest_of
 from ..models import Event, Run, StepRun, WorkflowVersion
 from ..secret_inputs import seal_for, secret_paths, split
 from ..selectors import definition_of, lock_run
-from ..states import RUN_CANCELLABLE, RUN_LIVE, RunState, StepState
+from ..states import RUN_CANCELLABLE, RUN_LIVE, STOPPED_BY_RUN_END, RunState, StepState
 from .budget_gate import duration_denial, run_pause_for_budget
 from .kinds import handler_for
 from .scheduling import run_advance, run_ended_notify, run_settle_cancel, steps_stop
@@ -219,8 +219,9 @@ def run_time_out(*, run_id) -> bool:
 
 def _time_out(run: Run) -> None:
     for step in run.steps.filter(state=StepState.RUNNING):
-        handler_for(step.kind).stop(run, step, reason="run timed out", hold=False, actor=REAPER)
-    steps_stop(run, reason="run timed out", actor=REAPER)
+        handler_for(step.kind).stop(run, step, reason=STOPPED_BY_RUN_END[RunState.TIMED_OUT],
+                                    hold=False, actor=REAPER)
+    steps_stop(run, reason=STOPPED_BY_RUN_END[RunState.TIMED_OUT], actor=REAPER)
     run.time_out(error={"class": "timeout", "message": "the run exceeded budget.max_duration_s"})
     run.save()
     event_record(run=run, kind="run.timed_out", actor=label(REAPER), payload=run.error)

@@ -19,7 +19,14 @@ from ..events import event_record, events_record
 from ..models import Event, Run, StepRun
 from ..scheduler import StepView, plan
 from ..selectors import compensable_steps, definition_of
-from ..states import CONTROL_KINDS, RUN_ADVANCING, STEP_CANCELLABLE_NOW, RunState, StepState
+from ..states import (
+    CONTROL_KINDS,
+    RUN_ADVANCING,
+    STEP_CANCELLABLE_NOW,
+    STOPPED_BY_RUN_END,
+    RunState,
+    StepState,
+)
 from .budget_gate import dispatch_reserve
 from .kinds import handler_for
 
@@ -134,7 +141,7 @@ def run_finish(run: Run, *, outcome: str, detail: dict, actor: Actor) -> None:
     if outcome == "complete":
         run.complete(output=detail)
     else:
-        steps_stop(run, reason="run failed", actor=actor)
+        steps_stop(run, reason=STOPPED_BY_RUN_END[RunState.FAILED], actor=actor)
         if _has_compensations(run):
             run.compensate(error=detail)
             compensate_on_commit(run.id)

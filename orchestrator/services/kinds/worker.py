@@ -44,7 +44,14 @@ from ...models import Event, Run, StepAttempt, StepRun
 from ...retry import StepError, retry_at
 from ...secret_inputs import revealed_from, sealed_of
 from ...selectors import definition_of, lock_run_of_step, runs_with_version, spec_of
-from ...states import RUN_ADVANCING, STEP_RECOVERABLE, RunState, StepKind, StepState
+from ...states import (
+    RUN_ADVANCING,
+    STEP_RECOVERABLE,
+    STOPPED_BY_RUN_END,
+    RunState,
+    StepKind,
+    StepState,
+)
 from ..budget_gate import dispatch_reserve, run_pause_for_budget
 from ..deadletters import dead_letter_open
 from ..effects import effect_perform
@@ -381,7 +388,9 @@ def _fail_or_retry(run: Run, step: StepRun, error: StepError, *, actor: Actor) -
                                     step_name=step.name)
         return
     if error.error_class == "cancelled":
-        step.cancel(reason=error.message)
+        # A running step stopped because its run had ended is recorded like the steps that end
+        # cancelled, so a retry of the run reopens it with them (its message is in the event).
+        step.cancel(reason=STOPPED_BY_RUN_END.get(run.state, error.message))
         step.save()
         event_record(run=run, step=step, kind="step.cancelled", actor=who, payload=error.as_dict())
         step_ended(run, step, actor=actor)
@@ -494,7 +503,8 @@ def step_requeue(run: Run, step: StepRun, *, actor: Actor, reason: str) -> None:
         raise NotAllowed(f"step '{step.name}' is {step.state}, not failed")
     if run.state in (RunState.FAILED, RunState.TIMED_OUT):
         run.reopen()
-        for cancelled in run.steps.filter(state=StepState.CANCELLED, skip_reason="run failed"):
+        for cancelled in run.steps.filter(state=StepState.CANCELLED,
+                                          skip_reason__in=STOPPED_BY_RUN_END.values()):
             cancelled.reopen()
             cancelled.save()
             event_record(run=run, step=cancelled, kind="step.blocked", actor=who)
