@@ -15,6 +15,9 @@ if not settings.configured:
     # a process whose settings were read before it imported this module keeps them, and nothing
     # it starts later inherits the variable.
     os.environ.setdefault("STEPWISE_DB_POOL", "16")
+    # Without the pool, no persistent connections: each request's thread would keep its own
+    # open after the request, until PostgreSQL refused new clients ("too many clients").
+    os.environ.setdefault("STEPWISE_DB_CONN_MAX_AGE_S", "0")
 django_asgi = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

@@ -140,8 +140,9 @@ ASGI_APPLICATION = "orchestrator.asgi.application"
 # --- database -----------------------------------------------------------------------------
 DB_POOL_MAX = int(os.environ.get("STEPWISE_DB_POOL", "0"))
 if os.environ.get("DATABASE_URL"):
-    DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=60,
-                                                  conn_health_checks=True)}
+    DATABASES = {"default": dj_database_url.parse(
+        os.environ["DATABASE_URL"], conn_health_checks=True,
+        conn_max_age=int(os.environ.get("STEPWISE_DB_CONN_MAX_AGE_S", "60")))}
     DATABASES["default"].setdefault("TEST", {})
     # The web server's PostgreSQL connection pool (docs/benchmark.md#the-api-under-load). Under
     # ASGI every request runs in a thread of its own, so a persistent connection never outlives

@@ -77,18 +77,30 @@ def test_the_web_server_answers_concurrent_requests_from_a_bounded_pool(postgres
     assert opened <= 1, f"{opened} sessions opened for {REQUESTS} requests with a warm pool"
 
 
-def test_without_the_pool_every_request_opens_a_connection(postgres, monkeypatch):
-    """The control: what the pool removes (STEPWISE_DB_POOL=0 turns it off)."""
+def _open_connections() -> int:
+    """Connections to this test database now, but this test's own."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                       " AND pid <> pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def test_without_the_pool_every_request_opens_a_connection_and_closes_it(postgres, monkeypatch):
+    """The control: what the pool removes (STEPWISE_DB_POOL=0 turns it off). Each request's
+    connection is closed after it: kept open, one per request thread, they piled up until
+    PostgreSQL refused new clients (16 clients x 400 requests: a quarter of them were 500s)."""
     server = _serve(monkeypatch, "0", "nopool")
     try:
         _hammer(server.url)
         before = _sessions_opened()
         statuses = _hammer(server.url)
         opened = _settled_sessions(before)
+        left_open = _open_connections()
     finally:
         server.stop()
     assert statuses == [200] * REQUESTS, server.errors_logged()
     assert opened >= REQUESTS
+    assert left_open == 0, f"{left_open} connections left open by {2 * REQUESTS} requests"
 
 
 def test_long_polls_hold_no_pooled_connection_while_they_wait(postgres, monkeypatch, team):
