@@ -8,8 +8,10 @@ with a message that says why, for a step that never reached a queue, a run that 
 requeue its budget would not allow — its next attempt's reservation, the events that record who
 brought the run back and why, and the message that sends the step to its queue.
 
-The last test is what a retry of a failed run does for a step that was running when the run
-failed: it was cancelled for the same failure, and is reopened with the others.
+The last tests are what a retry of a failed run does for the steps it holds cancelled: one that
+was running when the run failed was cancelled for the same failure, and is reopened with the
+others; one a failed loop cancelled (its iteration's next step) was not stopped by the run's
+end, and stays cancelled.
 """
 from datetime import timedelta
 from decimal import Decimal
@@ -32,6 +34,7 @@ from orchestrator.services.kinds.worker import (
 from orchestrator.services.operators import step_retry
 from orchestrator.services.runs import run_cancel
 from tests.engine import test_worker
+from tests.engine.test_loops import loop
 from tests.engine.test_worker import (
     AGENT,
     NO_RETRY,
@@ -273,3 +276,27 @@ def test_retrying_a_failed_run_reopens_a_step_its_failure_stopped_mid_attempt(te
         step_succeed(step_id=claim.step_id, attempt=claim.attempt, output={}, usage=Usage(),
                      worker="w")
     assert run_of(run).state == "completed"
+
+
+def test_retrying_a_failed_run_leaves_the_steps_a_failed_loop_cancelled_cancelled(team, operator):
+    run = start(team, loop(), echo("publish", after=["refine"]), echo("other", retry=NO_RETRY),
+                input={"topic": "tides"}, on_error="fail")
+    other = step_claim(step_id=step_of(run, "other").id, worker="w")
+    fail(run, "draft[1]")  # the loop fails, and its release cancels the rest of its iteration
+    step_fail(step_id=other.step_id, attempt=other.attempt, error=StepError("permanent", "down"),
+              usage=Usage(), worker="w")  # `other` was running as the run failed
+    assert run_of(run).state == "failed"
+    stopped = {name: (step_of(run, name).state, step_of(run, name).skip_reason)
+               for name in ("critique[1]", "publish")}
+    assert stopped == {"critique[1]": ("cancelled", "loop step 'refine' ended failed"),
+                       "publish": ("cancelled", "run failed")}
+
+    step_retry(step_id=step_of(run, "other").id, actor=operator)
+
+    assert run_of(run).state == "running"
+    assert step_of(run, "other").state == "queued"
+    assert step_of(run, "publish").state == "blocked"  # stopped by the run's end: reopened
+    critique = step_of(run, "critique[1]")
+    assert (critique.state, critique.skip_reason) == ("cancelled", "loop step 'refine' ended failed")
+    assert events(critique, "step.blocked") == []
+    assert (step_of(run, "refine").state, step_of(run, "draft[1]").state) == ("failed", "failed")
