@@ -153,6 +153,22 @@ def test_a_fallback_listed_before_its_primary_is_skipped_in_the_same_plan_as_its
     assert (p.outcome, p.detail) == ("complete", {})
 
 
+@pytest.mark.parametrize("when, fallback", [
+    ("false == true", ("skip", "primary step 'a' did not fail")),  # the primary is skipped
+    ("input.missing == 1", ("ready", None)),  # its condition cannot be evaluated: it failed
+])
+def test_a_fallback_listed_before_its_primary_follows_the_primary_decided_by_its_condition(when, fallback):
+    """The only decision of the first look is the primary's own, by its condition: the
+    fallback, looked at before it, is decided on a second look in the same plan."""
+    d = definition(tool("fb"), tool("a", when=when, fallback="fb"))
+    p = plan(d, {}, views(fb="blocked", a="blocked"))
+    verdict, reason = fallback
+    if verdict == "skip":
+        assert ("fb", reason) in p.skip and p.outcome == "complete"
+    else:
+        assert [n for n, _ in p.ready] == ["fb"] and p.enqueue == ["fb"] and p.outcome == "resume"
+
+
 def test_a_step_after_a_failed_primary_is_decided_once_its_fallback_listed_after_it_is():
     d = definition(tool("x"), tool("a", fallback="fb"), tool("c", ["a"]), tool("fb", ["x"]),
                    on_error="continue")
