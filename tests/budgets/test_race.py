@@ -79,3 +79,57 @@ def test_two_processes_racing_for_the_last_reservation_cannot_both_pass(team, se
     assert outcomes == ["reserved", "team.day"]
     assert Reservation.objects.filter(attempt=2).count() == 1
     assert committed_sum(Reservation.objects.filter(team=team)) == Decimal("0.10")
+
+
+STARTER = """
+import os, sys, time
+import django
+django.setup()
+from django.db import transaction
+from orchestrator.authz import System
+from orchestrator.errors import BudgetExceeded
+from orchestrator.models import WorkflowVersion
+from orchestrator.services.runs import run_start
+
+version_id, go = int(sys.argv[1]), sys.argv[2]
+version = WorkflowVersion.objects.get(id=version_id)
+print("ready", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.001)
+with transaction.atomic():
+    try:
+        run_start(version=version, input={}, actor=System("racer"))
+        outcome = "started"
+    except BudgetExceeded as refused:
+        outcome = refused.detail["level"]
+    time.sleep(0.5)  # the count it read stays the truth only if nobody else could start a run
+print(outcome, flush=True)
+"""
+
+
+def test_two_processes_racing_for_the_last_concurrent_run_cannot_both_start(team, tmp_path):
+    """The team's cap has room for one more run; two processes start one each at once. The
+    admission counts the unfinished runs with the team's limit row locked (PostgreSQL; SQLite's
+    IMMEDIATE transactions), so the second waits for the first to commit, counts it, and is
+    refused."""
+    version, _ = workflow_save(team=team, definition={
+        "name": "starter", "input_schema": {"type": "object"},
+        "steps": [{"name": "hold", "type": "human_gate", "approvers": "support_leads"}]}, actor=SETUP)
+    budget_limit_create(team=team, actor=SETUP, max_concurrent_runs=1)
+
+    go = tmp_path / "go"
+    env = {**worker_env(), "DJANGO_SETTINGS_MODULE": "orchestrator.settings"}
+    racers = [subprocess.Popen([sys.executable, "-c", STARTER, str(version.id), str(go)], cwd=ROOT,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for _ in range(2)]
+    try:
+        for racer in racers:
+            assert racer.stdout.readline().strip() == "ready", racer.stderr.read()
+        go.touch()
+        outcomes = sorted(racer.communicate(timeout=60)[0].strip() for racer in racers)
+    finally:
+        for racer in racers:
+            racer.kill()
+
+    assert outcomes == ["started", "team.concurrent_runs"]
+    assert version.runs.count() == 1
