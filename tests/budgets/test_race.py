@@ -46,6 +46,24 @@ print(outcome.denial.level if outcome.denial else "reserved", flush=True)
 """
 
 
+def race(script: str, ids: list[int], tmp_path, **env) -> list[str]:
+    """Run `script` in one real process per id, let them go at once, and return what each
+    printed last, sorted."""
+    go = tmp_path / "go"
+    env = {**worker_env(), "DJANGO_SETTINGS_MODULE": "orchestrator.settings", **env}
+    racers = [subprocess.Popen([sys.executable, "-c", script, str(i), str(go)], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for i in ids]
+    try:
+        for racer in racers:
+            assert racer.stdout.readline().strip() == "ready", racer.stderr.read()
+        go.touch()
+        return sorted(racer.communicate(timeout=60)[0].strip() for racer in racers)
+    finally:
+        for racer in racers:
+            racer.kill()
+
+
 def test_two_processes_racing_for_the_last_reservation_cannot_both_pass(team, settings, tmp_path):
     settings.STEPWISE_DEFAULT_STEP_COST_USD = "0.10"
     # The model step waits behind a gate nobody decides: no worker of the session (another
@@ -61,20 +79,7 @@ def test_two_processes_racing_for_the_last_reservation_cannot_both_pass(team, se
     assert committed_sum(Reservation.objects.filter(team=team)) == Decimal("0")
     budget_limit_create(team=team, actor=SETUP, daily_usd=Decimal("0.10"))
 
-    go = tmp_path / "go"
-    env = {**worker_env(), "DJANGO_SETTINGS_MODULE": "orchestrator.settings",
-           "STEPWISE_DEFAULT_STEP_COST_USD": "0.10"}
-    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(step.id), str(go)], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-              for step in steps]
-    try:
-        for racer in racers:
-            assert racer.stdout.readline().strip() == "ready", racer.stderr.read()
-        go.touch()
-        outcomes = sorted(racer.communicate(timeout=60)[0].strip() for racer in racers)
-    finally:
-        for racer in racers:
-            racer.kill()
+    outcomes = race(RACER, [step.id for step in steps], tmp_path, STEPWISE_DEFAULT_STEP_COST_USD="0.10")
 
     assert outcomes == ["reserved", "team.day"]
     assert Reservation.objects.filter(attempt=2).count() == 1
@@ -117,19 +122,7 @@ def test_two_processes_racing_for_the_last_concurrent_run_cannot_both_start(team
         "steps": [{"name": "hold", "type": "human_gate", "approvers": "support_leads"}]}, actor=SETUP)
     budget_limit_create(team=team, actor=SETUP, max_concurrent_runs=1)
 
-    go = tmp_path / "go"
-    env = {**worker_env(), "DJANGO_SETTINGS_MODULE": "orchestrator.settings"}
-    racers = [subprocess.Popen([sys.executable, "-c", STARTER, str(version.id), str(go)], cwd=ROOT,
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-              for _ in range(2)]
-    try:
-        for racer in racers:
-            assert racer.stdout.readline().strip() == "ready", racer.stderr.read()
-        go.touch()
-        outcomes = sorted(racer.communicate(timeout=60)[0].strip() for racer in racers)
-    finally:
-        for racer in racers:
-            racer.kill()
+    outcomes = race(STARTER, [version.id, version.id], tmp_path)
 
     assert outcomes == ["started", "team.concurrent_runs"]
     assert version.runs.count() == 1
