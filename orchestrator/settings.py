@@ -150,7 +150,10 @@ if os.environ.get("DATABASE_URL"):
     # authentication, 2-5 ms). `orchestrator/asgi.py` turns it on for the web process only;
     # workers keep one persistent connection per process (CELERY_DB_REUSE_MAX below).
     if DB_POOL_MAX > 0 and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        DATABASES["default"].update(CONN_MAX_AGE=0, CONN_HEALTH_CHECKS=False)  # the pool checks
+        # CONN_HEALTH_CHECKS (on) makes Django give the pool a check: a connection is tested as
+        # it is handed out, so after a database restart the pool replaces its dead connections
+        # instead of failing a request on each.
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": min(2, DB_POOL_MAX), "max_size": DB_POOL_MAX,
             # A request waits this long for a free connection, then fails (a 500 and a log

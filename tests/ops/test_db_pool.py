@@ -145,3 +145,20 @@ def test_long_polls_hold_no_pooled_connection_while_they_wait(postgres, monkeypa
         server.stop()
     assert [status for status, _ in answers] == [200] * 4, server.errors_logged()
     assert all(waited >= 2.9 for _, waited in answers)  # each really waited for a change
+
+
+def test_the_pool_replaces_connections_the_database_dropped(postgres, monkeypatch):
+    """The database ends every connection of the web process (a restart, a failover, an idle
+    timeout): the next requests are answered, each on a connection checked as it is handed out."""
+    server = _serve(monkeypatch, str(POOL), "dropped")
+    try:
+        _hammer(server.url)  # the pool holds connections now
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                           " WHERE datname = current_database() AND application_name = %s", [APP])
+            dropped = cursor.fetchone()[0]
+        statuses = _hammer(server.url)
+    finally:
+        server.stop()
+    assert dropped >= 1
+    assert statuses == [200] * REQUESTS, server.errors_logged()
