@@ -72,16 +72,22 @@ def _serve(monkeypatch, pool_size: str, name: str) -> LiveServer:
     return LiveServer(name).start()
 
 
-def test_the_web_server_answers_concurrent_requests_from_a_bounded_pool(postgres, monkeypatch):
-    server = _serve(monkeypatch, str(POOL), "pool")
+def _second_round(monkeypatch, pool_size: str, name: str):
+    """Serve with `pool_size`, hammer twice (the first round warms whatever the server keeps),
+    and return the second round's statuses, the sessions it opened, the server's connections
+    open right after it, and the (stopped) server for its log."""
+    server = _serve(monkeypatch, pool_size, name)
     try:
-        _hammer(server.url)  # the pool fills up to what this load needs
+        _hammer(server.url)
         before = _sessions_opened()
         statuses = _hammer(server.url)
-        opened = _settled_sessions(before)
-        held = _open_connections()
+        return statuses, _settled_sessions(before), _open_connections(), server
     finally:
         server.stop()
+
+
+def test_the_web_server_answers_concurrent_requests_from_a_bounded_pool(postgres, monkeypatch):
+    statuses, opened, held, server = _second_round(monkeypatch, str(POOL), "pool")
     assert statuses == [200] * REQUESTS, server.errors_logged()
     # Every request of the second round was answered on a connection the pool already held
     # (the count is the database's: another process of the session may have opened one or two).
@@ -101,15 +107,7 @@ def test_without_the_pool_every_request_opens_a_connection_and_closes_it(postgre
     """The control: what the pool removes (STEPWISE_DB_POOL=0 turns it off). Each request's
     connection is closed after it: kept open, one per request thread, they piled up until
     PostgreSQL refused new clients (16 clients x 400 requests: a quarter of them were 500s)."""
-    server = _serve(monkeypatch, "0", "nopool")
-    try:
-        _hammer(server.url)
-        before = _sessions_opened()
-        statuses = _hammer(server.url)
-        opened = _settled_sessions(before)
-        left_open = _open_connections()
-    finally:
-        server.stop()
+    statuses, opened, left_open, server = _second_round(monkeypatch, "0", "nopool")
     assert statuses == [200] * REQUESTS, server.errors_logged()
     assert opened >= REQUESTS
     assert left_open == 0, f"{left_open} connections left open by {2 * REQUESTS} requests"
