@@ -182,7 +182,9 @@ def _readiness(graph: Graph, name: str, on_error: str, views: Mapping[str, StepV
 def _decide_blocked(graph: Graph, name: str, on_error: str, run_input: dict,
                     working: dict[str, StepView], scope: dict | None, result: Plan) -> bool:
     """Skip, ready or invalidate the blocked step `name` if it can be decided now (recording the
-    verdict in `result` and `working`); False when it must wait."""
+    verdict in `result` and `working`). True when the step ended here (skipped or failed), which
+    may decide a step looked at before it; a step made ready decides no other (readiness needs
+    ended dependencies, a fallback an ended primary), and one that must wait changes nothing."""
     verdict, reason = _readiness(graph, name, on_error, working)
     if verdict == "wait":
         return False
@@ -205,7 +207,7 @@ def _decide_blocked(graph: Graph, name: str, on_error: str, run_input: dict,
             return True
     result.ready.append((name, inp))
     working[name] = StepView(READY)
-    return True
+    return False
 
 
 def plan(definition: dict, run_input: dict, views: Mapping[str, StepView], *, graph: Graph | None = None,
@@ -220,17 +222,17 @@ def plan(definition: dict, run_input: dict, views: Mapping[str, StepView], *, gr
     on_error = definition["on_error"]
     working = dict(views)
     result = Plan()
-    # Until nothing changes: a step's verdict can follow from one decided later in the order
+    # Until no step ends: a step's verdict can follow from one that ended later in the order
     # (a fallback listed before its primary, skipped once that primary is; a step after a failed
-    # primary, which waits for the fallback decided after it). Each pass decides at least one
+    # primary, which waits for the fallback decided after it). Each pass ends at least one
     # blocked step or is the last, so there are at most as many passes as steps.
-    decided = True
-    while decided:
-        decided = False
+    ended = True
+    while ended:
+        ended = False
         for name in graph.order:
             if working[name].state == BLOCKED and _decide_blocked(
                     graph, name, on_error, run_input, working, scope, result):
-                decided = True
+                ended = True
 
     order: list[str] = []
     for name in graph.order:
