@@ -62,6 +62,26 @@ def service_time_per_step(version, *, runs: int = 3) -> dict:
     return summary(times)
 
 
+def carried_service_time_per_step(version, *, runs: int = 3) -> dict:
+    """Wall time per step of a whole chain run from its first step's message, in this process:
+    `step_execute` with a carry (worker.Carry), as the worker's task calls it, so every step
+    after the first is claimed in the transaction that completed the one before it and run
+    with no claim transaction and no broker hop. One sample per run (its steps' mean)."""
+    from orchestrator.authz import System
+    from orchestrator.services.kinds import worker as services
+    from orchestrator.services.runs import run_start
+
+    times = []
+    for _ in range(runs + 1):  # the first warms the per-process caches
+        run = run_start(version=version, input={}, actor=System("bench"))
+        ids = _step_ids(run)
+        carry = services.Carry("tools", len(ids), time.monotonic() + 3600)
+        t0 = time.perf_counter()
+        services.step_execute(step_id=ids[0], worker="bench", carry=carry)
+        times.append((time.perf_counter() - t0) * 1000 / len(ids))
+    return summary(times[1:])
+
+
 def queries_per_step(version) -> dict:
     """Drive one chain through the step services in this process, counting SQL statements.
 

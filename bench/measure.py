@@ -222,6 +222,10 @@ def measure(args, result: dict) -> None:
     fixtures = make_fixtures(args.steps)
     incidents = result.setdefault("incidents", [])
 
+    def checkpoint() -> None:
+        """Write what is measured so far: an interrupted or overrunning run keeps its phases."""
+        write_result(args.out, result)
+
     def start_workers():
         return celery_worker("stepwise", "orchestrator", concurrency=args.workers_concurrency,
                              env=env, var_dir=var_dir, deadline=args.deadline)
@@ -241,15 +245,17 @@ def measure(args, result: dict) -> None:
             say(f"idle: WORKER DIED ({result['start']['worker_died']}); restarting it")
             workers.stop()
             workers = start_workers()
+        checkpoint()
         if args.live_runs:
             from . import live
 
             say(f"live: {args.live_runs} runs, commit to a re-read after the websocket's nudge")
             result["live"] = live.commit_to_screen(base_url, fixtures["token"], "bench-chain",
                                                    runs=args.live_runs, deadline=args.deadline)
+            checkpoint()
         if args.api_clients or args.held_runs or args.fanout_items:
             scale_phases(args, result, base_url=base_url, token=fixtures["token"],
-                         server=server, workers=workers)
+                         server=server, workers=workers, checkpoint=checkpoint)
         say(f"step-to-step: {args.runs} concurrent runs of a {args.steps}-step chain")
         # Leave the floor and the query count a share of the time left.
         share = time.time() + 0.6 * (args.deadline - time.time())
@@ -266,6 +272,7 @@ def measure(args, result: dict) -> None:
             result["stepwise"]["db_connections_per_step"] = round(
                 opened / max(result["stepwise"]["steps_done"], 1), 2)
         result["rss_mb"] = {"stepwise": workers.peak_rss()}
+        checkpoint()
     say(f"floor: {args.start_runs} bare Celery chains one at a time, then {args.runs} at once")
     try:
         result["floor"] = floor.measure(runs=args.runs, steps=args.steps,
@@ -278,15 +285,18 @@ def measure(args, result: dict) -> None:
         result["floor"] = {}
         incidents.append(f"floor: {str(exc)[-1000:]}")
         say(f"floor: FAILED ({str(exc)[-300:]})")
+    checkpoint()
     say("queries per step: one chain through the step services, in process")
     result["queries"] = inprocess.queries_per_step(fixtures["chain"])
     result["queries"]["api_start"] = inprocess.api_start_statements(fixtures["token"], "bench-chain")
     say("service time per step: claim + execute + succeed in process, no broker hop")
     result["service_ms"] = inprocess.service_time_per_step(fixtures["chain"])
+    result["carried_service_ms"] = inprocess.carried_service_time_per_step(fixtures["chain"])
     result["db_connect_ms"] = inprocess.db_connect_ms()
 
 
-def scale_phases(args, result: dict, *, base_url: str, token: str, server, workers) -> None:
+def scale_phases(args, result: dict, *, base_url: str, token: str, server, workers,
+                 checkpoint) -> None:
     """The opt-in phases of bench.scale, each given half of the time left when it starts."""
     from . import scale
 
@@ -300,11 +310,13 @@ def scale_phases(args, result: dict, *, base_url: str, token: str, server, worke
         result["api_load"] = scale.api_submission(base_url, token, "bench-api",
                                                   clients=args.api_clients,
                                                   requests=args.api_requests, deadline=until())
+        checkpoint()
     if args.fanout_items:
         say(f"fan-out: {args.fanout_items} map items while single-step runs start one at a time")
         result["fanout"] = scale.fanout(base_url, token, items=args.fanout_items,
                                         probes=args.fanout_probes, deadline=until(),
                                         check=workers.check)
+        checkpoint()
     if args.held_runs:
         say(f"held: {args.held_runs} runs waiting at a gate at once")
 
@@ -316,6 +328,7 @@ def scale_phases(args, result: dict, *, base_url: str, token: str, server, worke
             fixtures["versions"]["bench-held"], runs=args.held_runs, approver=fixtures["approver"],
             idle=idle, deadline=until(), check=workers.check,
             processes={"api": server.proc.pid, "worker": workers.proc.pid})
+        checkpoint()
 
 
 def _terminate(signum, frame):
@@ -356,8 +369,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-        args.out.write_text(json.dumps(result, indent=2, default=str))
+        write_result(args.out, result)
     return 1 if result.get("error") else 0
+
+
+def write_result(out: Path, result: dict) -> None:
+    out.write_text(json.dumps(result, indent=2, default=str))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,10 @@ from bench.stats import table  # noqa: E402
 def run_backend(backend: str, args, deadline: float) -> dict:
     print(f"=== {backend}: deadline in {deadline - time.time():.0f}s", flush=True)
     with backend_env(backend, keep=args.keep) as (env, var_dir):
-        out = var_dir / "result.json"
+        # Outside the scratch dir: what the measuring process wrote survives an interruption.
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        out = args.out_dir / f"results-{backend}.json"
+        out.unlink(missing_ok=True)
         try:
             subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env,
                            check=True, timeout=max(deadline - time.time(), 1))
@@ -111,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             share = (end - time.time()) / (len(backends) - i)
             results.append(run_backend(backend, args, time.time() + share))
     except KeyboardInterrupt:
-        print("\ninterrupted; cleaned up", flush=True)
+        print(f"\ninterrupted; cleaned up (what was measured: {args.out_dir}/results-*.json)",
+              flush=True)
         return 130
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for result in results:

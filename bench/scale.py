@@ -155,7 +155,7 @@ def held_runs(version, *, runs: int, approver, idle, deadline: float, check, pro
     from orchestrator.authz import System
     from orchestrator.models import Run
     from orchestrator.services.kinds.human_gate import approval_grant
-    from orchestrator.services.runs import run_start
+    from orchestrator.services.runs import run_cancel, run_start
 
     before = database_bytes()
     t0 = time.time()
@@ -183,10 +183,14 @@ def held_runs(version, *, runs: int, approver, idle, deadline: float, check, pro
     ids = list(pending.values_list("id", "proposal_hash"))
     granted, failures = [], []
 
+    # Grants stop with a third of the phase left, for the runs they released to end: the
+    # phases after this one must find the workers idle, not behind a backlog of released runs.
+    grants_until = time.time() + (deadline - time.time()) * 2 / 3
+
     def grant(chunk) -> None:
         try:
             for approval_id, proposal_hash in chunk:
-                if time.time() > deadline:
+                if time.time() > grants_until:
                     return
                 approval_grant(approval_id=approval_id, user=approver, proposal_hash=proposal_hash)
                 granted.append(time.time())
@@ -212,6 +216,11 @@ def held_runs(version, *, runs: int, approver, idle, deadline: float, check, pro
     last_end = max(mine.filter(state__in=RUN_ENDED).values_list("finished_at", flat=True), default=None)
     ended = mine.filter(state__in=RUN_ENDED).count()
     drain_s = (last_end.timestamp() - release) if last_end else None
+    # Whatever was released and has not ended is cancelled (its queued step's message then
+    # does nothing), so that it is not measured as part of the next phase.
+    left = list(mine.exclude(state__in=RUN_ENDED).exclude(state="waiting").values_list("id", flat=True))
+    for run_id in left:
+        run_cancel(run_id=run_id, actor=System("bench"), reason="bench: the held phase ended")
     return {
         "runs": runs, "started": len(run_ids), "held": held,
         "start_s": round(started - t0, 2),
@@ -227,6 +236,7 @@ def held_runs(version, *, runs: int, approver, idle, deadline: float, check, pro
         "ended": ended, "completed": mine.filter(state="completed").count(),
         "drain_s": round(drain_s, 2) if drain_s else None,
         "drain_runs_per_s": round(ended / drain_s, 1) if drain_s else None,
+        "released_not_ended_cancelled": len(left),
     }
 
 

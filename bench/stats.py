@@ -121,6 +121,7 @@ def table(results: list[dict]) -> str:
             lines.append(f"{b:<10}new DB connections per step  {sw['db_connections_per_step']} "
                          f"({sw['db_connections_opened']} opened during the loaded run)")
         row(b, "in-process service time per step (ms)", r.get("service_ms"))
+        row(b, "  the same, steps carried (ms)", r.get("carried_service_ms"))
         row(b, "open a DB connection + SELECT 1 (ms)", r.get("db_connect_ms"))
         for incident in r.get("incidents", []):
             lines.append(f"{b:<10}INCIDENT: {incident}")

@@ -308,6 +308,13 @@ STEPWISE_TOOL_MODULES = [
 # A worker's claim on a running step lasts this long and is renewed by its heartbeat every
 # third of it; a killed worker's step is retried once the lease runs out.
 STEPWISE_LEASE_S = int(os.environ.get("STEPWISE_LEASE_S", "30"))
+# Eager dispatch (orchestrator.services.kinds.worker.Carry): a worker whose step succeeds
+# claims the run's next step on the same queue in that transaction and runs it itself, with no
+# broker hop and no claim transaction, up to this many steps per message and while the message
+# has run for less than this many seconds; then the next step goes through the broker, behind
+# other runs' work. 0 steps: every step is a message of its own.
+STEPWISE_CARRY_STEPS = int(os.environ.get("STEPWISE_CARRY_STEPS", "10"))
+STEPWISE_CARRY_S = float(os.environ.get("STEPWISE_CARRY_S", "0.5"))
 # A queued step nobody claimed for this long is dispatched again (its message was lost).
 STEPWISE_REDISPATCH_AFTER_S = int(os.environ.get("STEPWISE_REDISPATCH_AFTER_S", "60"))
 # Per-dependency limits shared by all workers: calls per second ("tool:http.request",

@@ -17,11 +17,13 @@ log = get_task_logger(__name__)
 
 @shared_task(name="orchestrator.tasks.execute_step", bind=True)
 def execute_step(self, step_id: int) -> None:
-    """Claim a queued step, run its executor, commit the outcome (which schedules the next)."""
-    wait = worker.step_execute(step_id=step_id, worker=worker_id())
+    """Claim a queued step, run its executor, commit the outcome (which schedules the next,
+    and may hand this worker the run's next step on the same queue: `worker.Carry`)."""
+    queue = (self.request.delivery_info or {}).get("routing_key")
+    wait = worker.step_execute(step_id=step_id, worker=worker_id(),
+                               carry=worker.Carry.for_message(queue))
     if wait:  # throttled by a shared rate limit: the step stays queued; come back later
-        self.apply_async((step_id,), countdown=wait,
-                         queue=(self.request.delivery_info or {}).get("routing_key"))
+        self.apply_async((step_id,), countdown=wait, queue=queue)
 
 
 @shared_task(name="orchestrator.tasks.retry_due")

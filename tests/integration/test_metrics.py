@@ -29,6 +29,25 @@ def scrape(client) -> dict[tuple, float]:
             for sample in family.samples}
 
 
+def settled_scrape(client, *, timeout: float = 30) -> dict[tuple, float]:
+    """A scrape once the workers' step counters stopped moving: the session's workers may still
+    be finishing steps an earlier test left claimed (a chain carried from one message runs on
+    after that test ended, worker.Carry), which would count as this test's."""
+    import time
+
+    def steps(samples):
+        return total(samples, "stepwise_step_duration_seconds_count")
+
+    last, deadline = scrape(client), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = scrape(client)
+        if steps(now) == steps(last):
+            return now
+        last = now
+    raise AssertionError("the workers' step counters never settled")
+
+
 def value(samples: dict, name: str, **labels) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
@@ -40,7 +59,7 @@ def total(samples: dict, name: str, **labels) -> float:
 
 def test_metrics_show_what_real_workers_did(workers, team, settings):
     operator = client_for(member(team, "operator", role=Role.OPERATOR))
-    before = scrape(operator)
+    before = settled_scrape(operator)
 
     workflow_save(team=team, definition=example_definition("support"), actor=SETUP)
     started = client_for(member(team, "requester")).post(

@@ -6,13 +6,14 @@ under `CaptureQueriesContext`, with real transactions (`transaction=True`: BEGIN
 sent, and on-commit dispatches happen). The bounds are the numbers in docs/benchmark.md
 ("SQL statements per step"); when a change lowers a count, lower its bound here and there.
 """
+import time
 from dataclasses import dataclass
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from orchestrator.services.kinds.worker import step_execute
+from orchestrator.services.kinds.worker import Carry, step_execute
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
@@ -30,6 +31,7 @@ class Bound:
 
 # Per backend (connection.vendor). Keep in step with docs/benchmark.md.
 STEP = {"sqlite": Bound(statements=16, transactions=2), "postgresql": Bound(statements=16, transactions=2)}
+CARRIED_STEP = {"sqlite": Bound(statements=11, transactions=1), "postgresql": Bound(statements=11, transactions=1)}
 LAST_STEP = {"sqlite": Bound(statements=19, transactions=2), "postgresql": Bound(statements=19, transactions=2)}
 POST_RUN = {"sqlite": 22, "postgresql": 22}
 
@@ -91,6 +93,30 @@ def test_a_step_of_a_chain_stays_within_its_statements_and_transactions(chain):
     measured, _ = counted(lambda: step_execute(step_id=middle, worker="w"))
 
     assert_within(measured, STEP[connection.vendor], "a step (claim + execute + succeed + advance)")
+
+
+def test_a_carried_step_of_a_chain_stays_within_its_statements_and_transactions(team):
+    """A step claimed by the worker whose success started it (worker.Carry): what one more
+    step adds to a chain run from its first message."""
+    def whole_chain(steps: int) -> Counted:
+        version, _ = workflow_save(team=team, definition={**chain_definition(steps),
+                                                          "name": f"chain-{steps}"}, actor=SETUP)
+        run_start(version=version, input={}, actor=SETUP)  # warms the definition cache
+        run = run_start(version=version, input={}, actor=SETUP)
+        first = run.steps.order_by("position").values_list("id", flat=True)[0]
+        measured, _ = counted(lambda: step_execute(
+            step_id=first, worker="w", carry=Carry("tools", steps, time.monotonic() + 600)))
+        return measured
+
+    shorter, longer = whole_chain(3), whole_chain(4)
+    statements, transactions = (longer.statements - shorter.statements,
+                                longer.transactions - shorter.transactions)
+    bound = CARRIED_STEP[connection.vendor]
+
+    assert statements <= bound.statements, (
+        f"a carried step: {statements} statements, bound {bound.statements}\n{longer.listing()}")
+    assert transactions <= bound.transactions, (
+        f"a carried step: {transactions} transactions, bound {bound.transactions}\n{longer.listing()}")
 
 
 def test_the_step_that_completes_the_run_stays_within_its_bound(chain):

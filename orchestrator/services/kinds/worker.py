@@ -1,7 +1,8 @@
 """Agent, tool and router steps: the kinds a worker runs.
 
 A step's life: queued by the scheduler (`start`), claimed by a worker under a lease
-(`step_claim`), executed outside any transaction under a heartbeat (`step_execute`), then
+(`step_claim`, or at once by the worker whose step started it: `Carry`), executed outside any
+transaction under a heartbeat (`step_execute`), then
 succeeded or failed (`step_succeed`, `step_fail`) — a failure retried under the step's policy
 (`step_retry_due`) or ending it, dead-lettered. The reaper times out a running step
 (`time_out`), recovers one whose lease expired (`step_lease_expired`) and re-sends one whose
@@ -14,6 +15,7 @@ transaction, so the next steps are dispatched with no extra broker hop.
 """
 import time
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
@@ -100,6 +102,8 @@ class WorkerStep(StepKindHandler):
         queue = queue_for(spec)
         step.enqueue(queue=queue)
         record(step, "step.queued", {"queue": queue})
+        if _carried(run, step, spec, record):
+            return  # claimed by this worker, which runs it next: no message
         step_dispatch_on_commit(step.id, queue, run_id=step.run_id, step_name=step.name)
 
     def time_out(self, *, step_id: int, reason: str) -> bool:
@@ -127,30 +131,117 @@ for _kind in (StepKind.AGENT, StepKind.TOOL, StepKind.ROUTER):
 # --- on a worker ----------------------------------------------------------------------------
 
 
-def step_execute(*, step_id: int, worker: str) -> float:
+def step_execute(*, step_id: int, worker: str, carry: "Carry | None" = None) -> float:
     """Run a queued step to its outcome: throttle, claim, guard, execute, commit.
 
     Returns seconds to wait and retry the message when the step's dependency is over its
     shared rate limit (the step stays queued), else 0. The executor's side effect runs outside
-    any transaction, under a lease kept alive by a heartbeat.
+    any transaction, under a lease kept alive by a heartbeat. With a `carry`, the next step the
+    success starts may be claimed in the same transaction and run here, and so on, within the
+    carry's bounds.
     """
     if settings.STEPWISE_RATE_LIMITS:
         wait = limits.rate_limit_wait(limits.dependency_of(step_spec(step_id=step_id)))
         if wait:
             return wait
     claim = step_claim(step_id=step_id, worker=worker)
-    if claim is None:
-        return 0
-    # The step's log lines name the attempt too (orchestrator.logcontext).
-    with bound(run_id=claim.run_id, step=claim.spec["name"], attempt=claim.attempt,
-               workflow=claim.workflow, team=claim.team), \
-            tracing.span("step.execute", run=claim.run_id, step=claim.spec["name"],
-                         attempt=claim.attempt, workflow=claim.workflow):
-        _execute_claimed(step_id, claim, worker)
+    if carry and claim:
+        carry.secrets = (claim.run_id, claim.sealed_secrets)
+    while claim is not None:
+        # The step's log lines name the attempt too (orchestrator.logcontext).
+        with bound(run_id=claim.run_id, step=claim.spec["name"], attempt=claim.attempt,
+                   workflow=claim.workflow, team=claim.team), \
+                tracing.span("step.execute", run=claim.run_id, step=claim.spec["name"],
+                             attempt=claim.attempt, workflow=claim.workflow):
+            claim = _execute_claimed(claim.step_id, claim, worker, carry)
     return 0
 
 
-def _execute_claimed(step_id: int, claim: Claim, worker: str) -> None:
+@dataclass
+class Carry:
+    """Eager dispatch: what a worker may keep for itself of the steps its successes start.
+
+    A step the success of one of this message's steps starts is claimed in that success's own
+    transaction and run next by this worker, with no message and no claim transaction, when
+    it is on the queue the message came from (so this worker serves it), no shared rate limit
+    applies to it, its gates' approvals hold, fewer than `steps` steps were carried so far and
+    the message has run for less than its time (until `until`, monotonic). Only one step per
+    success is carried; the others are dispatched as usual, for the other workers. Beyond the
+    bounds steps go through the broker again, behind the other runs' work: a worker never
+    holds a run for long, and a warm shutdown waits for at most one more step.
+    """
+    queue: str
+    steps: int
+    until: float
+    taken: Claim | None = None
+    # The sealed secrets of the run whose claim began this message ((run id, sealed)): a step
+    # carried for the same run is handed them without reading them again.
+    secrets: tuple | None = None
+
+    @classmethod
+    def for_message(cls, queue: str | None) -> "Carry | None":
+        """The carry of a message delivered from `queue` (None: it carries nothing)."""
+        if not queue or settings.STEPWISE_CARRY_STEPS <= 0:
+            return None
+        return cls(queue, settings.STEPWISE_CARRY_STEPS,
+                   time.monotonic() + settings.STEPWISE_CARRY_S)
+
+    def takes(self, queue: str) -> bool:
+        return (self.taken is None and self.steps > 0 and queue == self.queue
+                and time.monotonic() < self.until)
+
+    def sealed_for(self, run: Run) -> str | None:
+        if self.secrets is not None and self.secrets[0] == run.id:
+            return self.secrets[1]
+        return sealed_of(run)  # another run's step (a child run started by this one)
+
+    def take(self) -> Claim | None:
+        """The step carried by the success that just committed, if any."""
+        claim, self.taken = self.taken, None
+        if claim is not None:
+            self.steps -= 1
+        return claim
+
+
+# The carry of the success being committed, and its worker (set by `_execute_claimed` around
+# `step_succeed`, read by `WorkerStep.start` as the scheduler starts the run's next steps).
+_CARRYING: ContextVar[tuple[Carry, str] | None] = ContextVar("stepwise_carrying", default=None)
+
+
+@contextmanager
+def _carrying(carry: Carry | None, worker: str):
+    token = _CARRYING.set((carry, worker) if carry else None)
+    try:
+        yield
+    finally:
+        _CARRYING.reset(token)
+
+
+def _carried(run: Run, step: StepRun, spec: dict, record: Record) -> bool:
+    """Claim `step` (just queued) for the worker whose success started it, if its carry takes
+    it (`Carry`): in this transaction, recorded with the run's other transitions."""
+    carrying = _CARRYING.get()
+    if carrying is None:
+        return False
+    carry, worker = carrying
+    if not carry.takes(step.queue):
+        return False
+    if settings.STEPWISE_RATE_LIMITS.get(limits.dependency_of(spec)):
+        return False  # throttled across workers: its message takes a slot first
+    clearance = guarded_step_clearance(run=run, step=step)
+    if clearance.refusal:
+        return False  # its message claims it, and refuses it (step_claim)
+    key = _claim_attempt(run, step, spec, worker=worker)
+    record(step, "step.running", {"attempt": step.attempts})
+    carry.taken = Claim(step.id, step.attempts, run.id, run.version.workflow.name, spec,
+                        step.input or {}, key, clearance.params_override, run.team.slug,
+                        step.queue, carry.sealed_for(run))
+    return True
+
+
+def _execute_claimed(step_id: int, claim: Claim, worker: str,
+                     carry: Carry | None = None) -> Claim | None:
+    """Execute a claimed step and commit its outcome; the step its success carried, if any."""
     # The run's secret inputs, in memory for this call only; whatever comes back is scrubbed
     # of them before it is stored (secret_inputs).
     secrets = revealed_from(claim.sealed_secrets)
@@ -185,9 +276,11 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str) -> None:
         error.message = secrets.scrub(error.message)
         step_fail(step_id=step_id, attempt=claim.attempt, error=error,
                   usage=Usage.of(getattr(error, "spent", None)), worker=worker)
-        return
-    step_succeed(step_id=step_id, attempt=claim.attempt, output=secrets.scrub(result.output),
-                 usage=Usage.of(result), worker=worker)
+        return None
+    with _carrying(carry, worker):
+        step_succeed(step_id=step_id, attempt=claim.attempt, output=secrets.scrub(result.output),
+                     usage=Usage.of(result), worker=worker)
+    return carry.take() if carry else None
 
 
 def _observe_duration(claim: Claim, started: float, *, outcome: str) -> None:
@@ -249,17 +342,11 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
             if clearance.refusal:
                 refusal = clearance.refusal
                 raise _Refused
-            step.claim(worker=worker, timeout_s=spec["timeout_s"], lease_s=settings.STEPWISE_LEASE_S)
+            key = _claim_attempt(run, step, spec, worker=worker)
             # What the claim changed: the input (every upstream output) is not written back.
             step.save(update_fields=CLAIMED_FIELDS)
-            key = idempotency_key_for(run.id, step.name)
-            StepAttempt.objects.create(step=step, number=step.attempts, worker=worker,
-                                       started_at=step.started_at, idempotency_key=key)
             event_record(run=run, step=step, kind="step.running", actor=f"worker:{worker}",
                          payload={"attempt": step.attempts})
-            if step.queued_at:
-                latency = (step.started_at - step.queued_at).total_seconds()
-                metrics.SCHEDULING_LATENCY.labels(step.queue).observe(max(latency, 0))
     except (StepRun.DoesNotExist, ConcurrentTransition):
         return None
     except _Refused:
@@ -268,6 +355,19 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
     return Claim(step.id, step.attempts, run.id, run.version.workflow.name, spec,
                  step.input or {}, key, clearance.params_override, run.team.slug, step.queue,
                  sealed_of(run))
+
+
+def _claim_attempt(run: Run, step: StepRun, spec: dict, *, worker: str) -> str:
+    """Claim queued `step` for `worker` under a lease and open its attempt (the caller saves
+    the step and records `step.running`). Returns the attempt's idempotency key."""
+    step.claim(worker=worker, timeout_s=spec["timeout_s"], lease_s=settings.STEPWISE_LEASE_S)
+    key = idempotency_key_for(run.id, step.name)
+    StepAttempt.objects.create(step=step, number=step.attempts, worker=worker,
+                               started_at=step.started_at, idempotency_key=key)
+    if step.queued_at:
+        latency = (step.started_at - step.queued_at).total_seconds()
+        metrics.SCHEDULING_LATENCY.labels(step.queue).observe(max(latency, 0))
+    return key
 
 
 # The columns `StepRun.claim` sets.

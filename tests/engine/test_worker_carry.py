@@ -1,0 +1,255 @@
+"""Eager dispatch (`worker.Carry`): a worker whose step succeeds claims the run's next step in
+that transaction and runs it itself, within the carry's bounds; everything else is dispatched.
+
+Each test drives `step_execute` as the worker's task does, with a carry for the queue its
+message came from, and reads what was claimed, run and dispatched (the on-commit callbacks
+that would send `execute_step`).
+"""
+import time
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from approvals.models import ApprovalRequest
+from orchestrator.models import Event, Run, StepAttempt
+from orchestrator.services.kinds.human_gate import approval_grant, approval_revoke
+from orchestrator.services.kinds.worker import Carry, step_claim, step_execute
+from orchestrator.services.runs import run_start
+from orchestrator.services.workflows import workflow_save
+from tests.engine.test_worker import echo, messages, start, step_of
+from tests.factories import SETUP
+
+pytestmark = pytest.mark.django_db
+
+CHAIN = [echo("s0"), echo("s1", after=["s0"]), echo("s2", after=["s1"])]
+
+
+def carry(queue="tools", *, steps=10, seconds=60.0) -> Carry:
+    return Carry(queue, steps, time.monotonic() + seconds)
+
+
+def dispatched(callbacks) -> list:
+    return messages(callbacks, "step_dispatch_on_commit")
+
+
+def kinds(run: Run, step: str) -> list[str]:
+    return list(Event.objects.filter(run=run, step__name=step).order_by("id")
+                .values_list("kind", flat=True))
+
+
+def test_a_chain_runs_on_its_first_message_each_step_claimed_in_the_transaction_that_started_it(
+        team, django_capture_on_commit_callbacks):
+    run = start(team, *CHAIN)
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry()) == 0
+
+    assert Run.objects.get(id=run.id).state == "completed"
+    assert dispatched(callbacks) == []  # s1 and s2 were never messages
+    for name in ("s1", "s2"):
+        step = step_of(run, name)
+        assert (step.state, step.attempts, step.queue) == ("completed", 1, "tools")
+        assert kinds(run, name) == ["step.ready", "step.queued", "step.running", "step.completed"]
+        [attempt] = StepAttempt.objects.filter(step=step)
+        assert (attempt.worker, attempt.outcome) == ("w", "succeeded")
+        assert attempt.idempotency_key  # the same key a claim of its own would have given it
+    running = Event.objects.get(run=run, step__name="s1", kind="step.running")
+    assert (running.actor, running.payload) == ("worker:w", {"attempt": 1})
+
+
+def test_a_carried_step_costs_no_claim_of_its_own(team):
+    """The claim's SELECT and its transaction are what carrying saves: a carried step is one
+    transaction, where a step claimed from its message is two."""
+    run = start(team, *CHAIN)
+    s0 = step_of(run, "s0").id
+
+    with CaptureQueriesContext(connection) as captured:
+        step_execute(step_id=s0, worker="w", carry=carry())
+
+    begins = [q for q in captured.captured_queries if q["sql"].upper().startswith(("BEGIN", "SAVEPOINT"))]
+    assert len(begins) == 2 + 1 + 1  # s0: claim + succeed; s1 and s2: their succeed only
+
+
+def test_the_carry_stops_after_its_number_of_steps(team, django_capture_on_commit_callbacks):
+    run = start(team, *CHAIN)
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry(steps=1))
+
+    assert [step_of(run, n).state for n in ("s0", "s1", "s2")] == ["completed", "completed", "queued"]
+    [send] = dispatched(callbacks)
+    assert not StepAttempt.objects.filter(step=step_of(run, "s2")).exists()
+
+
+def test_the_carry_stops_once_its_message_has_run_its_time(team, django_capture_on_commit_callbacks):
+    run = start(team, *CHAIN)
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry(seconds=0))
+
+    assert [step_of(run, n).state for n in ("s0", "s1", "s2")] == ["completed", "queued", "blocked"]
+    assert len(dispatched(callbacks)) == 1
+
+
+def test_a_step_on_another_queue_than_the_message_is_dispatched(team, django_capture_on_commit_callbacks):
+    run = start(team, *CHAIN)
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry("orchestrator"))
+
+    assert step_of(run, "s1").state == "queued"
+    assert len(dispatched(callbacks)) == 1
+
+
+def test_without_a_carry_every_step_is_a_message(team, django_capture_on_commit_callbacks):
+    run = start(team, *CHAIN)
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        step_execute(step_id=step_of(run, "s0").id, worker="w")
+
+    assert step_of(run, "s1").state == "queued"
+    assert len(dispatched(callbacks)) == 1
+    assert Carry.for_message(None) is None  # a message with no routing key carries nothing
+
+
+def test_a_message_carries_as_the_settings_say(settings):
+    settings.STEPWISE_CARRY_STEPS, settings.STEPWISE_CARRY_S = 4, 2.0
+    before = time.monotonic()
+    made = Carry.for_message("tools")
+    assert (made.queue, made.steps, made.taken) == ("tools", 4, None)
+    assert before + 2.0 <= made.until <= time.monotonic() + 2.0
+
+    settings.STEPWISE_CARRY_STEPS = 0
+    assert Carry.for_message("tools") is None  # turned off
+
+
+def test_of_a_fan_out_one_step_is_carried_and_the_others_are_dispatched(
+        team, django_capture_on_commit_callbacks):
+    run = start(team, echo("s0"), echo("a", after=["s0"]), echo("b", after=["s0"]),
+                echo("c", after=["s0"]))
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry())
+
+    states = sorted(step_of(run, n).state for n in "abc")
+    assert states == ["completed", "queued", "queued"]
+    assert len(dispatched(callbacks)) == 2
+
+
+def test_a_step_under_a_shared_rate_limit_is_not_carried(team, settings, django_capture_on_commit_callbacks):
+    settings.STEPWISE_RATE_LIMITS = {"tool:core.echo": 1000}
+    run = start(team, *CHAIN)
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry())
+
+    assert step_of(run, "s1").state == "queued"  # its message takes a slot of the limit first
+    assert len(dispatched(callbacks)) == 1
+
+
+GUARDED = [{"name": "approve", "type": "human_gate", "approvers": "support_leads"},
+           echo("prep"), echo("send", after=["approve", "prep"], retry={"max_attempts": 1})]
+
+
+def test_a_guarded_step_is_carried_only_while_its_approval_holds(
+        team, approver, django_capture_on_commit_callbacks):
+    held, withdrawn = start(team, *GUARDED, name="held"), start(team, *GUARDED, name="withdrawn")
+    for run in (held, withdrawn):
+        approval = ApprovalRequest.objects.get(run=run)
+        approval_grant(approval_id=approval.id, user=approver, proposal_hash=approval.proposal_hash)
+    approval = ApprovalRequest.objects.get(run=withdrawn)
+    approval_revoke(approval_id=approval.id, user=approver, note="The customer wrote again.")
+
+    for run in (held, withdrawn):
+        with django_capture_on_commit_callbacks() as callbacks:
+            step_execute(step_id=step_of(run, "prep").id, worker="w", carry=carry())
+        run.sent = dispatched(callbacks)
+
+    assert step_of(held, "send").state == "completed" and held.sent == []
+    send = step_of(withdrawn, "send")
+    assert send.state == "queued" and len(withdrawn.sent) == 1  # not claimed here
+    assert not StepAttempt.objects.filter(step=send).exists()
+    assert step_claim(step_id=send.id, worker="w") is None  # its own message refuses it
+    assert step_of(withdrawn, "send").error["class"] == "policy"
+
+
+FLAKY = "test.carry_flaky"
+HANDED = "test.carry_handed"
+
+
+@pytest.fixture
+def test_tools():
+    """A tool that always fails transiently and one that keeps the params it was handed;
+    registered for one test only."""
+    from orchestrator.retry import StepError
+    from orchestrator.tools import registry
+
+    calls: list[dict] = []
+
+    @registry.tool(FLAKY, params_schema={"type": "object"})
+    def carry_flaky(params, ctx):
+        raise StepError("transient", "flaky")
+
+    @registry.tool(HANDED, params_schema={"type": "object"})
+    def carry_handed(params, ctx):
+        calls.append(params)
+        return {"done": True}
+
+    yield calls
+    registry._TOOLS.pop(FLAKY, None)
+    registry._TOOLS.pop(HANDED, None)
+
+
+def test_a_carried_step_that_fails_ends_the_carry_and_retries_through_the_broker(
+        team, test_tools, django_capture_on_commit_callbacks):
+    retry = {"max_attempts": 2, "base_s": 1, "max_s": 1, "jitter": False, "backoff": "fixed"}
+    run = start(team, echo("s0"), {"name": "s1", "type": "tool", "tool": FLAKY, "after": ["s0"],
+                                  "retry": retry}, echo("s2", after=["s1"]))
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry())
+
+    s1 = step_of(run, "s1")
+    assert (s1.state, s1.attempts) == ("retrying", 1)
+    assert StepAttempt.objects.get(step=s1).outcome == "failed"
+    assert messages(callbacks, "retry_due_on_commit")  # its retry is a message again
+    assert step_of(run, "s2").state == "blocked"
+
+
+def test_a_carried_step_is_handed_the_run_s_secret_inputs(team, test_tools):
+    version, _ = workflow_save(team=team, definition={
+        "name": "secretive", "input_schema": {"type": "object", "required": ["code"], "properties": {
+            "code": {"type": "string", "writeOnly": True}}},
+        "steps": [echo("s0"), {"name": "use", "type": "tool", "tool": HANDED, "after": ["s0"],
+                               "params": {"code": "{{ input.code }}"}}]}, actor=SETUP)
+    run = run_start(version=version, input={"code": "s3cr3t-77"}, actor=SETUP)
+
+    step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry())
+
+    assert test_tools == [{"code": "s3cr3t-77"}]
+    assert step_of(run, "use").state == "completed"
+
+
+def test_a_child_run_s_first_step_is_carried_with_the_child_s_own_secret_inputs(team, test_tools):
+    """A sub-workflow started by a carried success starts its child's first step in the same
+    transaction: that step is carried too, handed the secrets sealed for the child (its input
+    names them differently from the parent's)."""
+    secret = {"type": "object", "required": ["code"], "properties": {
+        "code": {"type": "string", "writeOnly": True}}}
+    child, _ = workflow_save(team=team, definition={
+        "name": "child", "input_schema": {"type": "object", "required": ["pin"], "properties": {
+            "pin": {"type": "string", "writeOnly": True}}},
+        "steps": [{"name": "use", "type": "tool", "tool": HANDED,
+                   "params": {"pin": "{{ input.pin }}"}}]}, actor=SETUP)
+    parent, _ = workflow_save(team=team, definition={
+        "name": "parent", "input_schema": secret,
+        "steps": [echo("s0"), {"name": "sub", "type": "sub_workflow", "workflow": "child",
+                               "input": {"pin": "{{ input.code }}"}, "after": ["s0"]}]}, actor=SETUP)
+    run = run_start(version=parent, input={"code": "s3cr3t-77"}, actor=SETUP)
+
+    step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry())
+
+    assert test_tools == [{"pin": "s3cr3t-77"}]
+    [child_run] = Run.objects.filter(parent_step__run=run)
+    assert step_of(child_run, "use").state == "completed"
