@@ -311,6 +311,15 @@ def scale_phases(args, result: dict, *, base_url: str, token: str, server, worke
                                                   clients=args.api_clients,
                                                   requests=args.api_requests, deadline=until())
         checkpoint()
+        capacity = result["api_load"]["requests_per_s"]
+        if capacity:
+            # The same clients below saturation: latency at half the rate the server managed.
+            say(f"api: {args.api_requests // 2} POSTs paced at {capacity / 2:.1f}/s from "
+                f"{args.api_clients} clients")
+            result["api_paced"] = scale.api_submission(
+                base_url, token, "bench-api", clients=args.api_clients,
+                requests=args.api_requests // 2, deadline=until(), rate=capacity / 2)
+            checkpoint()
     if args.fanout_items:
         say(f"fan-out: {args.fanout_items} map items while single-step runs start one at a time")
         result["fanout"] = scale.fanout(base_url, token, items=args.fanout_items,

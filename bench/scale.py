@@ -84,23 +84,35 @@ def make_fixtures(team_slug: str = "bench") -> dict:
 
 
 def api_submission(base_url: str, token: str, workflow: str, *, clients: int, requests: int,
-                   deadline: float) -> dict:
-    """`requests` POSTs spread over `clients` threads; latency of each, and the rate."""
+                   deadline: float, rate: float | None = None) -> dict:
+    """`requests` POSTs spread over `clients` threads; latency of each, and the rate.
+
+    Closed loop (no `rate`): each client sends its next request as soon as the last one is
+    answered, so the server is saturated and the figure is its capacity. Open loop (`rate`
+    requests per second in all): request k of client i is due at start + (k * clients + i) /
+    rate whatever came before, and its latency counts from when it was due, so a server that
+    falls behind is charged for the wait (no coordinated omission).
+    """
     import httpx
 
     latencies: list[float] = []
     statuses: dict[int, int] = {}
     lock = threading.Lock()
     share = [requests // clients + (1 if i < requests % clients else 0) for i in range(clients)]
+    start = time.perf_counter() + 1.0  # every client connected before the first is due
 
-    def client(count: int) -> None:
+    def client(index: int) -> None:
         with httpx.Client(base_url=base_url, timeout=30,
                           headers={"Authorization": f"Token {token}"}) as http:
             http.get("/api/v1/health/")  # open the connection outside the measurement
-            for _ in range(count):
+            for k in range(share[index]):
                 if time.time() > deadline:
                     return
-                t0 = time.perf_counter()
+                if rate:
+                    t0 = start + (k * clients + index) / rate
+                    time.sleep(max(t0 - time.perf_counter(), 0))
+                else:
+                    t0 = time.perf_counter()
                 response = http.post(f"/api/v1/workflows/{workflow}/runs/", json={"input": {}})
                 elapsed = (time.perf_counter() - t0) * 1000
                 with lock:
@@ -109,10 +121,11 @@ def api_submission(base_url: str, token: str, workflow: str, *, clients: int, re
 
     t0 = time.time()
     with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(client, share))
-    wall = time.time() - t0
+        list(pool.map(client, range(clients)))
+    wall = time.time() - t0 - (1.0 if rate else 0)
     return {"clients": clients, "requests": len(latencies), "latency_ms": summary(latencies),
-            "requests_per_s": round(len(latencies) / wall, 2) if wall else None,
+            "offered_per_s": rate,
+            "requests_per_s": round(len(latencies) / wall, 2) if wall > 0 else None,
             "statuses": {str(k): v for k, v in sorted(statuses.items())}, "wall_s": round(wall, 2)}
 
 

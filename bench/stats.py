@@ -140,6 +140,10 @@ def scale_rows(b: str, r: dict, row, lines: list[str]) -> None:
         api = r["api_load"]
         row(b, f"API POST, {api['clients']} clients (ms)", api["latency_ms"])
         lines.append(f"{b:<10}API load  {api['requests_per_s']} requests/s, statuses {api['statuses']}")
+    if r.get("api_paced"):
+        api = r["api_paced"]
+        row(b, f"API POST paced at {_fmt(api['offered_per_s'])}/s (ms)", api["latency_ms"])
+        lines.append(f"{b:<10}API paced  {api['requests_per_s']} requests/s, statuses {api['statuses']}")
     if r.get("fanout"):
         fan = r["fanout"]
         row(b, f"single step's wait, {fan['items']}-item fan-out (ms)", fan["probe_wait_ms"])
