@@ -166,6 +166,7 @@ def held_runs(version, *, runs: int, approver, idle, deadline: float, check, pro
 
     from approvals.models import ApprovalRequest, ApprovalState
     from orchestrator.authz import System
+    from orchestrator.errors import NotAllowed
     from orchestrator.models import Run
     from orchestrator.services.kinds.human_gate import approval_grant
     from orchestrator.services.runs import run_cancel, run_start
@@ -233,7 +234,10 @@ def held_runs(version, *, runs: int, approver, idle, deadline: float, check, pro
     # does nothing), so that it is not measured as part of the next phase.
     left = list(mine.exclude(state__in=RUN_ENDED).exclude(state="waiting").values_list("id", flat=True))
     for run_id in left:
-        run_cancel(run_id=run_id, actor=System("bench"), reason="bench: the held phase ended")
+        try:
+            run_cancel(run_id=run_id, actor=System("bench"), reason="bench: the held phase ended")
+        except NotAllowed:
+            pass  # it ended meanwhile
     return {
         "runs": runs, "started": len(run_ids), "held": held,
         "start_s": round(started - t0, 2),
