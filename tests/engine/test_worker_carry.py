@@ -17,6 +17,7 @@ from orchestrator.services.kinds.human_gate import approval_grant, approval_revo
 from orchestrator.services.kinds.worker import Carry, step_claim, step_execute
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
+from tests.engine.conftest import HANDED
 from tests.engine.test_worker import echo, messages, start, step_of
 from tests.factories import SETUP
 
@@ -175,34 +176,24 @@ def test_a_guarded_step_is_carried_only_while_its_approval_holds(
 
 
 FLAKY = "test.carry_flaky"
-HANDED = "test.carry_handed"
 
 
 @pytest.fixture
-def test_tools():
-    """A tool that always fails transiently and one that keeps the params it was handed;
-    registered for one test only."""
+def flaky():
+    """A tool that always fails transiently; registered for one test only."""
     from orchestrator.retry import StepError
     from orchestrator.tools import registry
-
-    calls: list[dict] = []
 
     @registry.tool(FLAKY, params_schema={"type": "object"})
     def carry_flaky(params, ctx):
         raise StepError("transient", "flaky")
 
-    @registry.tool(HANDED, params_schema={"type": "object"})
-    def carry_handed(params, ctx):
-        calls.append(params)
-        return {"done": True}
-
-    yield calls
+    yield
     registry._TOOLS.pop(FLAKY, None)
-    registry._TOOLS.pop(HANDED, None)
 
 
 def test_a_carried_step_that_fails_ends_the_carry_and_retries_through_the_broker(
-        team, test_tools, django_capture_on_commit_callbacks):
+        team, flaky, django_capture_on_commit_callbacks):
     retry = {"max_attempts": 2, "base_s": 1, "max_s": 1, "jitter": False, "backoff": "fixed"}
     run = start(team, echo("s0"), {"name": "s1", "type": "tool", "tool": FLAKY, "after": ["s0"],
                                   "retry": retry}, echo("s2", after=["s1"]))
@@ -217,7 +208,7 @@ def test_a_carried_step_that_fails_ends_the_carry_and_retries_through_the_broker
     assert step_of(run, "s2").state == "blocked"
 
 
-def test_a_carried_step_is_handed_the_run_s_secret_inputs(team, test_tools):
+def test_a_carried_step_is_handed_the_run_s_secret_inputs(team, handed):
     version, _ = workflow_save(team=team, definition={
         "name": "secretive", "input_schema": {"type": "object", "required": ["code"], "properties": {
             "code": {"type": "string", "writeOnly": True}}},
@@ -227,11 +218,11 @@ def test_a_carried_step_is_handed_the_run_s_secret_inputs(team, test_tools):
 
     step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry())
 
-    assert test_tools == [{"code": "s3cr3t-77"}]
+    assert handed == [{"code": "s3cr3t-77"}]
     assert step_of(run, "use").state == "completed"
 
 
-def test_a_child_run_s_first_step_is_carried_with_the_child_s_own_secret_inputs(team, test_tools):
+def test_a_child_run_s_first_step_is_carried_with_the_child_s_own_secret_inputs(team, handed):
     """A sub-workflow started by a carried success starts its child's first step in the same
     transaction: that step is carried too, handed the secrets sealed for the child (its input
     names them differently from the parent's)."""
@@ -250,6 +241,6 @@ def test_a_child_run_s_first_step_is_carried_with_the_child_s_own_secret_inputs(
 
     step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry())
 
-    assert test_tools == [{"pin": "s3cr3t-77"}]
+    assert handed == [{"pin": "s3cr3t-77"}]
     [child_run] = Run.objects.filter(parent_step__run=run)
     assert step_of(child_run, "use").state == "completed"

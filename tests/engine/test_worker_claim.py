@@ -38,6 +38,7 @@ from orchestrator.services.kinds.worker import (
 )
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
+from tests.engine.conftest import HANDED
 from tests.engine.test_worker import AGENT, RETRY, echo, events, sample, start, step_of
 from tests.factories import SETUP
 
@@ -82,23 +83,7 @@ def test_a_step_whose_approval_was_withdrawn_is_refused_at_its_claim_under_the_w
 
 # --- what a claim hands the executor, and what it reads ----------------------------------------
 
-HANDED = "test.claim_handed"
-
-
-@pytest.fixture
-def handed():
-    """A tool that keeps the params each call was handed; registered for one test only."""
-    from orchestrator.tools import registry
-
-    calls: list[dict] = []
-
-    @registry.tool(HANDED, params_schema={"type": "object"})
-    def claim_handed(params, ctx):
-        calls.append(params)
-        return {"done": True}
-
-    yield calls
-    registry._TOOLS.pop(HANDED, None)
+# `handed` (tests/engine/conftest.py): the params each call of the tool HANDED was handed.
 
 
 def test_the_executor_is_handed_the_secret_inputs_the_claim_read_with_the_step(team, handed):
