@@ -231,11 +231,10 @@ def _carried(run: Run, step: StepRun, spec: dict, record: Record) -> bool:
     clearance = guarded_step_clearance(run=run, step=step)
     if clearance.refusal:
         return False  # its message claims it, and refuses it (step_claim)
-    key = _claim_attempt(run, step, spec, worker=worker)
+    carry.taken = _claim_attempt(run, step, spec, worker=worker,
+                                 params_override=clearance.params_override,
+                                 sealed=carry.sealed_for(run))
     record(step, "step.running", {"attempt": step.attempts})
-    carry.taken = Claim(step.id, step.attempts, run.id, run.version.workflow.name, spec,
-                        step.input or {}, key, clearance.params_override, run.team.slug,
-                        step.queue, carry.sealed_for(run))
     return True
 
 
@@ -342,7 +341,8 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
             if clearance.refusal:
                 refusal = clearance.refusal
                 raise _Refused
-            key = _claim_attempt(run, step, spec, worker=worker)
+            claim = _claim_attempt(run, step, spec, worker=worker,
+                                   params_override=clearance.params_override, sealed=sealed_of(run))
             # What the claim changed: the input (every upstream output) is not written back.
             step.save(update_fields=CLAIMED_FIELDS)
             event_record(run=run, step=step, kind="step.running", actor=f"worker:{worker}",
@@ -352,14 +352,13 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
     except _Refused:
         step_refuse(step_id=step_id, error=StepError("policy", refusal), worker=worker)
         return None
-    return Claim(step.id, step.attempts, run.id, run.version.workflow.name, spec,
-                 step.input or {}, key, clearance.params_override, run.team.slug, step.queue,
-                 sealed_of(run))
+    return claim
 
 
-def _claim_attempt(run: Run, step: StepRun, spec: dict, *, worker: str) -> str:
-    """Claim queued `step` for `worker` under a lease and open its attempt (the caller saves
-    the step and records `step.running`). Returns the attempt's idempotency key."""
+def _claim_attempt(run: Run, step: StepRun, spec: dict, *, worker: str, params_override: dict,
+                   sealed: str | None) -> Claim:
+    """Claim queued `step` (its input loaded) for `worker` under a lease and open its attempt
+    (the caller saves the step and records `step.running`): what the worker needs to run it."""
     step.claim(worker=worker, timeout_s=spec["timeout_s"], lease_s=settings.STEPWISE_LEASE_S)
     key = idempotency_key_for(run.id, step.name)
     StepAttempt.objects.create(step=step, number=step.attempts, worker=worker,
@@ -367,7 +366,8 @@ def _claim_attempt(run: Run, step: StepRun, spec: dict, *, worker: str) -> str:
     if step.queued_at:
         latency = (step.started_at - step.queued_at).total_seconds()
         metrics.SCHEDULING_LATENCY.labels(step.queue).observe(max(latency, 0))
-    return key
+    return Claim(step.id, step.attempts, run.id, run.version.workflow.name, spec,
+                 step.input or {}, key, params_override, run.team.slug, step.queue, sealed)
 
 
 # The columns `StepRun.claim` sets.
