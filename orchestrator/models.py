@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
+from .artifacts import ArtifactJSONField
 from .clock import now
 from .states import (
     RUN_LIVE,
@@ -137,8 +138,8 @@ class Run(ConcurrentTransitionMixin, models.Model):
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="runs")
     version = models.ForeignKey(WorkflowVersion, on_delete=models.PROTECT, related_name="runs")
     state = FSMField(default=RunState.PENDING, choices=RunState.choices, protected=True)
-    input = models.JSONField(default=dict)
-    output = models.JSONField(null=True, blank=True)
+    input = ArtifactJSONField(default=dict)
+    output = ArtifactJSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     trigger = models.CharField(max_length=32, default="api")
     parent_step = models.OneToOneField(
@@ -274,8 +275,8 @@ class StepRun(ConcurrentTransitionMixin, models.Model):
     state = FSMField(default=StepState.BLOCKED, choices=StepState.choices, protected=True)
     queue = models.CharField(max_length=100, blank=True)
     attempts = models.PositiveIntegerField(default=0)
-    input = models.JSONField(null=True, blank=True)
-    output = models.JSONField(null=True, blank=True)
+    input = ArtifactJSONField(null=True, blank=True)
+    output = ArtifactJSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     skip_reason = models.CharField(max_length=200, blank=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
@@ -446,7 +447,7 @@ class MapItem(models.Model):
 
     step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="map_items")
     index = models.PositiveIntegerField()
-    item = models.JSONField(null=True)
+    item = ArtifactJSONField(null=True)
     attempts = models.PositiveIntegerField(default=0)
     claimed_at = models.DateTimeField(null=True, blank=True)  # when the current attempt began
     lease_expires_at = models.DateTimeField(null=True, blank=True)  # set while an attempt runs
@@ -454,7 +455,7 @@ class MapItem(models.Model):
     due_at = models.DateTimeField(default=now)  # when the next attempt may start
     sent_at = models.DateTimeField(default=now)  # when the last message sent for it was to arrive
     done = models.BooleanField(default=False)
-    output = models.JSONField(null=True, blank=True)
+    output = ArtifactJSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     tokens_in = models.PositiveBigIntegerField(default=0)
     tokens_out = models.PositiveBigIntegerField(default=0)
@@ -479,7 +480,7 @@ class Event(models.Model):
     step = models.ForeignKey(StepRun, null=True, blank=True, on_delete=models.CASCADE)
     kind = models.CharField(max_length=64)
     actor = models.CharField(max_length=200, default="service:stepwise")
-    payload = models.JSONField(default=dict)
+    payload = ArtifactJSONField(default=dict)
     created_at = models.DateTimeField(default=now, db_index=True)
 
     class Meta:

@@ -315,6 +315,30 @@ STEPWISE_LEASE_S = int(os.environ.get("STEPWISE_LEASE_S", "30"))
 # other runs' work. 0 steps: every step is a message of its own.
 STEPWISE_CARRY_STEPS = int(os.environ.get("STEPWISE_CARRY_STEPS", "10"))
 STEPWISE_CARRY_S = float(os.environ.get("STEPWISE_CARRY_S", "0.5"))
+# Large values out of the row (orchestrator.artifacts): a step's or run's input or output, a
+# map item or an event payload whose JSON is longer than this many bytes is stored once as an
+# artifact, by its SHA-256, and the row holds a reference (0: everything stays in the row).
+# Where: a directory (the embedded default), or an S3-compatible bucket through
+# django-storages when STEPWISE_ARTIFACTS_S3_BUCKET is set (credentials from boto3's usual
+# chain: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile or an instance role).
+STEPWISE_ARTIFACT_BYTES = int(os.environ.get("STEPWISE_ARTIFACT_BYTES", 64 * 1024))
+STEPWISE_ARTIFACT_CACHE_BYTES = int(os.environ.get("STEPWISE_ARTIFACT_CACHE_BYTES", 64 * 1024 * 1024))
+STEPWISE_ARTIFACTS_DIR = Path(os.environ.get("STEPWISE_ARTIFACTS_DIR", VAR_DIR / "artifacts"))
+if os.environ.get("STEPWISE_ARTIFACTS_S3_BUCKET"):
+    _ARTIFACTS = {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
+        "bucket_name": os.environ["STEPWISE_ARTIFACTS_S3_BUCKET"],
+        "location": os.environ.get("STEPWISE_ARTIFACTS_S3_PREFIX", "stepwise-artifacts"),
+        "endpoint_url": os.environ.get("STEPWISE_ARTIFACTS_S3_ENDPOINT") or None,
+        "region_name": os.environ.get("STEPWISE_ARTIFACTS_S3_REGION") or None,
+        "default_acl": None, "querystring_auth": False, "file_overwrite": True}}
+else:
+    _ARTIFACTS = {"BACKEND": "django.core.files.storage.FileSystemStorage",
+                  "OPTIONS": {"location": STEPWISE_ARTIFACTS_DIR}}
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "artifacts": _ARTIFACTS,
+}
 # A queued step nobody claimed for this long is dispatched again (its message was lost).
 STEPWISE_REDISPATCH_AFTER_S = int(os.environ.get("STEPWISE_REDISPATCH_AFTER_S", "60"))
 # Per-dependency limits shared by all workers: calls per second ("tool:http.request",

@@ -174,3 +174,34 @@ def test_a_run_whose_last_step_was_waiting_completes(workers, team):
     run = wait_for_run(run_start(version=version, input={}, actor=SETUP).id, states=("completed", "failed"))
     assert run.state == "completed"
     assert run.output == {"each": [{"n": "1"}, {"n": "2"}, {"n": "3"}]}
+
+
+def test_large_values_cross_worker_processes_as_artifacts(workers, team, settings):
+    """A 200 KB document (over the 64 KB default) goes from the run's input to a step, to a map
+    over its sections and to the step after: each process writes or reads the one artifact,
+    and no row holds the document."""
+    from django.db import connection
+
+    sections = [f"Section {i}. " + "terms and conditions " * 500 for i in range(20)]
+    version, _ = workflow_save(team=team, definition={
+        "name": "large-document", "input_schema": {"type": "object"},
+        "steps": [
+            {"name": "read", "type": "tool", "tool": "core.echo", "params": {"document": "{{ input.sections | join(' ') }}"}},
+            {"name": "each", "type": "map", "after": ["read"], "over": "input.sections", "item": {
+                "type": "tool", "tool": "core.echo", "params": {"head": "{{ item[:10] }}", "size": "{{ item | length }}"}}},
+            {"name": "total", "type": "tool", "tool": "core.echo", "after": ["each"],
+             "params": {"sections": "{{ steps.each.output | length }}", "first": "{{ steps.read.output.document[:9] }}"}},
+        ]}, actor=SETUP)
+    run = wait_for_run(run_start(version=version, input={"sections": sections}, actor=SETUP).id,
+                       states=("completed", "failed"))
+
+    assert run.state == "completed", run.error
+    steps = steps_of(run.id)
+    assert steps["total"].output == {"sections": "20", "first": "Section 0"}
+    assert steps["each"].output[3] == {"head": "Section 3.", "size": str(len(sections[3]))}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT MAX(LENGTH(CAST(input AS TEXT))) FROM orchestrator_steprun WHERE run_id = %s",
+                       [Run._meta.pk.get_db_prep_value(run.id, connection)])
+        longest_input = cursor.fetchone()[0]
+    assert longest_input < 4000  # the inputs hold references, not the 200 KB document
+    assert any(settings.STEPWISE_ARTIFACTS_DIR.rglob("*.json"))

@@ -1,11 +1,18 @@
 """Calling a tool the way a worker does, against named connections a test defines."""
+import os
 import secrets
+import shutil
+import subprocess
+import sys
+import time
 
+import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
 from orchestrator.retry import StepError
 from orchestrator.tools.registry import ToolContext, get_tool
+from tests.support.integrations import REQUIRED, closed_port
 
 
 def call(name: str, params: dict, *, team: str = "support", key: str | None = None,
@@ -42,3 +49,28 @@ def connections(settings):
         return settings.STEPWISE_CONNECTIONS
 
     return define
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server as a separate process on a free loopback port."""
+    if shutil.which("moto_server", path=os.path.dirname(sys.executable)) is None:
+        reason = "moto_server is not installed (pip install 'moto[server]')"
+        if REQUIRED:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    port = closed_port()
+    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "moto_server"),
+                             "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)

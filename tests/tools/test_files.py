@@ -1,18 +1,13 @@
 """File tools on the local filesystem (a sandboxed root) and on S3-compatible storage (a real
 local S3 server: moto in server mode, a separate process)."""
 import os
-import shutil
-import subprocess
-import sys
-import time
 
 import boto3
-import httpx
 import pytest
 
 from orchestrator.retry import StepError
 from orchestrator.tools.registry import ToolContext, get_tool
-from tests.support.integrations import REQUIRED, closed_port
+from tests.support.integrations import closed_port
 
 from .conftest import call, fails
 
@@ -124,31 +119,6 @@ def test_size_limits_and_read_only_connections(root):
 
 
 # --- S3-compatible storage: a real local server ------------------------------------------------
-
-@pytest.fixture(scope="module")
-def s3_server():
-    """moto's S3 server as a separate process on a free loopback port."""
-    if shutil.which("moto_server", path=os.path.dirname(sys.executable)) is None:
-        reason = "moto_server is not installed (pip install 'moto[server]')"
-        if REQUIRED:
-            pytest.fail(reason)
-        pytest.skip(reason)
-    port = closed_port()
-    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "moto_server"),
-                             "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url, timeout=1)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
-
 
 @pytest.fixture
 def bucket(s3_server, connections, monkeypatch):
