@@ -13,8 +13,18 @@ pending approvals and their age, open alerts — are read from the database when
 
 Reads only; the scrape is protected (`orchestrator.api.metrics`).
 """
+import os
+from pathlib import Path
+
 from django.db.models import Count, Min
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 from prometheus_client.core import GaugeMetricFamily
 
 from alerts.models import Alert, AlertState
@@ -28,6 +38,9 @@ STEP_DURATION = Histogram(
     "stepwise_step_duration_seconds", "How long a worker step's executor ran.",
     ["kind", "queue", "outcome"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600))
+# Summed over the processes alive at the scrape: a killed worker's steps stop counting with it.
+EXECUTING = Gauge("stepwise_steps_executing", "Worker steps whose executor is running now.",
+                  ["kind", "queue"], multiprocess_mode="livesum")
 SCHEDULING_LATENCY = Histogram(
     "stepwise_step_scheduling_latency_seconds", "From a step queued to a worker claiming it.",
     ["queue"],
@@ -103,7 +116,30 @@ class DatabaseCollector:
 
 def metrics_text() -> bytes:
     """Every process's counters and histograms, and the database's gauges, in the text format."""
+    _forget_dead_processes()
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
     registry.register(DatabaseCollector())
     return generate_latest(registry)
+
+
+def _forget_dead_processes() -> None:
+    """Drop the live gauges (`stepwise_steps_executing`) of processes that are gone, a worker
+    killed mid-step included, so they stop counting: prometheus-client leaves that to us."""
+    for path in Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).glob("gauge_live*_*.db"):
+        pid = int(path.stem.rsplit("_", 1)[1])
+        if not _alive(pid):
+            multiprocess.mark_process_dead(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    try:  # killed and not yet reaped: a zombie runs nothing
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True  # no /proc here: trust the signal

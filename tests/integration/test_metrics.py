@@ -29,10 +29,12 @@ def scrape(client) -> dict[tuple, float]:
             for sample in family.samples}
 
 
-def settled_scrape(client, *, timeout: float = 30) -> dict[tuple, float]:
-    """A scrape once the workers' step counters stopped moving: the session's workers may still
-    be finishing steps an earlier test left claimed (a chain carried from one message runs on
-    after that test ended, worker.Carry), which would count as this test's."""
+def settled_scrape(client, *, timeout: float = 60) -> dict[tuple, float]:
+    """A scrape once the session's workers are idle: no executor running
+    (`stepwise_steps_executing`) and the step counters still for half a second. An earlier
+    test's step may still be running on them (a chain carried from one message runs on after
+    its test ended, worker.Carry; a call waits for its timeout), and would count as this
+    test's."""
     import time
 
     def steps(samples):
@@ -42,10 +44,10 @@ def settled_scrape(client, *, timeout: float = 30) -> dict[tuple, float]:
     while time.monotonic() < deadline:
         time.sleep(0.5)
         now = scrape(client)
-        if steps(now) == steps(last):
+        if steps(now) == steps(last) and total(now, "stepwise_steps_executing") == 0:
             return now
         last = now
-    raise AssertionError("the workers' step counters never settled")
+    raise AssertionError("the workers never went idle")
 
 
 def value(samples: dict, name: str, **labels) -> float:
@@ -96,3 +98,28 @@ def test_metrics_show_what_real_workers_did(workers, team, settings):
     settings.STEPWISE_METRICS_TOKEN = "scrape-me-0123456789"
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me-0123456789").status_code == 200
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+
+
+def test_steps_executing_counts_a_running_call_and_forgets_a_killed_worker(workers, team):
+    """`stepwise_steps_executing` is 1 while a worker's tool call is in progress, and 0 once the
+    worker is killed mid-call: a dead process's gauge is dropped at the next scrape."""
+    from .conftest import wait_for
+
+    operator = client_for(member(team, "operator", role=Role.OPERATOR))
+    settled_scrape(operator)
+    executing = lambda: total(scrape(operator), "stepwise_steps_executing", kind="tool", queue="tools")  # noqa: E731
+    with HttpSink() as sink:
+        sink.hold("/slow")
+        version, _ = workflow_save(team=team, definition={
+            "name": "slow-call", "input_schema": {"type": "object"}, "steps": [{
+                "name": "call", "type": "tool", "tool": "http.request",
+                "params": {"method": "POST", "url": f"{sink.url}/slow"}}]}, actor=SETUP)
+        run_start(version=version, input={}, actor=SETUP)
+        wait_for(lambda: sink.arrivals["/slow"] == 1)
+        assert executing() == 1
+        workers.kill()
+        try:
+            wait_for(lambda: executing() == 0, timeout=10)  # as soon as the processes are gone
+        finally:
+            sink.release("/slow")
+            workers.start()

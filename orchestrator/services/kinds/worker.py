@@ -259,7 +259,8 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
         if closed_for := limits.breaker_open_for(dependency):
             # A failing dependency is not called; the step retries under its policy.
             raise StepError("transient", f"circuit open for {dependency}", retry_after_s=closed_for)
-        with _lease_kept(step_id=step_id, attempt=claim.attempt):
+        with (_lease_kept(step_id=step_id, attempt=claim.attempt),
+              metrics.EXECUTING.labels(claim.spec["type"], claim.queue).track_inprogress()):
             started = time.monotonic()
             try:
                 with tracing.span(f"{claim.spec['type']}.call", target=_target(claim.spec)):
