@@ -82,6 +82,62 @@ def carried_service_time_per_step(version, *, runs: int = 3) -> dict:
     return summary(times[1:])
 
 
+def large_values(team, *, steps: int = 5, value_kb: int = 256, runs: int = 3) -> dict:
+    """A chain whose every step outputs a value of `value_kb` KB (a document read and passed
+    on), run from its first message in this process, with large values in the row and as
+    artifacts (orchestrator.artifacts). Each step's input holds every upstream output, so in
+    the row a run stores them again and again; as artifacts, once each.
+
+    Per mode: the database's growth per run, the artifact storage's, and the wall time per
+    step. Every run's document is its own, so nothing is shared across runs.
+    """
+    import uuid
+
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    from orchestrator.authz import System
+    from orchestrator.services.kinds import worker as services
+    from orchestrator.services.runs import run_start
+    from orchestrator.services.workflows import workflow_save
+
+    from .scale import database_bytes
+
+    version, _ = workflow_save(team=team, actor=System("bench"), definition={
+        "name": "bench-large", "input_schema": {"type": "object"},
+        "steps": [{"name": f"s{i}", "type": "tool", "tool": "core.echo",
+                   "params": {"text": "{{ input.document }} / " + f"s{i}"},
+                   **({"after": [f"s{i - 1}"]} if i else {})} for i in range(steps)]})
+
+    def artifact_bytes() -> int:
+        root = settings.STEPWISE_ARTIFACTS_DIR
+        return sum(p.stat().st_size for p in root.rglob("*.json")) if root.exists() else 0
+
+    def one_run() -> float:
+        filler = "lorem ipsum dolor sit amet " * (value_kb * 1024 // 27)
+        run = run_start(version=version, input={"document": f"{uuid.uuid4()} {filler}"},
+                        actor=System("bench"))
+        ids = _step_ids(run)
+        t0 = time.perf_counter()
+        services.step_execute(step_id=ids[0], worker="bench",
+                              carry=services.Carry("tools", len(ids), time.monotonic() + 3600))
+        return (time.perf_counter() - t0) * 1000 / len(ids)
+
+    modes = {}
+    for mode, limit in (("in_row", 0), ("artifacts", settings.STEPWISE_ARTIFACT_BYTES)):
+        with override_settings(STEPWISE_ARTIFACT_BYTES=limit):
+            one_run()  # warm
+            db0, files0 = database_bytes(), artifact_bytes()
+            times = [one_run() for _ in range(runs)]
+            modes[mode] = {
+                "database_kb_per_run": round((database_bytes() - db0) / runs / 1024),
+                "artifact_kb_per_run": round((artifact_bytes() - files0) / runs / 1024),
+                "ms_per_step": summary(times),
+            }
+    return {"steps": steps, "value_kb": value_kb, "runs": runs,
+            "threshold_bytes": settings.STEPWISE_ARTIFACT_BYTES, **modes}
+
+
 def queries_per_step(version) -> dict:
     """Drive one chain through the step services in this process, counting SQL statements.
 

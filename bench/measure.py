@@ -80,7 +80,7 @@ def make_fixtures(steps: int) -> dict:
     team.members.add(user, through_defaults={"role": "owner"})
     token = Token.objects.create(user=user)
     chain, _ = workflow_save(team=team, definition=chain_definition("bench-chain", steps), actor=user)
-    return {"token": token.key, "chain": chain}
+    return {"token": token.key, "chain": chain, "team": team}
 
 
 # --- 1. idle: start latency and unloaded step-to-step latency -----------------------------
@@ -293,6 +293,9 @@ def measure(args, result: dict) -> None:
     result["service_ms"] = inprocess.service_time_per_step(fixtures["chain"])
     result["carried_service_ms"] = inprocess.carried_service_time_per_step(fixtures["chain"])
     result["db_connect_ms"] = inprocess.db_connect_ms()
+    checkpoint()
+    say("large values: a chain of 256 KB outputs, in the row and as artifacts")
+    result["large_values"] = inprocess.large_values(fixtures["team"])
 
 
 def scale_phases(args, result: dict, *, base_url: str, token: str, server, workers,

@@ -123,6 +123,13 @@ def table(results: list[dict]) -> str:
         row(b, "in-process service time per step (ms)", r.get("service_ms"))
         row(b, "  the same, steps carried (ms)", r.get("carried_service_ms"))
         row(b, "open a DB connection + SELECT 1 (ms)", r.get("db_connect_ms"))
+        if large := r.get("large_values"):
+            for mode in ("in_row", "artifacts"):
+                m = large[mode]
+                lines.append(f"{b:<10}{large['steps']} x {large['value_kb']} KB outputs, {mode:<9}  "
+                             f"database {m['database_kb_per_run']} KB/run, artifacts "
+                             f"{m['artifact_kb_per_run']} KB/run, p50 {_fmt(m['ms_per_step']['p50'])} "
+                             f"ms/step")
         for incident in r.get("incidents", []):
             lines.append(f"{b:<10}INCIDENT: {incident}")
         load = (r.get("config", {}).get("loadavg_start"), r.get("loadavg_end"))
