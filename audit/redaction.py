@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
-from functools import cache
+from functools import cache, lru_cache
 from uuid import UUID
 
 from django.conf import settings
@@ -100,7 +100,14 @@ def _words(key: str) -> list[str]:
 
 def is_secret_key(key: str) -> bool:
     """Whether a mapping key names a secret (by its words, and pairs of words: api_key)."""
-    words = _words(str(key))
+    return _is_secret_word_key(str(key))
+
+
+# Entries repeat the same few keys (attempt, queue, output...): each is split into words once
+# per process, and the cache is bounded for the keys of arbitrary data.
+@lru_cache(maxsize=4096)
+def _is_secret_word_key(key: str) -> bool:
+    words = _words(key)
     candidates = words + [a + b for a, b in zip(words, words[1:], strict=False)]
     return any(c.endswith(w) for c in candidates for w in SECRET_WORDS)
 

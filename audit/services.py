@@ -47,9 +47,13 @@ class CallContext(Protocol):
     idempotency_key: str
 
 
+# Read once: `ActorKind.values` builds a new list at every access, and every entry asks.
+_ACTOR_KINDS = frozenset(ActorKind.values)
+
+
 def actor_kind(actor: str) -> str:
     prefix = actor.split(":", 1)[0]
-    return prefix if prefix in ActorKind.values else ActorKind.SYSTEM
+    return prefix if prefix in _ACTOR_KINDS else ActorKind.SYSTEM
 
 
 def audit_record(*, action: str, actor: str, subject_type: str, subject_id: object,

@@ -7,10 +7,11 @@ transaction. Nothing here makes a network call, dispatches a task or writes anot
 import uuid
 from datetime import timedelta
 from decimal import Decimal
+from functools import cache
 
 from django.conf import settings
 from django.db import models
-from django_fsm import ConcurrentTransitionMixin, FSMField, transition
+from django_fsm import ConcurrentTransitionMixin, FSMField, FSMFieldMixin, transition
 
 from .artifacts import ArtifactJSONField
 from .clock import now
@@ -133,7 +134,23 @@ class WorkflowVersionLayout(models.Model):
         return f"layout of {self.version}"
 
 
-class Run(ConcurrentTransitionMixin, models.Model):
+class CachedStateFieldsMixin(ConcurrentTransitionMixin):
+    """django-fsm's optimistic lock (each save of a transition is an UPDATE ... WHERE state =
+    the state it was read in), with the model's state fields found once per class: the mixin
+    looks for them among all the fields at every instantiation and every save, and a step
+    makes a dozen of these rows."""
+
+    @property
+    def state_fields(self) -> tuple[FSMFieldMixin, ...]:
+        return _state_fields(type(self))
+
+
+@cache
+def _state_fields(model: type[models.Model]) -> tuple[FSMFieldMixin, ...]:
+    return tuple(f for f in model._meta.fields if isinstance(f, FSMFieldMixin))
+
+
+class Run(CachedStateFieldsMixin, models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="runs")
     version = models.ForeignKey(WorkflowVersion, on_delete=models.PROTECT, related_name="runs")
@@ -265,7 +282,7 @@ class RunSecret(models.Model):
         return f"secrets of run {self.run_id}"
 
 
-class StepRun(ConcurrentTransitionMixin, models.Model):
+class StepRun(CachedStateFieldsMixin, models.Model):
     """One step of one run. Its row is the only owner of the step's state."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")

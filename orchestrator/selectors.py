@@ -3,8 +3,10 @@
 Selectors read; they never change state, dispatch work or check permissions (`authz` does).
 Pinned definitions are immutable, so each process caches them.
 """
-from functools import lru_cache
+from functools import cache, lru_cache
+from uuid import UUID
 
+from django.db import connection
 from django.db.models import QuerySet
 
 from .models import Effect, Run, StepRun, Team, Workflow, WorkflowVersion
@@ -57,9 +59,46 @@ def lock_run_of_step(step_id: int) -> tuple[Run, StepRun]:
     The step's input (every upstream output it reads) is left unloaded: a save then leaves it
     out of the UPDATE instead of writing it back whole. Read it with `step_input_of`.
     """
-    run = runs_with_version().select_related("team").select_for_update(
-        of=("self",), no_key=True).get(steps__id=step_id)
+    run = _locked_run_of_step(step_id)
     return run, StepRun.objects.defer("input").get(id=step_id)
+
+
+def lock_run_with_steps(step_id: int) -> tuple[Run, StepRun, list[StepRun]]:
+    """`lock_run_of_step`, with every step of the run read at once (inputs included), in the
+    scheduler's order: for a service that ends the step and then advances the run in the same
+    transaction, changing no other step in between, so the plan starts from these rows
+    (`run_advance(steps=...)`) instead of reading them again. Raises StepRun.DoesNotExist."""
+    run = _locked_run_of_step(step_id)
+    steps = steps_of(run)
+    step = next((s for s in steps if s.id == step_id), None)
+    if step is None:
+        raise StepRun.DoesNotExist(f"step {step_id}")
+    return run, step, steps
+
+
+def _locked_run_of_step(step_id: int) -> Run:
+    return runs_with_version().select_related("team").select_for_update(
+        of=("self",), no_key=True).get(steps__id=step_id)
+
+
+def steps_of(run: Run) -> list[StepRun]:
+    """Every step of `run`, as `run.steps.all()` gives them: in its order, each with `step.run`
+    the instance given.
+
+    The scheduler reads them at every transition of a run; compiling that read through the ORM
+    cost as much as running it, so its statement is the ORM's own, compiled once per process.
+    """
+    run_id = StepRun._meta.get_field("run").get_db_prep_value(run.id, connection)
+    steps = list(StepRun.objects.raw(_steps_of_sql(connection.vendor), [run_id]))
+    for step in steps:
+        step.run = run
+    return steps
+
+
+@cache
+def _steps_of_sql(vendor: str) -> str:
+    sql, _ = StepRun.objects.filter(run_id=UUID(int=0)).query.sql_with_params()
+    return sql
 
 
 def step_input_of(step: StepRun) -> dict:

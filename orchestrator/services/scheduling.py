@@ -18,7 +18,7 @@ from ..dispatch import child_finished_on_commit, compensate_on_commit
 from ..events import event_record, events_record
 from ..models import Event, Run, StepRun
 from ..scheduler import StepView, plan
-from ..selectors import compensable_steps, definition_of
+from ..selectors import compensable_steps, definition_of, steps_of
 from ..states import (
     CONTROL_KINDS,
     RUN_ADVANCING,
@@ -31,23 +31,27 @@ from .budget_gate import dispatch_reserve
 from .kinds import handler_for
 
 
-def run_advance(run: Run, *, actor: Actor = SCHEDULER, pending: Sequence[Event] = ()) -> None:
+def run_advance(run: Run, *, actor: Actor = SCHEDULER, pending: Sequence[Event] = (),
+                steps: Sequence[StepRun] | None = None) -> None:
     """Compute and apply the next transitions of `run`. Must run inside transaction.atomic().
 
     `pending`: events of the change that led here (the step that just completed), not yet
     written: they are written first, in the same INSERT as the scheduler's batch.
+    `steps`: every step of the run as this transaction holds it (`selectors.lock_run_with_steps`),
+    when nothing changed a step behind these instances since: spares reading them again.
     """
     if run.state not in RUN_ADVANCING:
         if pending:
             events_record(list(pending))
         return
     with tracing.span("scheduler.advance", run=run.id):
-        _advance(run, actor=actor, pending=pending)
+        _advance(run, actor=actor, pending=pending, steps=steps)
 
 
-def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = ()) -> None:
+def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
+             steps: Sequence[StepRun] | None = None) -> None:
     definition, graph = definition_of(run)
-    steps = {s.name: s for s in run.steps.all()}
+    steps = {s.name: s for s in (steps_of(run) if steps is None else steps)}
     views = {n: StepView(s.state, s.output) for n, s in steps.items()}
     decided = plan(definition, run.input, views, graph=graph)
     events: list[Event] = list(pending)

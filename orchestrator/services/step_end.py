@@ -20,11 +20,14 @@ from .kinds import handler_for
 from .scheduling import run_advance, run_settle_cancel
 
 
-def step_ended(run: Run, step: StepRun, *, actor: Actor, pending: Sequence[Event] = ()) -> None:
+def step_ended(run: Run, step: StepRun, *, actor: Actor, pending: Sequence[Event] = (),
+               steps: Sequence[StepRun] | None = None) -> None:
     """`step` has just reached a terminal state: release what it owns, then move the run on.
 
     `pending`: the events of the step's end not yet written (`events.Event` instances, unsaved):
     they are written before anything that follows, batched with the run's next transitions.
+    `steps`: the run's steps as the caller holds them, `step` among them, for the scheduler
+    (`run_advance`); only for a completed step, whose end changes no other step.
     """
     if pending and (step.state not in (StepState.COMPLETED, StepState.SKIPPED)
                     or run.state == RunState.CANCELLING):
@@ -37,7 +40,9 @@ def step_ended(run: Run, step: StepRun, *, actor: Actor, pending: Sequence[Event
     if run.state == RunState.CANCELLING:
         run_settle_cancel(run, actor=actor)
     else:
-        run_advance(run, actor=actor, pending=pending)
+        # What a release did to other steps is not in the caller's instances: read them again.
+        held = steps if step.state == StepState.COMPLETED else None
+        run_advance(run, actor=actor, pending=pending, steps=held)
 
 
 def may_hold_reservations(run: Run, step: StepRun) -> bool:

@@ -30,9 +30,9 @@ class Bound:
 
 
 # Per backend (connection.vendor). Keep in step with docs/benchmark.md.
-STEP = {"sqlite": Bound(statements=16, transactions=2), "postgresql": Bound(statements=16, transactions=2)}
-CARRIED_STEP = {"sqlite": Bound(statements=11, transactions=1), "postgresql": Bound(statements=11, transactions=1)}
-LAST_STEP = {"sqlite": Bound(statements=19, transactions=2), "postgresql": Bound(statements=19, transactions=2)}
+STEP = {"sqlite": Bound(statements=15, transactions=2), "postgresql": Bound(statements=15, transactions=2)}
+CARRIED_STEP = {"sqlite": Bound(statements=10, transactions=1), "postgresql": Bound(statements=10, transactions=1)}
+LAST_STEP = {"sqlite": Bound(statements=18, transactions=2), "postgresql": Bound(statements=18, transactions=2)}
 POST_RUN = {"sqlite": 22, "postgresql": 22}
 
 

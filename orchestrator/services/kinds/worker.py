@@ -13,6 +13,7 @@ Any message may be a replay: each service re-reads the step, and does nothing wh
 no longer in the state the message assumed. Each finishes through `step_ended` in the same
 transaction, so the next steps are dispatched with no extra broker hop.
 """
+import json
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -45,7 +46,13 @@ from ...logcontext import bound
 from ...models import Event, Run, StepAttempt, StepRun
 from ...retry import StepError, retry_at
 from ...secret_inputs import revealed_from, sealed_of
-from ...selectors import definition_of, lock_run_of_step, runs_with_version, spec_of
+from ...selectors import (
+    definition_of,
+    lock_run_of_step,
+    lock_run_with_steps,
+    runs_with_version,
+    spec_of,
+)
 from ...states import (
     RUN_ADVANCING,
     STEP_RECOVERABLE,
@@ -441,20 +448,29 @@ def _close_attempt(run: Run, step: StepRun, attempt: int, *, outcome: str, usage
 def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: str) -> bool:
     """Commit a step's output and move the run forward. False if the attempt is stale."""
     with transaction.atomic():
-        run, step = lock_run_of_step(step_id)
+        # The run's steps are read once, here: the scheduler plans from them (step_ended).
+        run, step, steps = lock_run_with_steps(step_id)
         if not fenced(step, attempt):
             _close_attempt(run, step, attempt, outcome="stale", usage=usage)
             return False
-        step.complete(output=output)
+        # As a read of the saved row would give it (JSON: lists, string keys), since the plan
+        # reads it from this instance.
+        step.complete(output=json.loads(json.dumps(output)))
         _charge(run, step, usage)
-        step.save()
+        step.save(update_fields=COMPLETED_FIELDS)
         _close_attempt(run, step, attempt, outcome="succeeded", usage=usage)
         # Written with the run's next transitions, in one INSERT (step_ended, run_advance).
         completed = Event(run=run, step=step, kind="step.completed", actor=f"worker:{worker}",
                           payload={"attempt": attempt, "tokens_in": usage.tokens_in,
                                    "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd)})
-        step_ended(run, step, actor=worker_actor(worker), pending=[completed])
+        step_ended(run, step, actor=worker_actor(worker), pending=[completed], steps=steps)
     return True
+
+
+# The columns `StepRun.complete` and `_charge` set: the input (every upstream output) is not
+# written back.
+COMPLETED_FIELDS = ("state", "output", "error", "finished_at", "lease_owner", "lease_expires_at",
+                    "tokens_in", "tokens_out", "cost_usd")
 
 
 def step_fail(*, step_id: int, attempt: int, error: StepError, usage: Usage, worker: str) -> bool:
