@@ -91,7 +91,8 @@ def large_values(team, *, steps: int = 5, value_kb: int = 256, runs: int = 3) ->
     Per mode: the database's growth per run, the artifact storage's, and the wall time per
     step. Every run's document is its own, so nothing is shared across runs.
     """
-    import uuid
+    import random
+    import string
 
     from django.conf import settings
     from django.test.utils import override_settings
@@ -103,6 +104,8 @@ def large_values(team, *, steps: int = 5, value_kb: int = 256, runs: int = 3) ->
 
     from .scale import database_bytes
 
+    rng = random.Random(16)
+
     version, _ = workflow_save(team=team, actor=System("bench"), definition={
         "name": "bench-large", "input_schema": {"type": "object"},
         "steps": [{"name": f"s{i}", "type": "tool", "tool": "core.echo",
@@ -113,10 +116,17 @@ def large_values(team, *, steps: int = 5, value_kb: int = 256, runs: int = 3) ->
         root = settings.STEPWISE_ARTIFACTS_DIR
         return sum(p.stat().st_size for p in root.rglob("*.json")) if root.exists() else 0
 
+    def document() -> str:
+        # Words of random letters: text that PostgreSQL's TOAST cannot compress away, as a
+        # repeated sentence would be (a real document compresses 2-3 x; this is the worst case).
+        words, size = [], 0
+        while size < value_kb * 1024:
+            words.append("".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 10))))
+            size += len(words[-1]) + 1
+        return " ".join(words)
+
     def one_run() -> float:
-        filler = "lorem ipsum dolor sit amet " * (value_kb * 1024 // 27)
-        run = run_start(version=version, input={"document": f"{uuid.uuid4()} {filler}"},
-                        actor=System("bench"))
+        run = run_start(version=version, input={"document": document()}, actor=System("bench"))
         ids = _step_ids(run)
         t0 = time.perf_counter()
         services.step_execute(step_id=ids[0], worker="bench",
