@@ -7,6 +7,7 @@ import hashlib
 import json
 
 import pytest
+from django.core.files.storage import FileSystemStorage
 from django.db import connection
 
 from orchestrator import artifacts
@@ -181,3 +182,37 @@ def test_the_ledger_records_the_value_itself_not_the_reference(team, artifact_di
     completed = Event.objects.get(run=run, kind="run.completed")
     assert completed.payload == {"read": {"text": DOCUMENT}}
     assert Run.objects.get(id=run.id).output == {"read": {"text": DOCUMENT}}
+
+
+class Unwritable(FileSystemStorage):
+    """An artifact storage that cannot be written (a bucket out of reach)."""
+
+    def _save(self, name, content):
+        raise OSError("the artifact storage is unreachable")
+
+
+def test_an_unwritable_storage_leaves_the_step_to_its_lease_and_the_reaper(team, settings, move_clock):
+    from orchestrator.services.kinds.worker import (
+        Usage,
+        step_claim,
+        step_lease_expired,
+        step_succeed,
+    )
+    from tests.engine.test_worker import RETRY
+
+    settings.STORAGES = {**settings.STORAGES, "artifacts": {
+        "BACKEND": f"{__name__}.Unwritable", "OPTIONS": {"location": "/nonexistent"}}}
+    run = start(team, echo("read", params={"text": "{{ input.document }}"}, retry=RETRY, timeout_s=600),
+                input={"document": "short"})
+    step = step_of(run, "read")
+    claim = step_claim(step_id=step.id, worker="w")
+    with pytest.raises(OSError, match="unreachable"):
+        step_succeed(step_id=step.id, attempt=claim.attempt, output={"text": DOCUMENT}, usage=Usage(),
+                     worker="w")
+
+    step = step_of(run, "read")
+    assert (step.state, step.output) == ("running", None)  # nothing of the output was kept
+    assert not Event.objects.filter(run=run, kind="step.completed").exists()
+    move_clock(settings.STEPWISE_LEASE_S + 1)
+    assert step_lease_expired(step_id=step.id)
+    assert step_of(run, "read").state == "retrying"
