@@ -2,6 +2,7 @@
 `STEPWISE_ARTIFACTS_S3_BUCKET`), against a real local S3 server (moto in server mode)."""
 import json
 import uuid
+from dataclasses import dataclass
 
 import boto3
 import pytest
@@ -17,26 +18,32 @@ pytestmark = pytest.mark.django_db
 DOCUMENT = "Contract clause. " * 3000
 
 
+@dataclass
+class Bucket:
+    client: object  # boto3's S3 client
+    name: str
+
+
 @pytest.fixture
-def s3(s3_server, settings, monkeypatch):
+def s3(s3_server, settings, monkeypatch) -> Bucket:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
-    client.bucket = f"artifacts-{uuid.uuid4().hex[:12]}"  # a bucket of this test's own
-    client.create_bucket(Bucket=client.bucket)
+    bucket = Bucket(boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1"),
+                    f"artifacts-{uuid.uuid4().hex[:12]}")  # a bucket of this test's own
+    bucket.client.create_bucket(Bucket=bucket.name)
     settings.STEPWISE_ARTIFACT_BYTES = 1024
     # The same options settings.py builds from the STEPWISE_ARTIFACTS_S3_* variables.
     settings.STORAGES = {**settings.STORAGES, "artifacts": {
         "BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
-            "bucket_name": client.bucket, "location": "stepwise-artifacts",
+            "bucket_name": bucket.name, "location": "stepwise-artifacts",
             "endpoint_url": s3_server, "region_name": "us-east-1", "default_acl": None,
             "querystring_auth": False, "file_overwrite": True}}}
-    return client
+    return bucket
 
 
-def objects(client) -> dict[str, bytes]:
-    listed = client.list_objects_v2(Bucket=client.bucket).get("Contents", [])
-    return {o["Key"]: client.get_object(Bucket=client.bucket, Key=o["Key"])["Body"].read()
+def objects(bucket: Bucket) -> dict[str, bytes]:
+    listed = bucket.client.list_objects_v2(Bucket=bucket.name).get("Contents", [])
+    return {o["Key"]: bucket.client.get_object(Bucket=bucket.name, Key=o["Key"])["Body"].read()
             for o in listed}
 
 
@@ -59,7 +66,7 @@ def test_a_large_output_is_an_object_in_the_bucket_and_the_next_step_reads_it(te
 def test_an_object_removed_from_the_bucket_is_an_error(team, s3):
     reference = artifacts.offload("q" * 5000)
     [key] = objects(s3)
-    s3.delete_object(Bucket=s3.bucket, Key=key)
+    s3.client.delete_object(Bucket=s3.name, Key=key)
     artifacts._READ.clear()
 
     with pytest.raises(ArtifactError, match="missing"):
