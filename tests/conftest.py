@@ -139,6 +139,25 @@ def move_clock(monkeypatch):
     return move
 
 
+# The session's worker group, once a test has started it: tests that must be the only consumer
+# of their messages stop it for a while (`without_workers`).
+_WORKER_GROUPS: list = []
+
+
+@pytest.fixture(scope="module")
+def without_workers():
+    """No real worker consumes this module's messages: the session's worker group, if an earlier
+    test in this process started one, is stopped for the module and started again after it.
+    For tests that drive a step themselves and count what it does: a worker taking their
+    step's message first would do the work instead."""
+    running = [group for group in _WORKER_GROUPS if group.proc and group.proc.poll() is None]
+    for group in running:
+        group.stop()
+    yield
+    for group in running:
+        group.start()
+
+
 @pytest.fixture(scope="session")
 def workers(django_db_setup, django_db_blocker):
     """The test process's real Celery worker group (tests/integration/conftest.py), defined once
@@ -150,5 +169,6 @@ def workers(django_db_setup, django_db_blocker):
 
     group = WorkerGroup(f"itest-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
     group.start()
+    _WORKER_GROUPS.append(group)
     yield group
     group.stop()

@@ -18,7 +18,8 @@ from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A worker the session started (an integration test) must not take these steps first.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("without_workers")]
 
 TX_CONTROL = {"BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE"}
 
