@@ -52,22 +52,28 @@ def threshold() -> int:
     return settings.STEPWISE_ARTIFACT_BYTES
 
 
-def offload(value: object, limit: int | None = None) -> object:
+def offload(value: object, limit: float | None = None) -> object:
     """`value` with every part longer than `limit` stored as an artifact and replaced by its
     reference. A value that is not JSON (NaN, a date) is returned as it is, for the field to
     refuse as it always has."""
     limit = threshold() if limit is None else limit
-    if limit <= 0 or not isinstance(value, dict | list | str):
+    if not isinstance(value, dict | list | str):
         return value
+    if limit <= 0:
+        limit = float("inf")  # nothing is long, but what looks like a reference is still kept as data
     try:
         return _shrink(value, limit)
     except (TypeError, ValueError):
         return value
 
 
-def _shrink(value: object, limit: int) -> object:
+def _shrink(value: object, limit: float) -> object:
     text = canonical_json(value)
-    if len(text) <= limit or is_reference(value):
+    if is_reference(value):
+        # Data that only looks like a reference (a caller's input) is stored as what it is, so
+        # reading it back gives that data, never the artifact it names.
+        return store(text)
+    if len(text) <= limit and (MARKER not in text or isinstance(value, str)):
         return value
     if isinstance(value, dict):
         value = {key: _shrink(item, limit) for key, item in value.items()}

@@ -216,3 +216,16 @@ def test_an_unwritable_storage_leaves_the_step_to_its_lease_and_the_reaper(team,
     move_clock(settings.STEPWISE_LEASE_S + 1)
     assert step_lease_expired(step_id=step.id)
     assert step_of(run, "read").state == "retrying"
+
+
+def test_data_that_looks_like_a_reference_reads_back_as_that_data(team, settings, artifact_dir):
+    """A caller cannot name an artifact (another team's value, by its hash) in its own input and
+    have it read back: what looks like a reference is stored as the data it is."""
+    secret = offload({"contract": "c" * 5000})["contract"]  # someone else's value, by reference
+    forged = {"ticket": "T-1", "attachment": dict(secret)}
+
+    for limit in (LIMIT, 0):  # artifacts on, and off
+        settings.STEPWISE_ARTIFACT_BYTES = limit
+        run = start(team, echo("read"), input=forged)
+        assert Run.objects.get(id=run.id).input == forged
+        assert Run.objects.get(id=run.id).input["attachment"] != "c" * 5000
