@@ -67,19 +67,23 @@ def carried_service_time_per_step(version, *, runs: int = 3) -> dict:
     `step_execute` with a carry (worker.Carry), as the worker's task calls it, so every step
     after the first is claimed in the transaction that completed the one before it and run
     with no claim transaction and no broker hop. One sample per run (its steps' mean)."""
+    times = [_carried_run_ms_per_step(version, {}) for _ in range(runs + 1)]
+    return summary(times[1:])  # the first warms the per-process caches
+
+
+def _carried_run_ms_per_step(version, run_input: dict) -> float:
+    """Start a run and drive it from its first step's message with a carry, as a worker's task
+    does; the wall time of that, per step, in ms."""
     from orchestrator.authz import System
     from orchestrator.services.kinds import worker as services
     from orchestrator.services.runs import run_start
 
-    times = []
-    for _ in range(runs + 1):  # the first warms the per-process caches
-        run = run_start(version=version, input={}, actor=System("bench"))
-        ids = _step_ids(run)
-        carry = services.Carry("tools", len(ids), time.monotonic() + 3600)
-        t0 = time.perf_counter()
-        services.step_execute(step_id=ids[0], worker="bench", carry=carry)
-        times.append((time.perf_counter() - t0) * 1000 / len(ids))
-    return summary(times[1:])
+    run = run_start(version=version, input=run_input, actor=System("bench"))
+    ids = _step_ids(run)
+    carry = services.Carry("tools", len(ids), time.monotonic() + 3600)
+    t0 = time.perf_counter()
+    services.step_execute(step_id=ids[0], worker="bench", carry=carry)
+    return (time.perf_counter() - t0) * 1000 / len(ids)
 
 
 def large_values(team, *, steps: int = 5, value_kb: int = 256, runs: int = 3) -> dict:
@@ -98,8 +102,6 @@ def large_values(team, *, steps: int = 5, value_kb: int = 256, runs: int = 3) ->
     from django.test.utils import override_settings
 
     from orchestrator.authz import System
-    from orchestrator.services.kinds import worker as services
-    from orchestrator.services.runs import run_start
     from orchestrator.services.workflows import workflow_save
 
     from .scale import database_bytes
@@ -126,12 +128,7 @@ def large_values(team, *, steps: int = 5, value_kb: int = 256, runs: int = 3) ->
         return " ".join(words)
 
     def one_run() -> float:
-        run = run_start(version=version, input={"document": document()}, actor=System("bench"))
-        ids = _step_ids(run)
-        t0 = time.perf_counter()
-        services.step_execute(step_id=ids[0], worker="bench",
-                              carry=services.Carry("tools", len(ids), time.monotonic() + 3600))
-        return (time.perf_counter() - t0) * 1000 / len(ids)
+        return _carried_run_ms_per_step(version, {"document": document()})
 
     modes = {}
     for mode, limit in (("in_row", 0), ("artifacts", settings.STEPWISE_ARTIFACT_BYTES)):
