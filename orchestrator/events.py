@@ -30,7 +30,7 @@ from notifications.models import CallbackDelivery, RunCallback
 from .dispatch import callback_on_commit
 from .logcontext import describing
 from .metrics import observe_event
-from .models import Event, Run, StepRun
+from .models import Event, Run, StepRun, WorkflowVersion
 from .txscope import TransactionMemo
 
 log = logging.getLogger("stepwise.events")
@@ -70,11 +70,17 @@ def _log_after_commit(events: list[Event]) -> None:
     if not notable:
         return
 
+    # What the lines name, read off the runs in hand (a service reads a run with its workflow
+    # and team): the rest after commit, in one SELECT.
+    known = dict(filter(None, (_described(e) for e in events if e.kind in LOG_LEVELS)))
+
     def write() -> None:
         for kind, *_, payload in notable:
             observe_event(kind, payload)
-        described = {pk: (name, team) for pk, name, team in Run.objects.filter(
-            pk__in={n[1] for n in notable}).values_list("pk", "version__workflow__name", "team__slug")}
+        described = dict(known)
+        if missing := {n[1] for n in notable} - described.keys():
+            described |= {pk: (name, team) for pk, name, team in Run.objects.filter(
+                pk__in=missing).values_list("pk", "version__workflow__name", "team__slug")}
         names = {pk: name for pk, (name, _) in described.items()}
         teams = {pk: team for pk, (_, team) in described.items()}
         for kind, run_id, step, attempt, actor, payload in notable:
@@ -85,6 +91,17 @@ def _log_after_commit(events: list[Event]) -> None:
                         extra={"event": kind, "actor": actor})
 
     transaction.on_commit(write, robust=True)
+
+
+def _described(event: Event) -> tuple | None:
+    """(run id, (workflow name, team slug)) when the event's run has both loaded, else None."""
+    if not Event.run.is_cached(event):
+        return None
+    run = event.run
+    if not (Run.version.is_cached(run) and Run.team.is_cached(run)
+            and WorkflowVersion.workflow.is_cached(run.version)):
+        return None
+    return run.pk, (run.version.workflow.name, run.team.slug)
 
 
 # The run events a callback reports: it waits (for a person, a child run...), or it has ended.

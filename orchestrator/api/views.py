@@ -96,6 +96,8 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
 
     def get_queryset(self) -> QuerySet[Workflow]:
         workflows = visible(Workflow.objects.select_related("team"), self.request.user)
+        if self.action in ("runs", "estimate"):  # the version they start, in the same SELECT
+            workflows = workflows.select_related("active_version")
         if self.action == "list":
             workflows = workflows.annotate(
                 latest_number=Max("versions__number"), updated_at=Max("versions__created_at")
@@ -301,6 +303,7 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
             raise ValidationError(
                 error_body(f"workflow '{workflow.name}' has no version {number}", "version")
             )
+        version.workflow = workflow  # read with its team already: run_start needs both
         return version
 
 

@@ -20,7 +20,7 @@ from ..clock import now
 from ..definitions.limits import run_input_problems
 from ..definitions.mandatory_gates import weakened_gates
 from ..errors import Forbidden, IdempotencyConflict, InputInvalid, NotAllowed, ServiceError
-from ..events import event_record, events_record
+from ..events import event_record
 from ..hashing import digest_of
 from ..models import Event, Run, StepRun, WorkflowVersion
 from ..secret_inputs import seal_for, secret_paths, split
@@ -148,15 +148,22 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
             trigger, origin, secrets, callback) -> Run:
     if parent_step is None:
         budget_admit(team=version.workflow.team, workflow=version.workflow)
-    run = Run.objects.create(
+    # Created and started in one INSERT: no other transaction sees the row before it commits,
+    # so this one needs no lock on it, and it plans from the instances it wrote.
+    run = Run(
         team=version.workflow.team, version=version, input=input, created_by=created_by,
         idempotency_key=idempotency_key or None, request_digest=request_digest,
         parent_step=parent_step, trigger=trigger,
     )
+    run.start()
+    max_duration = (version.normalized.get("budget") or {}).get("max_duration_s")
+    if max_duration:
+        run.deadline_at = run.started_at + timedelta(seconds=max_duration)
+    run.save(force_insert=True)
     seal_for(run, secrets)
     if callback[0]:
         run_callback_register(run=run, url=callback[0], secret=callback[1], team=run.team.slug)
-    StepRun.objects.bulk_create(
+    steps = StepRun.objects.bulk_create(
         StepRun(run=run, name=s["name"], kind=s["type"], position=i)
         for i, s in enumerate(version.normalized["steps"])
     )
@@ -164,16 +171,12 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
     created = {"workflow": version.workflow.name, "version": version.number, "trigger": trigger}
     if origin:
         created["origin"] = origin
-    run.start()
-    max_duration = (version.normalized.get("budget") or {}).get("max_duration_s")
-    if max_duration:
-        run.deadline_at = run.started_at + timedelta(seconds=max_duration)
-    run.save()
-    # Both in one INSERT (and their ledger entries in one more), in this order.
-    events_record([Event(run=run, kind="run.created", actor=who, payload=created),
-                   Event(run=run, kind="run.running", actor=who)])
-    run = lock_run(run.id)
-    run_advance(run, actor=actor)
+    # Written first, in the scheduler's INSERT of events (and its ledger entries), in this order.
+    started = [Event(run=run, kind="run.created", actor=who, payload=created),
+               Event(run=run, kind="run.running", actor=who)]
+    # A database that cannot return the ids of a bulk INSERT leaves them to be read back.
+    run_advance(run, actor=actor, pending=started,
+                steps=steps if all(step.pk for step in steps) else None)
     return run
 
 
