@@ -1,12 +1,14 @@
 """Applying the scheduler's plan to a run: the one place where a run moves forward or ends.
 
-`run_advance` runs inside the caller's transaction, with the run row locked (`lock_run`), so
+`run_advance` runs inside the caller's transaction, with the run row locked (`lock_run`; or
+inserted by that transaction, which no other sees before it commits: `run_start`), so
 the plan is computed from, and applied to, one consistent snapshot; dispatch happens on commit.
 It starts each step through its kind (`services.kinds`), and ends the run when the plan says
 so (`run_finish`). A run that is cancelling ends here too, once nothing runs any more
 (`run_settle_cancel`). Every service that ends a step reaches these through `step_end`.
 """
 from collections.abc import Sequence
+from datetime import timedelta
 
 from budgets.services import budget_release, model_calls
 
@@ -130,11 +132,24 @@ def _apply_outcome(run: Run, outcome: str | None, detail: dict, *, actor: Actor)
         run_finish(run, outcome=outcome, detail=detail, actor=actor)
         return
     else:
-        run.progressed_at = now()
-        run.save(update_fields=["progressed_at"])
+        _note_progress(run)
         return
     run.save()
     event_record(run=run, kind=f"run.{run.state}", actor=label(actor), payload=detail or {})
+
+
+# A run's progress time serves the stuck sweep (minutes: `reaper.STUCK_AFTER`) and the order of
+# the operators' lists. Kept to the second, a chain's steps a few milliseconds apart write the
+# run's row once a second instead of once a step.
+PROGRESS_RESOLUTION = timedelta(seconds=1)
+
+
+def _note_progress(run: Run) -> None:
+    at = now()
+    if at - run.progressed_at < PROGRESS_RESOLUTION:
+        return
+    run.progressed_at = at
+    run.save(update_fields=["progressed_at"])
 
 
 def run_finish(run: Run, *, outcome: str, detail: dict, actor: Actor) -> None:

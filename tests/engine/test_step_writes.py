@@ -1,10 +1,20 @@
 """Finishing a step writes what changed, not the step's whole input back."""
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from orchestrator import clock
+from orchestrator.models import Run
 from orchestrator.retry import StepError
-from orchestrator.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
+from orchestrator.services.kinds.worker import (
+    Usage,
+    step_claim,
+    step_execute,
+    step_fail,
+    step_succeed,
+)
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
@@ -61,3 +71,28 @@ def test_claiming_a_step_leaves_its_input_out_of_the_update(team):
     assert (step.state, step.attempts, step.lease_owner) == ("running", 1, "w")
     assert step.started_at and step.deadline_at and step.lease_expires_at
     assert BIG in str(step.input) and BIG in str(claim.step_input)
+
+
+def test_a_runs_progress_time_is_written_once_its_last_write_is_a_second_old(team, monkeypatch):
+    """A chain's steps a few milliseconds apart leave the run's row alone; the stuck sweep
+    (minutes) still sees a run progress, to the second."""
+    at = [clock.now()]
+    monkeypatch.setattr(clock, "_source", lambda: at[0])
+    version, _ = workflow_save(team=team, definition={
+        "name": "progress", "input_schema": {"type": "object"}, "steps": [
+            {"name": f"s{i}", "type": "tool", "tool": "core.echo", **({"after": [f"s{i - 1}"]} if i else {})}
+            for i in range(3)]}, actor=SETUP)
+    run = run_start(version=version, input={}, actor=SETUP)
+    started = Run.objects.get(id=run.id).progressed_at
+    steps = {s.name: s.id for s in run.steps.all()}
+
+    at[0] += timedelta(milliseconds=900)
+    with CaptureQueriesContext(connection) as within:
+        step_execute(step_id=steps["s0"], worker="w")
+    assert Run.objects.get(id=run.id).progressed_at == started
+    assert not [q for q in within.captured_queries
+                if q["sql"].startswith("UPDATE") and "orchestrator_run" in q["sql"].split(" SET ")[0]]
+
+    at[0] += timedelta(milliseconds=200)
+    step_execute(step_id=steps["s1"], worker="w")
+    assert Run.objects.get(id=run.id).progressed_at == at[0]
