@@ -41,9 +41,12 @@ def _remind_at(spec: dict, deadline_at):
     return deadline_at - timedelta(seconds=before) if before else None
 
 
-def approval_request_open(*, run: Run, step: StepRun, spec: dict) -> ApprovalRequest:
+def approval_request_open(*, run: Run, step: StepRun, spec: dict, record=None) -> ApprovalRequest:
     """Create the request for a human gate that has just started waiting (its deadline is the
-    gate step's), and tell the approvers."""
+    gate step's), and tell the approvers.
+
+    `record`: the scheduler's batch (`services.kinds.Record`), which its event then joins;
+    without it the event is written at once."""
     try:
         instructions = render_template(spec.get("instructions") or "", step.input or {})
     except TemplateError as exc:
@@ -61,12 +64,14 @@ def approval_request_open(*, run: Run, step: StepRun, spec: dict) -> ApprovalReq
         editable=list(spec.get("editable") or []), proposal_hash=bound.hash,
         deadline_at=deadline_at, remind_at=_remind_at(spec, deadline_at),
     )
-    event_record(run=run, step=step, kind="approval.requested",
-                 payload={"approval": approval.id, "approvers": approval.approvers,
-                          "proposal_hash": approval.proposal_hash, "action_kind": approval.action_kind,
-                          "risk_tier": approval.risk_tier,
-                          "approvals_required": approval.approvals_required,
-                          "deadline_at": approval.deadline_at.isoformat()})
+    payload = {"approval": approval.id, "approvers": approval.approvers,
+               "proposal_hash": approval.proposal_hash, "action_kind": approval.action_kind,
+               "risk_tier": approval.risk_tier, "approvals_required": approval.approvals_required,
+               "deadline_at": approval.deadline_at.isoformat()}
+    if record is None:
+        event_record(run=run, step=step, kind="approval.requested", payload=payload)
+    else:
+        record(step, "approval.requested", payload, actor="service:stepwise")
     approval_notify(approval, reason="requested")
     return approval
 

@@ -134,7 +134,8 @@ def events_record(events: list[Event]) -> None:
 
 
 def _owe_callbacks(events: list[Event]) -> None:
-    reported = [event for event in events if event.kind in CALLBACK_KINDS]
+    reported = [event for event in events
+                if event.kind in CALLBACK_KINDS and event.run.has_callback is not False]
     if not reported:
         return
     callbacks = {c.run_id: c for c in RunCallback.objects.filter(run_id__in={e.run_id for e in reported})}

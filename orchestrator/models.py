@@ -197,6 +197,11 @@ class Run(CachedStateFieldsMixin, models.Model):
         ]
         ordering = ["-created_at"]
 
+    # Not a column: whether the run has a callback (notifications.RunCallback), set by
+    # run_start on the instance it creates, so its events need no read to find out; None
+    # (a run read from the database): unknown.
+    has_callback: bool | None = None
+
     def __str__(self) -> str:
         return f"run {self.id} ({self.state})"
 

@@ -161,7 +161,8 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
         run.deadline_at = run.started_at + timedelta(seconds=max_duration)
     run.save(force_insert=True)
     seal_for(run, secrets)
-    if callback[0]:
+    run.has_callback = bool(callback[0])
+    if run.has_callback:
         run_callback_register(run=run, url=callback[0], secret=callback[1], team=run.team.slug)
     steps = StepRun.objects.bulk_create(
         StepRun(run=run, name=s["name"], kind=s["type"], position=i)

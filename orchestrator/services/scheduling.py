@@ -57,17 +57,18 @@ def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
     views = {n: StepView(s.state, s.output) for n, s in steps.items()}
     decided = plan(definition, run.input, views, graph=graph)
     events: list[Event] = list(pending)
-    if pending and any(graph.steps[n]["type"] in CONTROL_KINDS for n in decided.enqueue):
-        # A control step records events of its own as it starts (an approval requested, a
-        # child run created): what led here goes into the ledger before them.
+    if pending and any(handler_for(graph.steps[n]["type"]).records_outside_the_batch
+                       for n in decided.enqueue):
+        # A step that records events of its own as it starts (a child run created): what led
+        # here goes into the ledger before them.
         events_record(events)
         events = []
     dirty: dict[str, StepRun] = {}
     who = label(actor)
 
-    def record(step: StepRun, kind: str, payload: dict | None = None) -> None:
+    def record(step: StepRun, kind: str, payload: dict | None = None, actor: str | None = None) -> None:
         dirty[step.name] = step
-        events.append(Event(run=run, step=step, kind=kind, actor=who, payload=payload or {}))
+        events.append(Event(run=run, step=step, kind=kind, actor=actor or who, payload=payload or {}))
 
     for name, reason in decided.skip:
         steps[name].skip(reason=reason)
@@ -96,17 +97,20 @@ def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
 
     for step in dirty.values():
         step.save()
-    events_record(events)
+    if decided.loops:
+        events_record(events)  # before what the loops' next iterations record
+        events = []
     for name, verdict, loop_detail in decided.loops:
         # A loop's iteration ended: it starts the next one, or ends (and stops what is left).
         handler_for(graph.steps[name]["type"]).progress(run, steps[name], verdict, loop_detail, actor=actor)
     started_control = any(graph.steps[n]["type"] in CONTROL_KINDS for n in decided.enqueue)
     if (started_control or decided.loops) and outcome != "pause":
         # A control step is now waiting, or finished as it started (an empty map, a bad child
-        # input), or a loop moved on: the outcome computed before is stale, so plan again.
-        run_advance(run, actor=actor)
+        # input), or a loop moved on: the outcome computed before is stale, so plan again. This
+        # batch's events are written with that plan's, in one INSERT.
+        run_advance(run, actor=actor, pending=events)
         return
-    _apply_outcome(run, outcome, detail, actor=actor)
+    _apply_outcome(run, outcome, detail, actor=actor, pending=events)
 
 
 def _item_indexes(spec: dict, step: StepRun) -> list[int]:
@@ -121,21 +125,27 @@ def _item_indexes(spec: dict, step: StepRun) -> list[int]:
     return list(range(len(items))) if isinstance(items, list) else []
 
 
-def _apply_outcome(run: Run, outcome: str | None, detail: dict, *, actor: Actor) -> None:
+def _apply_outcome(run: Run, outcome: str | None, detail: dict, *, actor: Actor,
+                   pending: list[Event]) -> None:
+    """Apply the plan's outcome to the run; `pending`, the plan's events, are written first
+    (with the run's own event, when it changes state, in the same INSERT)."""
     if outcome == "resume" and run.state == RunState.WAITING:
         run.resume()
     elif outcome == "wait" and run.state == RunState.RUNNING:
         run.wait()
     elif outcome == "pause":
         run.pause(reason=detail)
-    elif outcome in ("complete", "fail"):
-        run_finish(run, outcome=outcome, detail=detail, actor=actor)
-        return
     else:
-        _note_progress(run)
+        if pending:
+            events_record(pending)
+        if outcome in ("complete", "fail"):
+            run_finish(run, outcome=outcome, detail=detail, actor=actor)
+        else:
+            _note_progress(run)
         return
     run.save()
-    event_record(run=run, kind=f"run.{run.state}", actor=label(actor), payload=detail or {})
+    events_record([*pending, Event(run=run, kind=f"run.{run.state}", actor=label(actor),
+                                   payload=detail or {})])
 
 
 # A run's progress time serves the stuck sweep (minutes: `reaper.STUCK_AFTER`) and the order of

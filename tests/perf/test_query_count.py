@@ -36,6 +36,7 @@ STEP = {"sqlite": Bound(statements=14, transactions=2), "postgresql": Bound(stat
 CARRIED_STEP = {"sqlite": Bound(statements=9, transactions=1), "postgresql": Bound(statements=9, transactions=1)}
 LAST_STEP = {"sqlite": Bound(statements=17, transactions=2), "postgresql": Bound(statements=17, transactions=2)}
 POST_RUN = {"sqlite": 10, "postgresql": 10}
+POST_GATED_RUN = {"sqlite": 16, "postgresql": 16}
 
 
 @pytest.fixture(autouse=True)
@@ -150,3 +151,24 @@ def test_starting_a_run_through_the_api_stays_within_its_statements(team, api):
     assert measured.statements <= POST_RUN[connection.vendor], (
         f"POST .../runs/: {measured.statements} statements, bound {POST_RUN[connection.vendor]}\n"
         f"{measured.listing()}")
+
+
+def test_starting_a_run_that_waits_at_a_gate_stays_within_its_statements(team, api, approver):
+    """The bench's API load: a run whose first step is a human gate. Its events (the run's
+    start, the gate's, the approval request, the run waiting) are one INSERT, and their ledger
+    entries one more."""
+    workflow_save(team=team, definition={
+        "name": "gated", "input_schema": {"type": "object"}, "steps": [
+            {"name": "gate", "type": "human_gate", "approvers": "support_leads", "timeout_s": 3600},
+            {"name": "after", "type": "tool", "tool": "core.echo", "after": ["gate"]}]}, actor=SETUP)
+    post = lambda: api.post("/api/v1/workflows/gated/runs/", {"input": {}}, format="json")  # noqa: E731
+    assert post().status_code == 202
+
+    measured, response = counted(post)
+
+    assert response.status_code == 202
+    assert measured.statements <= POST_GATED_RUN[connection.vendor], (
+        f"POST .../runs/ (a gate first): {measured.statements} statements, bound "
+        f"{POST_GATED_RUN[connection.vendor]}\n{measured.listing()}")
+    inserts = [q for q in measured.sql if q.startswith(('INSERT INTO "orchestrator_event"', 'INSERT INTO "audit_entry"'))]
+    assert len(inserts) == 2, measured.listing()

@@ -17,13 +17,18 @@ from collections.abc import Callable
 
 from ...models import Run, StepRun
 
-# record(step, kind, payload): adds the step to the scheduler's batch and its event.
+# record(step, kind, payload, actor=None): adds the step to the scheduler's batch, and its event
+# to the batch's one INSERT (by `actor`, a label; the scheduler's actor when None).
 Record = Callable[..., None]
 
 
 class StepKindHandler:
     """What the engine asks of a step kind. Every method runs inside the caller's transaction,
     with the run row locked."""
+
+    # Whether `start` writes ledger entries of its own, outside the scheduler's batch (a child
+    # run's): the events that led to the start are then written before them.
+    records_outside_the_batch = False
 
     def start(self, run: Run, step: StepRun, spec: dict, record: Record) -> None:
         """Move a ready step on: queue it for a worker, or start waiting for its event."""

@@ -53,9 +53,8 @@ NOT_STARTED = (StepState.BLOCKED, StepState.READY, StepState.QUEUED, StepState.S
 class HumanGate(StepKindHandler):
     def start(self, run: Run, step: StepRun, spec: dict, record: Record) -> None:
         step.await_event(timeout_s=spec["timeout_s"])
-        record(step, "step.waiting", {"for": "approval"})
-        step.save()
-        approval_request_open(run=run, step=step, spec=spec)
+        record(step, "step.waiting", {"for": "approval"})  # saved with the scheduler's batch
+        approval_request_open(run=run, step=step, spec=spec, record=record)
 
     def time_out(self, *, step_id: int, reason: str) -> bool:
         """The current tier's deadline passed: escalate to the next tier, or reject or expire

@@ -24,6 +24,8 @@ SUB_WORKFLOW = System("sub_workflow")
 
 
 class SubWorkflow(StepKindHandler):
+    records_outside_the_batch = True  # the child run's own events, as it starts
+
     def start(self, run: Run, step: StepRun, spec: dict, record: Record) -> None:
         step.await_event(timeout_s=spec["timeout_s"])
         record(step, "step.waiting", {"for": "sub_workflow"})
