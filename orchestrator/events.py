@@ -15,10 +15,10 @@ A run's callback (`notifications.models.RunCallback`, the `callback_url` given a
 owed one delivery per event that says the run waits or has ended (`CALLBACK_KINDS`): the
 `CallbackDelivery` row is written here, in the same transaction, and sent after commit.
 
-On PostgreSQL each also sends `NOTIFY stepwise_events` in the same transaction: PostgreSQL
-delivers it when (and only if) the transaction commits, and folds repeats within one
-transaction into one, so the live pages' relay (`orchestrator.live.relay`) wakes once per
-committed change and never for a rolled-back one.
+On PostgreSQL the INSERT of the events sends `NOTIFY stepwise_events` in the same transaction
+(a trigger: migration 0015): PostgreSQL delivers it when (and only if) the transaction commits,
+and folds repeats within one transaction into one, so the live pages' relay
+(`orchestrator.live.relay`) wakes once per committed change and never for a rolled-back one.
 """
 import logging
 
@@ -31,7 +31,6 @@ from .dispatch import callback_on_commit
 from .logcontext import describing
 from .metrics import observe_event
 from .models import Event, Run, StepRun, WorkflowVersion
-from .txscope import TransactionMemo
 
 log = logging.getLogger("stepwise.events")
 
@@ -118,7 +117,6 @@ def event_record(*, run: Run, kind: str, step: StepRun | None = None, payload: d
     audit_record_events([event])
     _log_after_commit([event])
     _owe_callbacks([event])
-    _notify_on_commit()
     return event
 
 
@@ -130,7 +128,6 @@ def events_record(events: list[Event]) -> None:
     audit_record_events(events)
     _log_after_commit(events)
     _owe_callbacks(events)
-    _notify_on_commit()
 
 
 def _owe_callbacks(events: list[Event]) -> None:
@@ -146,17 +143,5 @@ def _owe_callbacks(events: list[Event]) -> None:
             callback_on_commit(delivery.id)
 
 
+# The channel the outbox's INSERT trigger notifies (migration 0015 names it too).
 RELAY_CHANNEL = "stepwise_events"
-
-
-# PostgreSQL folds the repeats of one transaction's NOTIFY into one delivery anyway: send it
-# once per transaction (again after a savepoint that sent it was rolled back).
-_NOTIFIED = TransactionMemo("events_notified")
-
-
-def _notify_on_commit() -> None:
-    """Wake the outbox relays at commit (PostgreSQL; the relay polls elsewhere)."""
-    if connection.vendor == "postgresql" and not _NOTIFIED.get():
-        with connection.cursor() as cursor:
-            cursor.execute(f"NOTIFY {RELAY_CHANNEL}")
-        _NOTIFIED.set(True)
