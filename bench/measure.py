@@ -214,7 +214,8 @@ def measure(args, result: dict) -> None:
         "database": settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1],
         "broker": settings.CELERY_BROKER_URL.split("://", 1)[0],
         "runs": args.runs, "steps": args.steps, "start_runs": args.start_runs,
-        "concurrency": args.workers_concurrency, "cpus": os.cpu_count(),
+        "concurrency": args.workers_concurrency, "web_processes": args.web_processes,
+        "cpus": os.cpu_count(),
         "debug": settings.DEBUG, "python": sys.version.split()[0],
         # 1, 5, 15-minute load: other work on the machine shows up here, and in the figures
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
@@ -232,7 +233,8 @@ def measure(args, result: dict) -> None:
 
     say("starting the API server (uvicorn) and a Stepwise worker")
     with ExitStack() as stack:
-        server, base_url = api_server(env=env, var_dir=var_dir, deadline=args.deadline)
+        server, base_url = api_server(env=env, var_dir=var_dir, deadline=args.deadline,
+                                      processes=args.web_processes)
         stack.callback(server.stop)
         workers = start_workers()
         stack.callback(lambda: workers.stop())
@@ -355,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--start-runs", type=int, default=30)
     parser.add_argument("--workers-concurrency", type=int, default=2)
+    parser.add_argument("--web-processes", type=int, default=1)
     parser.add_argument("--live-runs", type=int, default=0)
     parser.add_argument("--api-clients", type=int, default=0)
     parser.add_argument("--api-requests", type=int, default=400)

@@ -90,11 +90,15 @@ def celery_worker(name: str, app: str, *, concurrency: int, env: dict, var_dir: 
     return group
 
 
-def api_server(*, env: dict, var_dir: Path, deadline: float) -> tuple[Group, str]:
-    """The ASGI app under uvicorn on a free local port; returns (group, base URL)."""
+def api_server(*, env: dict, var_dir: Path, deadline: float,
+               processes: int = 1) -> tuple[Group, str]:
+    """The ASGI app under uvicorn on a free local port, in `processes` processes (uvicorn's
+    `--workers`, as the compose file runs it, when more than one); returns (group, base URL)."""
     port = _free_port()
     cmd = [sys.executable, "-m", "uvicorn", "orchestrator.asgi:application", "--host",
            "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"]
+    if processes > 1:
+        cmd += ["--workers", str(processes)]
     group = Group("api", cmd, env, var_dir)
     group.wait_for(lambda: _accepts(port), deadline=deadline, what="listening")
     return group, f"http://127.0.0.1:{port}"

@@ -39,6 +39,7 @@ def run_backend(backend: str, args, deadline: float) -> dict:
                    "--runs", str(args.runs), "--steps", str(args.steps),
                    "--start-runs", str(args.start_runs),
                    "--workers-concurrency", str(args.workers_concurrency),
+                   "--web-processes", str(args.web_processes),
                    "--live-runs", str(args.live_runs),
                    "--api-clients", str(args.api_clients), "--api-requests", str(args.api_requests),
                    "--held-runs", str(args.held_runs), "--fanout-items", str(args.fanout_items),
@@ -84,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="single runs for the start latency (default 30)")
     parser.add_argument("--workers-concurrency", type=int, default=2,
                         help="prefork processes per worker (default 2)")
+    parser.add_argument("--web-processes", type=int, default=1,
+                        help="uvicorn processes serving the API (default 1; the compose file runs 2)")
     parser.add_argument("--live-runs", type=int, default=0,
                         help="runs for the live pages' commit-to-screen latency (default 0: skip)")
     parser.add_argument("--api-clients", type=int, default=0,

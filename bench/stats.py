@@ -146,7 +146,9 @@ def scale_rows(b: str, r: dict, row, lines: list[str]) -> None:
     if r.get("api_load"):
         api = r["api_load"]
         row(b, f"API POST, {api['clients']} clients (ms)", api["latency_ms"])
-        lines.append(f"{b:<10}API load  {api['requests_per_s']} requests/s, statuses {api['statuses']}")
+        web = r.get("config", {}).get("web_processes", 1)
+        lines.append(f"{b:<10}API load  {api['requests_per_s']} requests/s, statuses {api['statuses']}, "
+                     f"{web} web process{'es' if web != 1 else ''}")
     if r.get("api_paced"):
         api = r["api_paced"]
         row(b, f"API POST paced at {_fmt(api['offered_per_s'])}/s (ms)", api["latency_ms"])
