@@ -41,12 +41,10 @@ def _remind_at(spec: dict, deadline_at):
     return deadline_at - timedelta(seconds=before) if before else None
 
 
-def approval_request_open(*, run: Run, step: StepRun, spec: dict, record=None) -> ApprovalRequest:
+def approval_request_open(*, run: Run, step: StepRun, spec: dict, record) -> ApprovalRequest:
     """Create the request for a human gate that has just started waiting (its deadline is the
-    gate step's), and tell the approvers.
-
-    `record`: the scheduler's batch (`services.kinds.Record`), which its event then joins;
-    without it the event is written at once."""
+    gate step's), and tell the approvers. Its event joins the scheduler's batch (`record`,
+    `services.kinds.Record`)."""
     try:
         instructions = render_template(spec.get("instructions") or "", step.input or {})
     except TemplateError as exc:
@@ -68,10 +66,7 @@ def approval_request_open(*, run: Run, step: StepRun, spec: dict, record=None) -
                "proposal_hash": approval.proposal_hash, "action_kind": approval.action_kind,
                "risk_tier": approval.risk_tier, "approvals_required": approval.approvals_required,
                "deadline_at": approval.deadline_at.isoformat()}
-    if record is None:
-        event_record(run=run, step=step, kind="approval.requested", payload=payload)
-    else:
-        record(step, "approval.requested", payload, actor="service:stepwise")
+    record(step, "approval.requested", payload, actor="service:stepwise")
     approval_notify(approval, reason="requested")
     return approval
 

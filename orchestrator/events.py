@@ -121,9 +121,11 @@ def event_record(*, run: Run, kind: str, step: StepRun | None = None, payload: d
 
 
 def events_record(events: list[Event]) -> None:
-    """Append several events at once (the scheduler's batch of transitions)."""
+    """Append several events at once (the scheduler's batch of transitions); none, nothing."""
     if not connection.in_atomic_block:
         raise RuntimeError("events_record must run inside the transaction of the change it records")
+    if not events:
+        return
     Event.objects.bulk_create(events)
     audit_record_events(events)
     _log_after_commit(events)

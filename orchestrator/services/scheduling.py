@@ -43,8 +43,7 @@ def run_advance(run: Run, *, actor: Actor = SCHEDULER, pending: Sequence[Event] 
     when nothing changed a step behind these instances since: spares reading them again.
     """
     if run.state not in RUN_ADVANCING:
-        if pending:
-            events_record(list(pending))
+        events_record(list(pending))
         return
     with tracing.span("scheduler.advance", run=run.id):
         _advance(run, actor=actor, pending=pending, steps=steps)
@@ -136,8 +135,7 @@ def _apply_outcome(run: Run, outcome: str | None, detail: dict, *, actor: Actor,
     elif outcome == "pause":
         run.pause(reason=detail)
     else:
-        if pending:
-            events_record(pending)
+        events_record(pending)
         if outcome in ("complete", "fail"):
             run_finish(run, outcome=outcome, detail=detail, actor=actor)
         else:
