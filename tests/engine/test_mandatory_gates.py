@@ -208,5 +208,5 @@ def test_an_archived_workflow_starts_no_run_until_restored(team, gated, editor):
     run = run_start(version=gated.versions.get(number=1), input={}, actor=editor)
     assert run.steps.get(name="draft").state == StepState.QUEUED
     actions = list(AuditEntry.objects.filter(action__startswith="workflow.").values_list(
-        "action", flat=True).order_by("sequence"))
+        "action", flat=True).order_by("sequence", "id"))
     assert actions[-2:] == ["workflow.archived", "workflow.restored"]
