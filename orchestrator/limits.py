@@ -6,11 +6,14 @@ at once instead of being hammered by every retry.
 
 - `rate_limit_wait(dep)`: seconds to wait before calling `dep` under its calls/second limit
   (0 = go). The worker does not claim a step it cannot call yet; it re-sends its message.
-- `breaker_open_for(dep)`: seconds the breaker stays open (0 = closed). After
-  STEPWISE_BREAKER_FAILURES consecutive transient failures the breaker opens for the
-  cool-down; then one call may probe, and its outcome closes or re-opens it.
+- `breaker_read(dep)`: before a call, how many seconds the breaker stays open (0 = closed).
+  After STEPWISE_BREAKER_FAILURES consecutive transient failures the breaker opens for the
+  cool-down; then one call may probe, and its outcome closes or re-opens it. `breaker_record`
+  counts the call's outcome; a success resets only what the reading saw counted, so the
+  common case — a closed breaker and a success — costs one read of the cache per call.
 """
 import math
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -46,25 +49,40 @@ def rate_limit_wait(dep: str) -> float:
     return max(math.ceil(now) - now, 0.01)
 
 
-def breaker_open_for(dep: str) -> float:
+@dataclass(frozen=True)
+class BreakerReading:
+    """The breaker of a dependency as a caller found it, before its call."""
+    open_for: float = 0.0  # seconds it stays open (0: the call may go ahead)
+    # Nothing counted: no failure, not open, no probe taken. A success then has nothing to
+    # reset (a failure another worker counts during the call is reset by the next reading's
+    # success: "consecutive" across workers is as of each call's start).
+    clean: bool = True
+
+
+def breaker_read(dep: str) -> BreakerReading:
     if not dep:
-        return 0.0
-    opened_until = cache.get(f"cb:{dep}:until")
+        return BreakerReading()
+    found = cache.get_many([f"cb:{dep}:until", f"cb:{dep}:failures"])
+    opened_until = found.get(f"cb:{dep}:until")
     if not opened_until:
-        return 0.0
+        return BreakerReading(clean=not found)
     remaining = opened_until - _seconds()
     if remaining > 0:
-        return remaining
+        return BreakerReading(remaining, clean=False)
     # Half-open: let exactly one caller probe; the others keep waiting a little.
-    return 0.0 if cache.add(f"cb:{dep}:probe", 1, timeout=int(settings.STEPWISE_BREAKER_COOLDOWN_S) or 1) else 1.0
+    probe = cache.add(f"cb:{dep}:probe", 1, timeout=int(settings.STEPWISE_BREAKER_COOLDOWN_S) or 1)
+    return BreakerReading(0.0 if probe else 1.0, clean=False)
 
 
-def breaker_record(dep: str, *, error_class: str | None) -> None:
-    """Count a call's outcome: transient failures open the breaker, a success closes it."""
+def breaker_record(dep: str, *, error_class: str | None,
+                   reading: BreakerReading | None = None) -> None:
+    """Count a call's outcome: transient failures open the breaker, a success closes it.
+    `reading`: what `breaker_read` found before the call (None: reset whatever is counted)."""
     if not dep:
         return
     if error_class is None:
-        cache.delete_many([f"cb:{dep}:failures", f"cb:{dep}:until", f"cb:{dep}:probe"])
+        if reading is None or not reading.clean:
+            cache.delete_many([f"cb:{dep}:failures", f"cb:{dep}:until", f"cb:{dep}:probe"])
         return
     if error_class not in TRANSIENT:
         return

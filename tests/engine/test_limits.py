@@ -60,22 +60,22 @@ def test_breaker_opens_after_consecutive_transient_failures(at):
     at(0)
     for _ in range(2):
         limits.breaker_record("model:fast", error_class="transient")
-    assert limits.breaker_open_for("model:fast") == 0
+    assert limits.breaker_read("model:fast").open_for == 0
     limits.breaker_record("model:fast", error_class="timeout")
-    assert limits.breaker_open_for("model:fast") == 60
+    assert limits.breaker_read("model:fast").open_for == 60
     at(59.5)
-    assert limits.breaker_open_for("model:fast") == 0.5
+    assert limits.breaker_read("model:fast").open_for == 0.5
 
 
 def test_permanent_failures_do_not_open_the_breaker_and_a_success_resets_it():
     for _ in range(5):
         limits.breaker_record("tool:y", error_class="permanent")
-    assert limits.breaker_open_for("tool:y") == 0
+    assert limits.breaker_read("tool:y").open_for == 0
     limits.breaker_record("tool:y", error_class="transient")
     limits.breaker_record("tool:y", error_class="transient")
     limits.breaker_record("tool:y", error_class=None)
     limits.breaker_record("tool:y", error_class="transient")
-    assert limits.breaker_open_for("tool:y") == 0
+    assert limits.breaker_read("tool:y").open_for == 0
 
 
 def test_after_the_cooldown_exactly_one_call_probes(settings, at):
@@ -84,5 +84,33 @@ def test_after_the_cooldown_exactly_one_call_probes(settings, at):
     for _ in range(3):
         limits.breaker_record("tool:z", error_class="transient")
     at(10.01)
-    assert limits.breaker_open_for("tool:z") == 0  # the probe
-    assert limits.breaker_open_for("tool:z") > 0  # everyone else waits
+    assert limits.breaker_read("tool:z").open_for == 0  # the probe
+    assert limits.breaker_read("tool:z").open_for > 0  # everyone else waits
+
+
+def test_a_success_after_a_closed_reading_writes_nothing_and_one_after_failures_resets_them(
+        monkeypatch):
+    """The common call (closed breaker, success) costs the cache one read and no write; a
+    success whose reading saw failures counted resets them."""
+    from django.core.cache import caches
+
+    cache = caches["default"]  # the object itself: the proxy would be patched past the test
+    writes = []
+    for name in ("delete", "delete_many", "set", "add", "incr"):
+        real = getattr(cache, name)
+        monkeypatch.setattr(cache, name, lambda *a, _real=real, _name=name, **k: (
+            writes.append(_name), _real(*a, **k))[1])
+
+    reading = limits.breaker_read("tool:w")
+    assert reading == limits.BreakerReading(0.0, clean=True)
+    limits.breaker_record("tool:w", error_class=None, reading=reading)
+    assert writes == []
+
+    limits.breaker_record("tool:w", error_class="transient")
+    limits.breaker_record("tool:w", error_class="transient")
+    reading = limits.breaker_read("tool:w")
+    assert not reading.clean and reading.open_for == 0
+    limits.breaker_record("tool:w", error_class=None, reading=reading)
+    limits.breaker_record("tool:w", error_class="transient")
+    limits.breaker_record("tool:w", error_class="transient")
+    assert limits.breaker_read("tool:w").open_for == 0  # two failures since the reset, not four

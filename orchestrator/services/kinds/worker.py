@@ -263,9 +263,11 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
                       settle_call=partial(call_settle, step_id=step_id, attempt=claim.attempt))
     dependency = limits.dependency_of(claim.spec)
     try:
-        if closed_for := limits.breaker_open_for(dependency):
+        breaker = limits.breaker_read(dependency)
+        if breaker.open_for:
             # A failing dependency is not called; the step retries under its policy.
-            raise StepError("transient", f"circuit open for {dependency}", retry_after_s=closed_for)
+            raise StepError("transient", f"circuit open for {dependency}",
+                            retry_after_s=breaker.open_for)
         with (_lease_kept(step_id=step_id, attempt=claim.attempt),
               metrics.EXECUTING.labels(claim.spec["type"], claim.queue).track_inprogress()):
             started = time.monotonic()
@@ -277,7 +279,7 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
                 limits.breaker_record(dependency, error_class=error.error_class)
                 raise
             _observe_duration(claim, started, outcome="succeeded")
-            limits.breaker_record(dependency, error_class=None)
+            limits.breaker_record(dependency, error_class=None, reading=breaker)
     except StepError as error:
         # A failed attempt may still have spent tokens (model calls, repairs): charge them.
         error.message = secrets.scrub(error.message)
