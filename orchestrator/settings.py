@@ -16,6 +16,7 @@ from pathlib import Path
 
 import dj_database_url
 import yaml
+from django.core.exceptions import ImproperlyConfigured
 
 from . import deployment
 
@@ -144,6 +145,20 @@ if os.environ.get("DATABASE_URL"):
         os.environ["DATABASE_URL"], conn_health_checks=True,
         conn_max_age=int(os.environ.get("STEPWISE_DB_CONN_MAX_AGE_S", "60")))}
     DATABASES["default"].setdefault("TEST", {})
+    # Statements prepared once per connection (docs/operations.md#database-connections): the
+    # engine sends the same few statements for every step, and psycopg prepares one on the
+    # server after it has run `STEPWISE_DB_PREPARE_AFTER` times on a connection, so
+    # PostgreSQL no longer parses and plans it each time; the values travel apart from the
+    # statement (server-side binding). `off` sends every statement as text with its values
+    # inlined, as Django does by default: for a pooler that cannot keep prepared statements
+    # (PgBouncer in transaction mode before 1.21).
+    PREPARE_AFTER = os.environ.get("STEPWISE_DB_PREPARE_AFTER", "5").strip().lower()
+    if PREPARE_AFTER != "off" and not PREPARE_AFTER.isdigit():
+        raise ImproperlyConfigured("STEPWISE_DB_PREPARE_AFTER must be a number of runs (0 or "
+                                   f"more) or off, not {PREPARE_AFTER!r}")
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and PREPARE_AFTER != "off":
+        DATABASES["default"].setdefault("OPTIONS", {}).update(
+            server_side_binding=True, prepare_threshold=int(PREPARE_AFTER))
     # The web server's PostgreSQL connection pool (docs/benchmark.md#the-api-under-load). Under
     # ASGI every request runs in a thread of its own, so a persistent connection never outlives
     # its request: without a pool each request opened a connection (a backend fork and its
