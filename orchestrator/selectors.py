@@ -64,7 +64,7 @@ def lock_run_of_step(step_id: int) -> tuple[Run, StepRun]:
 
 
 def lock_run_with_steps(step_id: int) -> tuple[Run, StepRun, list[StepRun]]:
-    """`lock_run_of_step`, with every step of the run read at once (inputs included), in the
+    """`lock_run_of_step`, with every step of the run read at once (`steps_of`), in the
     scheduler's order: for a service that ends the step and then advances the run in the same
     transaction, changing no other step in between, so the plan starts from these rows
     (`run_advance(steps=...)`) instead of reading them again. Raises StepRun.DoesNotExist."""
@@ -83,10 +83,14 @@ def _locked_run_of_step(step_id: int) -> Run:
 
 def steps_of(run: Run) -> list[StepRun]:
     """Every step of `run`, as `run.steps.all()` gives them: in its order, each with `step.run`
-    the instance given.
+    the instance given, and its input left unloaded.
 
     The scheduler reads them at every transition of a run; compiling that read through the ORM
     cost as much as running it, so its statement is the ORM's own, compiled once per process.
+    A step's input holds every upstream output it reads, so reading every step's at every
+    transition grew with the square of the run's length; the plan reads outputs only, and a
+    step it makes ready is given its input. Reading `step.input` of one made ready before
+    costs a SELECT of its own; a save leaves an input it did not set out of the UPDATE.
     """
     run_id = StepRun._meta.get_field("run").get_db_prep_value(run.id, connection)
     steps = list(StepRun.objects.raw(_steps_of_sql(connection.vendor), [run_id]))
@@ -97,7 +101,7 @@ def steps_of(run: Run) -> list[StepRun]:
 
 @cache
 def _steps_of_sql(vendor: str) -> str:
-    sql, _ = StepRun.objects.filter(run_id=UUID(int=0)).query.sql_with_params()
+    sql, _ = StepRun.objects.defer("input").filter(run_id=UUID(int=0)).query.sql_with_params()
     return sql
 
 

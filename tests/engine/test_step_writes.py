@@ -96,3 +96,19 @@ def test_a_runs_progress_time_is_written_once_its_last_write_is_a_second_old(tea
     at[0] += timedelta(milliseconds=200)
     step_execute(step_id=steps["s1"], worker="w")
     assert Run.objects.get(id=run.id).progressed_at == at[0]
+
+
+def test_advancing_a_run_reads_no_steps_input(claimed):
+    """Each step's input holds every upstream output: the scheduler, which reads the run's
+    steps at every transition, reads their outputs and leaves their inputs in the database."""
+    step, claim = claimed
+    with CaptureQueriesContext(connection) as queries:
+        step_succeed(step_id=step.id, attempt=claim.attempt, output={"text": "done"}, usage=Usage(),
+                     worker="w")
+    reads = [q["sql"] for q in queries if q["sql"].startswith("SELECT")
+             and 'FROM "orchestrator_steprun"' in q["sql"]]
+    assert reads, "the run's steps were not read"
+    assert not any('"orchestrator_steprun"."input"' in sql for sql in reads), reads
+    after = Run.objects.get(id=step.run_id).steps.get(name="b")
+    assert after.state == "queued"
+    assert after.input["steps"]["a"]["output"] == {"text": "done"}
