@@ -46,9 +46,7 @@ def notification_send(*, kind: str, subject: str, body: str, link: str = "",
 
 
 def _dispatch(notification_id: int) -> None:
-    # No result is awaited, so none is subscribed to (orchestrator/dispatch.py, `_send`).
-    current_app.send_task("notifications.tasks.deliver", (notification_id,), queue="orchestrator",
-                          ignore_result=True)
+    current_app.send_task("notifications.tasks.deliver", (notification_id,), queue="orchestrator")
 
 
 def notifications_resend(*, limit: int = 200) -> int:
@@ -92,8 +90,7 @@ def run_callback_register(*, run, url: str, secret: str, team: str) -> RunCallba
 
 
 def _dispatch_callback(delivery_id: int) -> None:
-    current_app.send_task("notifications.tasks.deliver_callback", (delivery_id,), queue="orchestrator",
-                          ignore_result=True)
+    current_app.send_task("notifications.tasks.deliver_callback", (delivery_id,), queue="orchestrator")
 
 
 def callbacks_resend(*, limit: int = 200) -> int:

@@ -8,7 +8,24 @@ from . import broker  # noqa: F401  (registers the embedded stepwisefs:// transp
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
 
-app = Celery("stepwise")
+class Stepwise(Celery):
+    """A task sent by name asks for no result unless its sender says otherwise.
+
+    Nothing in Stepwise waits for a task's result, but `send_task` subscribes its sender to
+    the task's result channel unless the send says `ignore_result`. On the Redis result
+    backend that subscription needed Redis too: while Redis was down each send retried it for
+    20 s and then failed, the reaper's re-sends of lost messages with it, and queued steps
+    stayed queued after an outage (the fault suite; docs/failure-semantics.md). A task sent
+    through its signature (a chord's header: a map's items, whose results the chord counts)
+    keeps its own setting.
+    """
+
+    def send_task(self, name, args=None, kwargs=None, **options):
+        options.setdefault("ignore_result", True)
+        return super().send_task(name, args, kwargs, **options)
+
+
+app = Stepwise("stepwise")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 

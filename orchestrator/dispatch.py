@@ -45,15 +45,10 @@ def about(run_id=None, step_name: str = "") -> dict:
     return {"headers": headers, "kwargsrepr": repr(named)} if named else {"headers": headers}
 
 
-# Every message is sent with `ignore_result`: nothing here ever waits for a task's result. By
-# default a task sent by name subscribes its sender to the task's result channel on the Redis
-# result backend, so while Redis was down each send retried that subscription for 20 s and
-# then failed, and a web or reaper process stopped sending until Redis answered its result
-# consumer again: queued steps stayed queued after an outage (the fault suite). A chord's
-# header (a map's items) still stores its results, which the chord counts.
 def _send(task: str, args: tuple, *, run_id=None, step_name: str = "", **options) -> None:
+    # It asks for no result (orchestrator/celery.py: Stepwise.send_task).
     current_app.send_task(f"orchestrator.tasks.{task}", args, **about(run_id, step_name),
-                          ignore_result=True, **options)
+                          **options)
 
 
 def queue_for(spec: dict) -> str:
@@ -96,8 +91,9 @@ def map_dispatch_on_commit(step_id: int, indexes: list[int], item_queue: str, *,
 
     def send() -> None:
         named = about(run_id, step_name)
+        # The chord counts its header's results: they are stored, however the items are sent.
         header = [signature("orchestrator.tasks.map_item", (step_id, i), immutable=True,
-                            queue=item_queue, **named) for i in indexes]
+                            queue=item_queue, ignore_result=False, **named) for i in indexes]
         join = signature("orchestrator.tasks.map_join", (step_id,), immutable=True,
                          queue="orchestrator", **named)
         chord(header, app=current_app)(join)
@@ -125,5 +121,4 @@ def compensate_on_commit(run_id, delay_s: float = 0) -> None:
 def callback_on_commit(delivery_id: int) -> None:
     """POST a run's callback (notifications/callbacks.py) once the event it reports commits."""
     after_commit(lambda: current_app.send_task("notifications.tasks.deliver_callback",
-                                               (delivery_id,), queue="orchestrator",
-                                               ignore_result=True))
+                                               (delivery_id,), queue="orchestrator"))

@@ -62,3 +62,13 @@ def test_a_message_is_sent_while_the_result_backend_is_unreachable(
         current_app._backend = configured
 
     assert [task for task, _ in published] == ["orchestrator.tasks.execute_step"]
+
+
+def test_a_maps_items_keep_their_results_for_the_chord_that_counts_them(
+        published, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        dispatch.map_dispatch_on_commit(999_006, [0, 1], QUEUE)
+
+    items = [headers for task, headers in published if task == "orchestrator.tasks.map_item"]
+    assert len(items) == 2
+    assert all(headers.get("ignore_result") is False for headers in items), items
