@@ -3,12 +3,13 @@
 Selectors read; they never change state, dispatch work or check permissions (`authz` does).
 Pinned definitions are immutable, so each process caches them.
 """
-from functools import cache, lru_cache
+from functools import lru_cache
 from uuid import UUID
 
 from django.db import connection
 from django.db.models import QuerySet
 
+from .compiled import CompiledRead
 from .models import Effect, Run, StepRun, Team, Workflow, WorkflowVersion
 from .scheduler import Graph, graph_of
 from .states import StepState
@@ -49,8 +50,7 @@ def lock_run(run_id) -> Run:
     reads the step: one lock order, so two services never deadlock. SQLite has no row locks;
     there IMMEDIATE transactions serialize writers instead.
     """
-    return runs_with_version().select_related("team").select_for_update(
-        of=("self",), no_key=True).get(id=run_id)
+    return _only(_LOCKED_RUN.rows(_db_value(Run, "id", run_id)), Run, run_id)
 
 
 def lock_run_of_step(step_id: int) -> tuple[Run, StepRun]:
@@ -60,7 +60,7 @@ def lock_run_of_step(step_id: int) -> tuple[Run, StepRun]:
     out of the UPDATE instead of writing it back whole. Read it with `step_input_of`.
     """
     run = _locked_run_of_step(step_id)
-    return run, StepRun.objects.defer("input").get(id=step_id)
+    return run, _only(_STEP.rows(step_id), StepRun, step_id)
 
 
 def lock_run_with_steps(step_id: int) -> tuple[Run, StepRun, list[StepRun]]:
@@ -77,32 +77,46 @@ def lock_run_with_steps(step_id: int) -> tuple[Run, StepRun, list[StepRun]]:
 
 
 def _locked_run_of_step(step_id: int) -> Run:
-    return runs_with_version().select_related("team").select_for_update(
-        of=("self",), no_key=True).get(steps__id=step_id)
+    return _only(_LOCKED_RUN_OF_STEP.rows(step_id), Run, f"of step {step_id}")
+
+
+def _locked_runs() -> QuerySet[Run]:
+    return runs_with_version().select_related("team").select_for_update(of=("self",), no_key=True)
+
+
+# The reads of every transition, compiled once per connection (`compiled`): building and
+# compiling these querysets cost the worker more than the database spent running them.
+_LOCKED_RUN = CompiledRead(lambda run_id: _locked_runs().filter(id=run_id), UUID(int=0))
+_LOCKED_RUN_OF_STEP = CompiledRead(lambda step_id: _locked_runs().filter(steps__id=step_id), 0)
+_STEP = CompiledRead(lambda step_id: StepRun.objects.defer("input").filter(id=step_id), 0)
+_STEPS_OF = CompiledRead(lambda run_id: StepRun.objects.defer("input").filter(run_id=run_id), UUID(int=0))
+
+
+def _only(found: list, model: type, which) -> object:
+    if not found:
+        raise model.DoesNotExist(f"{model.__name__} {which}")
+    return found[0]
+
+
+def _db_value(model: type, field: str, value):
+    return model._meta.get_field(field).get_db_prep_value(value, connection)
 
 
 def steps_of(run: Run) -> list[StepRun]:
     """Every step of `run`, as `run.steps.all()` gives them: in its order, each with `step.run`
     the instance given, and its input left unloaded.
 
-    The scheduler reads them at every transition of a run; compiling that read through the ORM
-    cost as much as running it, so its statement is the ORM's own, compiled once per process.
+    The scheduler reads them at every transition of a run, so the read is compiled once
+    (`compiled`).
     A step's input holds every upstream output it reads, so reading every step's at every
     transition grew with the square of the run's length; the plan reads outputs only, and a
     step it makes ready is given its input. Reading `step.input` of one made ready before
     costs a SELECT of its own; a save leaves an input it did not set out of the UPDATE.
     """
-    run_id = StepRun._meta.get_field("run").get_db_prep_value(run.id, connection)
-    steps = list(StepRun.objects.raw(_steps_of_sql(connection.vendor), [run_id]))
+    steps = _STEPS_OF.rows(_db_value(StepRun, "run", run.id))
     for step in steps:
         step.run = run
     return steps
-
-
-@cache
-def _steps_of_sql(vendor: str) -> str:
-    sql, _ = StepRun.objects.defer("input").filter(run_id=UUID(int=0)).query.sql_with_params()
-    return sql
 
 
 def step_input_of(step: StepRun) -> dict:
