@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 
 from django.db import connection
 
+from orchestrator.compiled import insert_rows
 from orchestrator.hashing import canonical_json, sha256_hex
 from orchestrator.txscope import TransactionMemo
 
@@ -98,7 +99,7 @@ def link_and_insert_all(entries: list[AuditEntry]) -> list[AuditEntry]:
             entry.prev_hash = head[1] if head else GENESIS_HASH
             entry.hash = link_hash(entry.prev_hash, entry.sequence, entry.digest)
             head = (entry.sequence, entry.hash)
-    AuditEntry.objects.bulk_create(entries)
+    insert_rows(entries)
     if not seals_in_database():
         _HEAD.set(head)
     return entries

@@ -1,16 +1,23 @@
-"""Reads on the engine's hot path, compiled by the ORM once per connection and then run with
-new values.
+"""Statements on the engine's hot path, built once and then sent with new values.
 
-Every transition of a run locks it and reads its steps. Building those querysets (joins,
-deferred fields, the lock clause) and compiling them cost the worker more CPU than the database
-spent running them. A `CompiledRead` keeps what the ORM computed for one such queryset: the
-statement, the converters of its columns and how the columns map onto the models that
-`select_related` joins. Each call sends the statement with its own values and builds the
-instances as `QuerySet.__iter__` would.
+Every transition of a run locks it, reads its steps, saves the steps it moved and appends its
+events and their ledger entries. Building those statements through the ORM (querysets, the
+SQL compilers, each value prepared through three layers) cost the worker more CPU than the
+database spent running them.
 
-It must not change what a read returns: `tests/engine/test_compiled.py` compares every compiled
-read with its queryset. Only filters whose values are plain parameters belong here (no
-expressions, no `IN` lists whose length varies).
+- `CompiledRead` keeps what the ORM computed for one queryset: the statement, the converters
+  of its columns and how the columns map onto the models that `select_related` joins. Each
+  call sends the statement with its own values and builds the instances as
+  `QuerySet.__iter__` would. Only filters whose values are plain parameters belong here (no
+  expressions, no `IN` lists whose length varies).
+- `insert_rows` appends new rows of one model as `bulk_create` does, in one INSERT whose text
+  is built once per model and row count.
+- `update_row` writes named columns of a saved row as `Model.save(update_fields=...)` does,
+  guarded by the row's state where the model is a state machine (django-fsm's optimistic lock).
+
+None of them may change what the ORM would read or write: `tests/engine/test_compiled.py`
+compares each with the ORM's own path. Values are prepared by the fields themselves
+(`pre_save`, `get_db_prep_save`), so a field with its own storage (artifacts) stays in charge.
 """
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Model, QuerySet
+from django.db.models import NOT_PROVIDED, Model, QuerySet
 from django.db.models.query import get_related_populators
 from django.db.transaction import TransactionManagementError
 
@@ -98,3 +105,122 @@ class CompiledRead:
             populators=get_related_populators(klass_info, select, using), compiler=compiler,
             locks=bool(queryset.query.select_for_update))
 
+
+
+# --- writes ---------------------------------------------------------------------------------
+
+# Larger batches (a map's fan-out) go through `bulk_create`, which splits them to the
+# database's limit on parameters; a statement per row count up to here is kept.
+MAX_COMPILED_ROWS = 16
+
+
+def insert_rows(objs: list[Model], *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Insert `objs`, new instances of one model with an automatic primary key, in one
+    statement, and give each its key: what `Model.objects.bulk_create(objs)` does."""
+    if not objs:
+        return
+    model = type(objs[0])
+    connection = connections[using]
+    plan = None
+    if len(objs) <= MAX_COMPILED_ROWS and connection.features.can_return_rows_from_bulk_insert:
+        plan = _insert_plan(model, connection, len(objs))
+    if plan is None:
+        model._base_manager.using(using).bulk_create(objs)
+        return
+    sql, fields = plan
+    values = []
+    for obj in objs:
+        obj._prepare_related_fields_for_save(operation_name="bulk_create")
+        values.extend(field.get_db_prep_save(field.pre_save(obj, True), connection) for field in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        keys = cursor.fetchall()
+    pk = model._meta.pk.attname
+    for obj, (key,) in zip(objs, keys, strict=True):
+        setattr(obj, pk, key)
+        obj._state.adding = False
+        obj._state.db = using
+
+
+_INSERTS: dict[tuple, tuple[str, list] | None] = {}
+
+
+def _insert_plan(model: type[Model], connection, rows: int) -> tuple[str, list] | None:
+    key = (model, connection.vendor, rows)
+    if key not in _INSERTS:
+        _INSERTS[key] = _build_insert(model, connection, rows)
+    return _INSERTS[key]
+
+
+def _build_insert(model: type[Model], connection, rows: int) -> tuple[str, list] | None:
+    """(statement, fields), or None for a model this path does not cover (the ORM's then):
+    a key the database does not make, columns it fills itself, a field with its own
+    placeholder."""
+    opts = model._meta
+    if [f.attname for f in opts.db_returning_fields] != [opts.pk.attname]:
+        return None
+    fields = [f for f in opts.concrete_fields if not f.primary_key]
+    if any(f.generated or f.db_default is not NOT_PROVIDED or hasattr(f, "get_placeholder")
+           for f in fields):
+        return None
+    quote = connection.ops.quote_name
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    sql = (f"INSERT INTO {quote(opts.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+           f"VALUES {', '.join([row] * rows)} RETURNING {quote(opts.db_table)}.{quote(opts.pk.column)}")
+    return sql, fields
+
+
+def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str | None = None) -> bool:
+    """Write `fields` of saved `obj` (every loaded field when None) with one UPDATE, as
+    `obj.save()` does; False when no row has its key.
+
+    A state machine's row (django-fsm's `ConcurrentTransitionMixin`) is written only while
+    its state is still the one it was read in: `ConcurrentTransition` is raised otherwise, as
+    the mixin does.
+    """
+    from django_fsm import ConcurrentTransition, ConcurrentTransitionMixin
+
+    using = using or obj._state.db or DEFAULT_DB_ALIAS
+    connection = connections[using]
+    model = type(obj)
+    if fields is None:
+        deferred = obj.get_deferred_fields()
+        fields = tuple(f.attname for f in model._meta.concrete_fields
+                       if not f.primary_key and f.attname not in deferred)
+    guarded = isinstance(obj, ConcurrentTransitionMixin)
+    sql, columns, guards = _update_plan(model, connection, tuple(fields), guarded)
+    obj._prepare_related_fields_for_save(operation_name="save")
+    values = [field.get_db_prep_save(field.pre_save(obj, False), connection) for field in columns]
+    values.append(model._meta.pk.get_db_prep_value(obj.pk, connection))
+    if guards:
+        initial = obj._ConcurrentTransitionMixin__initial_states
+        values.extend(field.get_db_prep_value(initial[field.attname], connection) for field in guards)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        updated = cursor.rowcount > 0
+    if not updated and guards and model._base_manager.using(using).filter(pk=obj.pk).exists():
+        raise ConcurrentTransition(
+            "Cannot save object! The state has been changed since fetched from the database!")
+    if updated and guarded:
+        obj._update_initial_state()
+    return updated
+
+
+_UPDATES: dict[tuple, tuple[str, list, list]] = {}
+
+
+def _update_plan(model: type[Model], connection, fields: tuple[str, ...], guarded: bool):
+    key = (model, connection.vendor, fields, guarded)
+    plan = _UPDATES.get(key)
+    if plan is None:
+        from django_fsm import FSMFieldMixin
+
+        quote = connection.ops.quote_name
+        opts = model._meta
+        columns = [opts.get_field(name) for name in fields]
+        guards = [f for f in opts.concrete_fields if guarded and isinstance(f, FSMFieldMixin)]
+        where = " AND ".join([f"{quote(opts.pk.column)} = %s", *(f"{quote(f.column)} = %s" for f in guards)])
+        sql = (f"UPDATE {quote(opts.db_table)} SET "
+               f"{', '.join(f'{quote(f.column)} = %s' for f in columns)} WHERE {where}")
+        plan = _UPDATES[key] = (sql, columns, guards)
+    return plan

@@ -27,6 +27,7 @@ from django.db import connection, transaction
 from audit.services import audit_record_events
 from notifications.models import CallbackDelivery, RunCallback
 
+from .compiled import insert_rows
 from .dispatch import callback_on_commit
 from .logcontext import describing
 from .metrics import observe_event
@@ -113,7 +114,8 @@ def event_record(*, run: Run, kind: str, step: StepRun | None = None, payload: d
     """Append an event for `run` (and `step`). Raises RuntimeError outside a transaction."""
     if not connection.in_atomic_block:
         raise RuntimeError("event_record must run inside the transaction of the change it records")
-    event = Event.objects.create(run=run, step=step, kind=kind, actor=actor, payload=payload or {})
+    event = Event(run=run, step=step, kind=kind, actor=actor, payload=payload or {})
+    insert_rows([event])
     audit_record_events([event])
     _log_after_commit([event])
     _owe_callbacks([event])
@@ -126,7 +128,7 @@ def events_record(events: list[Event]) -> None:
         raise RuntimeError("events_record must run inside the transaction of the change it records")
     if not events:
         return
-    Event.objects.bulk_create(events)
+    insert_rows(events)
     audit_record_events(events)
     _log_after_commit(events)
     _owe_callbacks(events)

@@ -10,11 +10,12 @@ from decimal import Decimal
 from functools import cache
 
 from django.conf import settings
-from django.db import models
+from django.db import DatabaseError, models
 from django_fsm import ConcurrentTransitionMixin, FSMField, FSMFieldMixin, transition
 
 from .artifacts import ArtifactJSONField
 from .clock import now
+from .compiled import update_row
 from .states import (
     RUN_LIVE,
     RUN_TERMINAL,
@@ -143,6 +144,24 @@ class CachedStateFieldsMixin(ConcurrentTransitionMixin):
     @property
     def state_fields(self) -> tuple[FSMFieldMixin, ...]:
         return _state_fields(type(self))
+
+    def save(self, *args, **kwargs) -> None:
+        """A saved row is written with one UPDATE whose text is built once (`compiled`):
+        Django's own save compiled it anew each time, and every transition saves a row. The
+        same columns, the same state guard; anything else (a new row, other options) goes
+        through Django's save."""
+        if args or self._state.adding or set(kwargs) - {"update_fields"}:
+            super().save(*args, **kwargs)
+            return
+        fields = kwargs.get("update_fields")
+        if fields is not None:
+            fields = tuple(fields)
+            if not fields:
+                return  # as Django: nothing to write
+        if not update_row(self, fields):
+            if fields is not None:
+                raise DatabaseError("Save with update_fields did not affect any rows.")
+            super().save()  # the row is gone: Django inserts it again
 
 
 @cache

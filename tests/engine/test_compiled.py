@@ -1,13 +1,23 @@
-"""A compiled read gives what its queryset gives: the same rows, fields, deferred fields and
-joined instances, the same lock, and the same error outside a transaction."""
+"""A compiled statement does what the ORM's own path does.
+
+A compiled read gives what its queryset gives: the same rows, fields, deferred fields and
+joined instances, the same lock, and the same error outside a transaction. A compiled insert
+stores what `bulk_create` stores and gives the keys; a save writes the same columns under the
+same state guard, and raises where Django and django-fsm raise.
+"""
+from unittest import mock
+
 import pytest
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
+from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
+from django_fsm import ConcurrentTransition
 
+from audit.models import AuditEntry
 from orchestrator import selectors
-from orchestrator.compiled import CompiledRead
-from orchestrator.models import Run, StepRun
+from orchestrator.compiled import MAX_COMPILED_ROWS, CompiledRead, insert_rows
+from orchestrator.models import Event, Run, StepRun
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
@@ -99,3 +109,109 @@ def test_a_read_with_annotations_is_refused(run):
     read = CompiledRead(lambda name: StepRun.objects.annotate(twice=F("position")).filter(name=name), "")
     with pytest.raises(ValueError, match="model columns only"):
         read.rows("a")
+
+
+# --- writes ---------------------------------------------------------------------------------
+
+
+def stored(model, pk) -> dict:
+    return model.objects.filter(pk=pk).values().get()
+
+
+def events_of(run, n: int, kind: str) -> list[Event]:
+    step = run.steps.get(name="a")
+    return [Event(run=run, step=step if i % 2 else None, kind=kind, actor="worker:test",
+                  payload={"i": i, "nested": {"list": [1, "two", None]}, "text": "é\u2028"})
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("rows", [1, 4, MAX_COMPILED_ROWS, MAX_COMPILED_ROWS + 5])
+def test_inserted_rows_are_the_rows_bulk_create_writes_and_get_their_keys(run, rows):
+    with transaction.atomic():
+        ours, django = events_of(run, rows, "test.ours"), events_of(run, rows, "test.django")
+        insert_rows(ours)
+        Event.objects.bulk_create(django)
+    assert all(e.pk and not e._state.adding and e._state.db == "default" for e in ours)
+    assert len({e.pk for e in ours}) == rows
+    for mine, theirs in zip(ours, django, strict=True):
+        row, expected = stored(Event, mine.pk), stored(Event, theirs.pk)
+        for differs in ("id", "kind", "created_at"):
+            row.pop(differs), expected.pop(differs)
+        assert row == expected
+        assert stored(Event, mine.pk)["created_at"] == mine.created_at
+
+
+def test_an_insert_is_one_statement_whatever_the_rows(run):
+    events = events_of(run, 5, "test.one")
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        insert_rows(events)
+    assert [q["sql"].split()[0] for q in queries] == ["INSERT"]
+
+
+def test_ledger_entries_appended_through_the_compiled_insert_chain_and_verify(run):
+    from audit.chain import verify_ledger
+
+    entries = AuditEntry.objects.filter(run_id=run.id)
+    assert entries.count() >= 3  # run.created, run.running, step.ready...
+    assert all(e.digest for e in entries)
+    report = verify_ledger()
+    assert report.ok, report.broken
+    assert report.count >= entries.count()
+
+
+def test_an_update_writes_only_the_named_columns(run):
+    step = run.steps.get(name="a")
+    step.lease_owner, step.skip_reason = "written", "not written"
+    step.save(update_fields=["lease_owner"])
+    row = stored(StepRun, step.pk)
+    assert (row["lease_owner"], row["skip_reason"]) == ("written", "")
+
+
+def test_a_whole_save_of_a_row_read_without_its_input_leaves_the_input_alone(run):
+    before = stored(StepRun, run.steps.get(name="a").pk)["input"]
+    step = StepRun.objects.defer("input").get(run=run, name="a")
+    step.lease_owner = "written"
+    step.save()
+    row = stored(StepRun, step.pk)
+    assert row["lease_owner"] == "written" and row["input"] == before
+
+
+def test_a_save_after_another_writer_moved_the_state_raises_concurrent_transition(run):
+    mine = run.steps.get(name="b")
+    theirs = run.steps.get(name="b")
+    theirs.skip(reason="theirs")
+    theirs.save()
+    mine.skip(reason="mine")
+    with pytest.raises(ConcurrentTransition):
+        mine.save()
+    assert stored(StepRun, mine.pk)["skip_reason"] == "theirs"
+
+
+def test_a_save_moves_the_guard_to_the_new_state(run):
+    step = run.steps.get(name="b")
+    step.skip(reason="first")
+    step.save()
+    step.skip_reason = "again"
+    step.save()  # guarded by the state it was saved in, not the one it was read in
+    assert stored(StepRun, step.pk)["skip_reason"] == "again"
+
+
+def test_saving_named_columns_of_a_row_that_is_gone_raises_and_a_whole_save_inserts_it(run):
+    step = run.steps.get(name="c")
+    StepRun.objects.filter(pk=step.pk).delete()
+    with pytest.raises(DatabaseError, match="did not affect any rows"):
+        step.save(update_fields=["lease_owner"])
+    step.save()  # as Django's save does: the row is written again
+    assert stored(StepRun, step.pk)["name"] == "c"
+
+
+def test_a_transitions_save_builds_no_statement_through_the_orms_compiler(run):
+    step = run.steps.get(name="b")
+    with mock.patch.object(SQLUpdateCompiler, "as_sql", autospec=True,
+                           side_effect=SQLUpdateCompiler.as_sql) as compiled:
+        step.skip(reason="compiled once")
+        step.save()
+        run.progressed_at = run.progressed_at
+        run.save(update_fields=["progressed_at"])
+    assert compiled.call_count == 0
+    assert stored(StepRun, step.pk)["state"] == "skipped"

@@ -31,6 +31,7 @@ from budgets.services import budget_release, budget_settle
 from ... import limits, metrics, tracing
 from ...authz import REAPER, Actor, label, worker_actor
 from ...clock import now
+from ...compiled import insert_rows
 from ...dispatch import (
     BROKER_DELAY_LIMIT_S,
     queue_for,
@@ -371,8 +372,8 @@ def _claim_attempt(run: Run, step: StepRun, spec: dict, *, worker: str, params_o
     (the caller saves the step and records `step.running`): what the worker needs to run it."""
     step.claim(worker=worker, timeout_s=spec["timeout_s"], lease_s=settings.STEPWISE_LEASE_S)
     key = idempotency_key_for(run.id, step.name)
-    StepAttempt.objects.create(step=step, number=step.attempts, worker=worker,
-                               started_at=step.started_at, idempotency_key=key)
+    insert_rows([StepAttempt(step=step, number=step.attempts, worker=worker,
+                             started_at=step.started_at, idempotency_key=key)])
     if step.queued_at:
         latency = (step.started_at - step.queued_at).total_seconds()
         metrics.SCHEDULING_LATENCY.labels(step.queue).observe(max(latency, 0))
