@@ -115,8 +115,8 @@ MAX_COMPILED_ROWS = 16
 
 
 def insert_rows(objs: list[Model], *, using: str = DEFAULT_DB_ALIAS) -> None:
-    """Insert `objs`, new instances of one model with an automatic primary key, in one
-    statement, and give each its key: what `Model.objects.bulk_create(objs)` does."""
+    """Insert `objs`, new instances of one model, in one statement, and give each the key the
+    database made for it (where it makes them): what `Model.objects.bulk_create(objs)` does."""
     if not objs:
         return
     model = type(objs[0])
@@ -127,47 +127,56 @@ def insert_rows(objs: list[Model], *, using: str = DEFAULT_DB_ALIAS) -> None:
     if plan is None:
         model._base_manager.using(using).bulk_create(objs)
         return
-    sql, fields = plan
+    sql, fields, returns_key = plan
+    pk = model._meta.pk
     values = []
     for obj in objs:
+        if not returns_key and not obj._is_pk_set():
+            obj.pk = pk.get_pk_value_on_save(obj)
         obj._prepare_related_fields_for_save(operation_name="bulk_create")
         values.extend(field.get_db_prep_save(field.pre_save(obj, True), connection) for field in fields)
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
-        keys = cursor.fetchall()
-    pk = model._meta.pk.attname
-    for obj, (key,) in zip(objs, keys, strict=True):
-        setattr(obj, pk, key)
+        keys = cursor.fetchall() if returns_key else None
+    for i, obj in enumerate(objs):
+        if keys is not None:
+            setattr(obj, pk.attname, keys[i][0])
         obj._state.adding = False
         obj._state.db = using
+        if hasattr(obj, "_update_initial_state"):
+            obj._update_initial_state()  # a state machine's next save is guarded by this state
 
 
-_INSERTS: dict[tuple, tuple[str, list] | None] = {}
+_INSERTS: dict[tuple, tuple[str, list, bool] | None] = {}
 
 
-def _insert_plan(model: type[Model], connection, rows: int) -> tuple[str, list] | None:
+def _insert_plan(model: type[Model], connection, rows: int) -> tuple[str, list, bool] | None:
     key = (model, connection.vendor, rows)
     if key not in _INSERTS:
         _INSERTS[key] = _build_insert(model, connection, rows)
     return _INSERTS[key]
 
 
-def _build_insert(model: type[Model], connection, rows: int) -> tuple[str, list] | None:
-    """(statement, fields), or None for a model this path does not cover (the ORM's then):
-    a key the database does not make, columns it fills itself, a field with its own
-    placeholder."""
+def _build_insert(model: type[Model], connection, rows: int) -> tuple[str, list, bool] | None:
+    """(statement, fields, whether it returns the keys), or None for a model this path does
+    not cover (the ORM's then): columns the database fills itself besides an automatic key, a
+    field with its own placeholder."""
     opts = model._meta
-    if [f.attname for f in opts.db_returning_fields] != [opts.pk.attname]:
+    returning = [f.attname for f in opts.db_returning_fields]
+    returns_key = returning == [opts.pk.attname]
+    if returning and not returns_key:
         return None
-    fields = [f for f in opts.concrete_fields if not f.primary_key]
+    fields = [f for f in opts.concrete_fields if not (returns_key and f.primary_key)]
     if any(f.generated or f.db_default is not NOT_PROVIDED or hasattr(f, "get_placeholder")
            for f in fields):
         return None
     quote = connection.ops.quote_name
     row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     sql = (f"INSERT INTO {quote(opts.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
-           f"VALUES {', '.join([row] * rows)} RETURNING {quote(opts.db_table)}.{quote(opts.pk.column)}")
-    return sql, fields
+           f"VALUES {', '.join([row] * rows)}")
+    if returns_key:
+        sql += f" RETURNING {quote(opts.db_table)}.{quote(opts.pk.column)}"
+    return sql, fields, returns_key
 
 
 def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str | None = None) -> bool:
@@ -224,3 +233,36 @@ def _update_plan(model: type[Model], connection, fields: tuple[str, ...], guarde
                f"{', '.join(f'{quote(f.column)} = %s' for f in columns)} WHERE {where}")
         plan = _UPDATES[key] = (sql, columns, guards)
     return plan
+
+
+def update_rows(model: type[Model], *, where: dict[str, Any], values: dict[str, Any],
+                using: str = DEFAULT_DB_ALIAS) -> int:
+    """`model.objects.filter(**where).update(**values)` for plain values and equality filters
+    on the model's own columns, with the statement built once per set of names; the number
+    of rows written."""
+    connection = connections[using]
+    key = (model, connection.vendor, tuple(where), tuple(values))
+    plan = _UPDATES.get(key)
+    if plan is None:
+        quote = connection.ops.quote_name
+        opts = model._meta
+        columns = [opts.get_field(name) for name in values]
+        filters = [opts.get_field(name) for name in where]
+        sql = (f"UPDATE {quote(opts.db_table)} SET "
+               f"{', '.join(f'{quote(f.column)} = %s' for f in columns)} "
+               f"WHERE {' AND '.join(f'{quote(f.column)} = %s' for f in filters)}")
+        plan = _UPDATES[key] = (sql, columns, filters)
+    sql, columns, filters = plan
+    params = [field.get_db_prep_save(value, connection) for field, value in zip(columns, values.values(), strict=True)]
+    params.extend(_db_key(field, value, connection) for field, value in zip(filters, where.values(), strict=True))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def _db_key(field, value, connection):
+    """A filter's value as the database compares it (a related instance by its key)."""
+    if isinstance(value, Model):
+        value = value.pk
+    target = field.target_field if field.is_relation else field
+    return target.get_db_prep_value(value, connection)

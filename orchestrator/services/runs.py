@@ -17,6 +17,7 @@ from notifications.services import callback_problems, run_callback_register
 
 from ..authz import REAPER, Action, Actor, is_person, label, may, require
 from ..clock import now
+from ..compiled import insert_rows
 from ..definitions.limits import run_input_problems
 from ..definitions.mandatory_gates import weakened_gates
 from ..errors import Forbidden, IdempotencyConflict, InputInvalid, NotAllowed, ServiceError
@@ -159,15 +160,14 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
     max_duration = (version.normalized.get("budget") or {}).get("max_duration_s")
     if max_duration:
         run.deadline_at = run.started_at + timedelta(seconds=max_duration)
-    run.save(force_insert=True)
+    insert_rows([run])
     seal_for(run, secrets)
     run.has_callback = bool(callback[0])
     if run.has_callback:
         run_callback_register(run=run, url=callback[0], secret=callback[1], team=run.team.slug)
-    steps = StepRun.objects.bulk_create(
-        StepRun(run=run, name=s["name"], kind=s["type"], position=i)
-        for i, s in enumerate(version.normalized["steps"])
-    )
+    steps = [StepRun(run=run, name=s["name"], kind=s["type"], position=i)
+             for i, s in enumerate(version.normalized["steps"])]
+    insert_rows(steps)
     who = label(actor) if is_person(actor) or origin else f"service:{trigger}"
     created = {"workflow": version.workflow.name, "version": version.number, "trigger": trigger}
     if origin:

@@ -215,3 +215,38 @@ def test_a_transitions_save_builds_no_statement_through_the_orms_compiler(run):
         run.save(update_fields=["progressed_at"])
     assert compiled.call_count == 0
     assert stored(StepRun, step.pk)["state"] == "skipped"
+
+
+def test_a_run_inserted_with_its_own_key_is_the_row_save_writes_and_guards_its_state(run):
+    from orchestrator.states import RunState
+
+    ours, django = (Run(team=run.team, version=run.version, input={"k": [1]}) for _ in range(2))
+    for new in (ours, django):
+        new.start()
+    insert_rows([ours])
+    django.save(force_insert=True)
+    row, expected = stored(Run, ours.pk), stored(Run, django.pk)
+    for differs in ("id", "created_at", "started_at", "progressed_at"):
+        row.pop(differs), expected.pop(differs)
+    assert row == expected and row["state"] == RunState.RUNNING
+    ours.pause(reason={"class": "test"})
+    ours.save()  # guarded by the state it was inserted in
+    assert stored(Run, ours.pk)["state"] == ours.state
+
+
+def test_updated_rows_are_what_a_querysets_update_writes(run):
+    from decimal import Decimal
+
+    from orchestrator.compiled import update_rows
+    from orchestrator.models import StepAttempt
+
+    step = run.steps.get(name="a")
+    for number in (1, 2):
+        StepAttempt.objects.create(step=step, number=number, worker="w", idempotency_key="k")
+    values = {"outcome": "succeeded", "cost_usd": Decimal("0.1234567"), "model_params": {"t": 0.5},
+              "error_message": "é"}
+    assert update_rows(StepAttempt, where={"step": step, "number": 1}, values=values) == 1
+    StepAttempt.objects.filter(step=step, number=2).update(**values)
+    ours, theirs = (StepAttempt.objects.filter(step=step, number=n).values(*values).get() for n in (1, 2))
+    assert ours == theirs
+    assert update_rows(StepAttempt, where={"step": step.pk, "number": 9}, values=values) == 0

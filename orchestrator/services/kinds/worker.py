@@ -31,7 +31,7 @@ from budgets.services import budget_release, budget_settle
 from ... import limits, metrics, tracing
 from ...authz import REAPER, Actor, label, worker_actor
 from ...clock import now
-from ...compiled import insert_rows
+from ...compiled import insert_rows, update_rows
 from ...dispatch import (
     BROKER_DELAY_LIMIT_S,
     queue_for,
@@ -438,12 +438,13 @@ def _charge(run: Run, step: StepRun, usage: Usage) -> None:
 
 def _close_attempt(run: Run, step: StepRun, attempt: int, *, outcome: str, usage: Usage,
                    error: StepError | None = None) -> None:
-    StepAttempt.objects.filter(step=step, number=attempt).update(
-        finished_at=now(), outcome=outcome, tokens_in=usage.tokens_in, tokens_out=usage.tokens_out,
-        cost_usd=usage.cost_usd, model=usage.model, provider=usage.provider,
-        error_class=error.error_class if error else "", error_message=error.message if error else "",
+    update_rows(StepAttempt, where={"step": step, "number": attempt}, values={
+        "finished_at": now(), "outcome": outcome, "tokens_in": usage.tokens_in,
+        "tokens_out": usage.tokens_out, "cost_usd": usage.cost_usd, "model": usage.model,
+        "provider": usage.provider, "error_class": error.error_class if error else "",
+        "error_message": error.message if error else "",
         **{k: v for k, v in usage.meta.items() if k in ATTEMPT_META_FIELDS},
-    )
+    })
     if may_hold_reservations(run, step):
         budget_settle(step_id=step.id, attempt=attempt, actual=usage.cost_usd)
 
