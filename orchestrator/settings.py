@@ -227,7 +227,7 @@ STEPWISE_LIVE_RELAY = os.environ.get("STEPWISE_LIVE_RELAY", "1") != "0"
 
 # Shared counters for rate limits and circuit breakers: every worker must see the same ones.
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+    CACHES = {"default": {"BACKEND": "orchestrator.redis_cache.SharedClientRedisCache",
                           "LOCATION": REDIS_URL, "KEY_PREFIX": "stepwise"}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
