@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.models import NOT_PROVIDED, Model, QuerySet
 from django.db.models.query import get_related_populators
 from django.db.transaction import TransactionManagementError
@@ -130,11 +130,12 @@ def insert_rows(objs: list[Model], *, using: str = DEFAULT_DB_ALIAS) -> None:
     sql, fields, returns_key = plan
     pk = model._meta.pk
     values = []
+    preparers = _preparers(fields, connection)
     for obj in objs:
         if not returns_key and not obj._is_pk_set():
             obj.pk = pk.get_pk_value_on_save(obj)
         obj._prepare_related_fields_for_save(operation_name="bulk_create")
-        values.extend(field.get_db_prep_save(field.pre_save(obj, True), connection) for field in fields)
+        values.extend([prepare(obj, True) for prepare in preparers])
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
         keys = cursor.fetchall() if returns_key else None
@@ -179,6 +180,39 @@ def _build_insert(model: type[Model], connection, rows: int) -> tuple[str, list,
     return sql, fields, returns_key
 
 
+# Fields whose value goes to the database as it is when it is a str or None: their
+# `pre_save` reads the attribute and their `get_db_prep_save` returns such a value unchanged,
+# through three calls per value. Exact classes only: a subclass may prepare values its own way.
+_TEXT_FIELDS = frozenset({models.CharField, models.TextField, models.SlugField})
+
+
+def _preparers(fields: list, connection) -> list[Callable[[Model, bool], Any]]:
+    """One function per field giving an instance's value as the database takes it."""
+    key = (connection.vendor, tuple(fields))
+    found = _PREPARERS.get(key)
+    if found is None:
+        found = _PREPARERS[key] = [_preparer(field, connection) for field in fields]
+    return found
+
+
+_PREPARERS: dict[tuple, list] = {}
+
+
+def _preparer(field, connection) -> Callable[[Model, bool], Any]:
+    def prepare(obj: Model, add: bool) -> Any:
+        return field.get_db_prep_save(field.pre_save(obj, add), connection)
+
+    if type(field) not in _TEXT_FIELDS:
+        return prepare
+    attname = field.attname
+
+    def text(obj: Model, add: bool) -> Any:
+        value = getattr(obj, attname)
+        return value if value is None or type(value) is str else prepare(obj, add)
+
+    return text
+
+
 def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str | None = None) -> bool:
     """Write `fields` of saved `obj` (every loaded field when None) with one UPDATE, as
     `obj.save()` does; False when no row has its key.
@@ -199,7 +233,7 @@ def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str 
     guarded = isinstance(obj, ConcurrentTransitionMixin)
     sql, columns, guards = _update_plan(model, connection, tuple(fields), guarded)
     obj._prepare_related_fields_for_save(operation_name="save")
-    values = [field.get_db_prep_save(field.pre_save(obj, False), connection) for field in columns]
+    values = [prepare(obj, False) for prepare in _preparers(columns, connection)]
     values.append(model._meta.pk.get_db_prep_value(obj.pk, connection))
     if guards:
         initial = obj._ConcurrentTransitionMixin__initial_states

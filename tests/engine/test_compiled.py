@@ -250,3 +250,21 @@ def test_updated_rows_are_what_a_querysets_update_writes(run):
     ours, theirs = (StepAttempt.objects.filter(step=step, number=n).values(*values).get() for n in (1, 2))
     assert ours == theirs
     assert update_rows(StepAttempt, where={"step": step.pk, "number": 9}, values=values) == 0
+
+
+def test_text_values_of_every_kind_are_stored_as_the_orm_stores_them(run):
+    from django.utils.functional import lazy
+
+    from orchestrator.states import StepState
+
+    texts = ["plain", "", lazy(lambda: "lazy", str)(), StepState.READY]
+    ours = [Event(run=run, kind=text, actor=text) for text in texts]
+    theirs = [Event(run=run, kind=text, actor=text) for text in texts]
+    with transaction.atomic():
+        insert_rows(ours)
+        Event.objects.bulk_create(theirs)
+    for mine, expected in zip(ours, theirs, strict=True):
+        row, other = stored(Event, mine.pk), stored(Event, expected.pk)
+        assert (row["kind"], row["actor"]) == (other["kind"], other["actor"])
+    assert stored(Event, ours[2].pk)["kind"] == "lazy"
+    assert stored(Event, ours[3].pk)["kind"] == "ready"
