@@ -20,17 +20,18 @@ Callers (the engine's services) pause the run and alert on a denial; nothing her
 run, dispatches or sends anything.
 """
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, DecimalField, F, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce
 
 from audit.services import audit_record
 from orchestrator.authz import Action, Actor, label, person, require
 from orchestrator.clock import now
+from orchestrator.compiled import CompiledRead
 from orchestrator.definitions import ExpressionError, calls_model, evaluate_expression
 from orchestrator.errors import BudgetExceeded, Forbidden
 from orchestrator.models import Run, StepAttempt, StepRun, Team, Workflow
@@ -245,17 +246,27 @@ def limits_in_force(*, team_id: int, workflow_id: int | None, at: datetime | Non
     """The team's limit and the workflow's limit in force at `at`; locked for the rest of the
     transaction with `lock` (always in id order, so two lockers never deadlock)."""
     at = at or now()
-    rows = BudgetLimit.objects.filter(
-        Q(workflow_id=None) | Q(workflow_id=workflow_id), team_id=team_id, effective_from__lte=at,
-    ).filter(Q(effective_to=None) | Q(effective_to__gt=at)).order_by("-effective_from", "-id")
     newest: dict[int | None, BudgetLimit] = {}
-    for row in rows.only("id", "workflow_id", "effective_from"):
+    when = BudgetLimit._meta.get_field("effective_from").get_db_prep_value(at, connection)
+    for row in _CANDIDATE_LIMITS.rows(workflow_id, when, team_id, when):
         newest.setdefault(row.workflow_id, row)
+    if not newest:
+        return []  # the common case, no limit set: one statement
     ids = sorted(r.id for r in newest.values())
     chosen = BudgetLimit.objects.filter(id__in=ids).order_by("id")
     if lock:
         chosen = chosen.select_for_update()
     return list(chosen)
+
+
+# Read at every run's start (`budget_admit`) and every dispatch: compiled once per connection
+# (`orchestrator.compiled`), whose values go in the order of the filters, as written here.
+_CANDIDATE_LIMITS = CompiledRead(
+    lambda workflow_id, at, team_id, at_again: BudgetLimit.objects
+    .filter(Q(workflow_id=None) | Q(workflow_id=workflow_id)).filter(effective_from__lte=at)
+    .filter(team_id=team_id).filter(Q(effective_to=None) | Q(effective_to__gt=at_again))
+    .order_by("-effective_from", "-id").only("id", "workflow_id", "effective_from"),
+    0, datetime(2000, 1, 1, tzinfo=UTC), 0, datetime(2000, 1, 1, tzinfo=UTC))
 
 
 def period_start(period: str, at: datetime) -> datetime:
