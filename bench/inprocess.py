@@ -71,6 +71,36 @@ def carried_service_time_per_step(version, *, runs: int = 3) -> dict:
     return summary(times[1:])  # the first warms the per-process caches
 
 
+def python_calls_per_carried_step(version, *, runs: int = 3) -> dict:
+    """Python function calls (cProfile's count, C functions included) per step of a carried
+    chain, the run's start counted with its steps: the engine's CPU per step in a unit the
+    machine's speed does not move, so two trees can be compared on a noisy machine."""
+    import cProfile
+    import pstats
+
+    from orchestrator.authz import System
+    from orchestrator.services.kinds import worker as services
+    from orchestrator.services.runs import run_start
+
+    def one_run() -> int:
+        run = run_start(version=version, input={}, actor=System("bench"))
+        ids = _step_ids(run)
+        services.step_execute(step_id=ids[0], worker="bench",
+                              carry=services.Carry("tools", len(ids), time.monotonic() + 3600))
+        return len(ids)
+
+    one_run()  # warms the per-process caches and compiled statements
+    profile = cProfile.Profile()
+    steps = 0
+    profile.enable()
+    try:
+        for _ in range(runs):
+            steps += one_run()
+    finally:
+        profile.disable()
+    return {"runs": runs, "steps": steps, "calls_per_step": round(pstats.Stats(profile).total_calls / steps)}
+
+
 def _carried_run_ms_per_step(version, run_input: dict) -> float:
     """Start a run and drive it from its first step's message with a carry, as a worker's task
     does; the wall time of that, per step, in ms."""

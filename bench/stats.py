@@ -122,6 +122,9 @@ def table(results: list[dict]) -> str:
                          f"({sw['db_connections_opened']} opened during the loaded run)")
         row(b, "in-process service time per step (ms)", r.get("service_ms"))
         row(b, "  the same, steps carried (ms)", r.get("carried_service_ms"))
+        if calls := r.get("python_calls"):
+            lines.append(f"{b:<10}Python calls per carried step  {calls['calls_per_step']} "
+                         f"({calls['steps']} steps, run starts included)")
         row(b, "open a DB connection + SELECT 1 (ms)", r.get("db_connect_ms"))
         if large := r.get("large_values"):
             for mode in ("in_row", "artifacts"):
