@@ -22,6 +22,30 @@ def egress_allows_local_servers():
     yield
     settings.STEPWISE_EGRESS = before
 
+@pytest.fixture(scope="session", autouse=True)
+def test_process_loses_no_deadlock_to_a_worker():
+    """On PostgreSQL, the test process's own connections wait 20 s before looking for a
+    deadlock (PostgreSQL's default: 1 s), so when a flush between transactional tests meets a
+    real worker's transaction (the session's worker group, still finishing an earlier test's
+    run), the worker's transaction is the one PostgreSQL cancels: the flush's TRUNCATE takes
+    the tables one by one and once lost to a worker reading two of them in the other order.
+    A worker's transaction cancelled is an ordinary failed attempt; a failed flush failed the
+    next test. Only a superuser may set it; elsewhere PostgreSQL's default stays."""
+    from django.db.backends.signals import connection_created
+
+    def slower_deadlock_check(sender, connection, **kwargs):
+        if connection.vendor != "postgresql":
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            if cursor.fetchone()[0]:
+                cursor.execute("SET deadlock_timeout = '20s'")
+
+    connection_created.connect(slower_deadlock_check, weak=False)
+    yield
+    connection_created.disconnect(slower_deadlock_check)
+
+
 @pytest.fixture(autouse=True)
 def audit_checkpoint_dir(tmp_path, settings):
     """Each test's signed ledger checkpoints in a directory of its own.
