@@ -114,6 +114,28 @@ class CompiledRead:
 MAX_COMPILED_ROWS = 16
 
 
+# psycopg caches how it parses a statement's placeholders only for statements of at most 50
+# values (`psycopg._queries.MAX_CACHED_STATEMENT_PARAMS`), so that ORMs' INSERTs of any number
+# of rows do not fill its cache. A compiled insert is one of a bounded set (a statement per
+# model and row count up to MAX_COMPILED_ROWS), yet a step's four ledger entries are 100
+# values: each was parsed again, a tenth of the step's Python calls. The bound is raised to
+# what the widest model's largest compiled insert takes; the cache keeps its size (128
+# statements, each at most 4 KB of text). A psycopg without the constant keeps its own way.
+_CACHED_PARAMS = MAX_COMPILED_ROWS * 32
+
+
+def _let_psycopg_cache_compiled_statements() -> None:
+    try:
+        from psycopg import _queries
+    except ImportError:  # no PostgreSQL driver: nothing to tune
+        return
+    if getattr(_queries, "MAX_CACHED_STATEMENT_PARAMS", _CACHED_PARAMS) < _CACHED_PARAMS:
+        _queries.MAX_CACHED_STATEMENT_PARAMS = _CACHED_PARAMS
+
+
+_let_psycopg_cache_compiled_statements()
+
+
 def insert_rows(objs: list[Model], *, using: str = DEFAULT_DB_ALIAS) -> None:
     """Insert `objs`, new instances of one model, in one statement, and give each the key the
     database made for it (where it makes them): what `Model.objects.bulk_create(objs)` does."""

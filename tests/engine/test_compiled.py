@@ -268,3 +268,21 @@ def test_text_values_of_every_kind_are_stored_as_the_orm_stores_them(run):
         assert (row["kind"], row["actor"]) == (other["kind"], other["actor"])
     assert stored(Event, ours[2].pk)["kind"] == "lazy"
     assert stored(Event, ours[3].pk)["kind"] == "ready"
+
+
+def test_the_widest_compiled_insert_is_parsed_by_psycopg_once(run):
+    from psycopg import _queries
+
+    from orchestrator.compiled import _insert_plan
+
+    widest = max(len(_insert_plan(model, connection, MAX_COMPILED_ROWS)[1])
+                 for model in (AuditEntry, Event, Run, StepRun))
+    assert _queries.MAX_CACHED_STATEMENT_PARAMS >= MAX_COMPILED_ROWS * widest
+    if connection.vendor != "postgresql":
+        return  # SQLite's driver has no such cache
+    with transaction.atomic():
+        insert_rows(events_of(run, MAX_COMPILED_ROWS, "test.first"))  # 96 values
+        before = _queries._query2pg.cache_info()
+        insert_rows(events_of(run, MAX_COMPILED_ROWS, "test.again"))
+    after = _queries._query2pg.cache_info()
+    assert after.hits > before.hits and after.misses == before.misses
