@@ -298,7 +298,7 @@ def update_rows(model: type[Model], *, where: dict[str, Any], values: dict[str, 
     of rows written."""
     connection = connections[using]
     key = (model, connection.vendor, tuple(where), tuple(values))
-    plan = _UPDATES.get(key)
+    plan = _FILTERED_UPDATES.get(key)
     if plan is None:
         quote = connection.ops.quote_name
         opts = model._meta
@@ -307,13 +307,16 @@ def update_rows(model: type[Model], *, where: dict[str, Any], values: dict[str, 
         sql = (f"UPDATE {quote(opts.db_table)} SET "
                f"{', '.join(f'{quote(f.column)} = %s' for f in columns)} "
                f"WHERE {' AND '.join(f'{quote(f.column)} = %s' for f in filters)}")
-        plan = _UPDATES[key] = (sql, columns, filters)
+        plan = _FILTERED_UPDATES[key] = (sql, columns, filters)
     sql, columns, filters = plan
     params = [field.get_db_prep_save(value, connection) for field, value in zip(columns, values.values(), strict=True)]
     params.extend(_db_key(field, value, connection) for field, value in zip(filters, where.values(), strict=True))
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
+
+
+_FILTERED_UPDATES: dict[tuple, tuple[str, list, list]] = {}
 
 
 def _db_key(field, value, connection):
