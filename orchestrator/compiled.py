@@ -118,7 +118,7 @@ MAX_COMPILED_ROWS = 16
 # values (`psycopg._queries.MAX_CACHED_STATEMENT_PARAMS`), so that ORMs' INSERTs of any number
 # of rows do not fill its cache. A compiled insert is one of a bounded set (a statement per
 # model and row count up to MAX_COMPILED_ROWS), yet a step's four ledger entries are 100
-# values: each was parsed again, a tenth of the step's Python calls. The bound is raised to
+# values: each was parsed again, a seventh of the step's Python calls. The bound is raised to
 # what the widest model's largest compiled insert takes; the cache keeps its size (128
 # statements, each at most 4 KB of text). A psycopg without the constant keeps its own way.
 _CACHED_PARAMS = MAX_COMPILED_ROWS * 32
