@@ -24,7 +24,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.models import NOT_PROVIDED, Model, QuerySet
@@ -68,9 +70,7 @@ class CompiledRead:
             raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
         if len(values) != plan.arity:
             raise TypeError(f"this read takes {plan.arity} values, {len(values)} given")
-        with connection.cursor() as cursor:
-            cursor.execute(plan.sql, values)
-            fetched = cursor.fetchall()
+        fetched, _ = execute(connection, plan.sql, values, fetch=True)
         if plan.converters:
             fetched = plan.compiler.apply_converters(fetched, plan.converters)
         found = []
@@ -105,6 +105,37 @@ class CompiledRead:
             populators=get_related_populators(klass_info, select, using), compiler=compiler,
             locks=bool(queryset.query.select_for_update))
 
+
+
+def execute(connection, sql: str, params: list, *, fetch: bool = False) -> tuple[list | None, int]:
+    """Send one statement: (its rows when `fetch`, else None; the rows it touched).
+
+    Through Django's own cursor when anything watches statements (the debug log, which tests'
+    query counts read, and `execute_wrapper`s) or the connection is due its health check; else
+    on a cursor kept for the connection, as Django's cursor would send it (the transaction
+    checked first, the driver's errors raised as Django's), without building and closing a
+    cursor and its wrappers per statement: those were a tenth of a step's Python.
+    """
+    if (connection.queries_logged or connection.execute_wrappers or connection.connection is None
+            or (connection.health_check_enabled and not connection.health_check_done)):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return (cursor.fetchall() if fetch else None), cursor.rowcount
+    connection.validate_thread_sharing()
+    connection.validate_no_broken_transaction()
+    cursor = _kept_cursor(connection)
+    with connection.wrap_database_errors:
+        cursor.execute(sql, params)
+        return (cursor.fetchall() if fetch else None), cursor.rowcount
+
+
+def _kept_cursor(connection):
+    """The driver's cursor kept for the open connection (a new one after a reconnect)."""
+    kept = getattr(connection, "_stepwise_kept_cursor", None)
+    if kept is None or kept[0] is not connection.connection:
+        kept = (connection.connection, connection.create_cursor())
+        connection._stepwise_kept_cursor = kept
+    return kept[1]
 
 
 # --- writes ---------------------------------------------------------------------------------
@@ -158,9 +189,7 @@ def insert_rows(objs: list[Model], *, using: str = DEFAULT_DB_ALIAS) -> None:
             obj.pk = pk.get_pk_value_on_save(obj)
         obj._prepare_related_fields_for_save(operation_name="bulk_create")
         values.extend([prepare(obj, True) for prepare in preparers])
-    with connection.cursor() as cursor:
-        cursor.execute(sql, values)
-        keys = cursor.fetchall() if returns_key else None
+    keys, _ = execute(connection, sql, values, fetch=returns_key)
     for i, obj in enumerate(objs):
         if keys is not None:
             setattr(obj, pk.attname, keys[i][0])
@@ -202,12 +231,6 @@ def _build_insert(model: type[Model], connection, rows: int) -> tuple[str, list,
     return sql, fields, returns_key
 
 
-# Fields whose value goes to the database as it is when it is a str or None: their
-# `pre_save` reads the attribute and their `get_db_prep_save` returns such a value unchanged,
-# through three calls per value. Exact classes only: a subclass may prepare values its own way.
-_TEXT_FIELDS = frozenset({models.CharField, models.TextField, models.SlugField})
-
-
 def _preparers(fields: list, connection) -> list[Callable[[Model, bool], Any]]:
     """One function per field giving an instance's value as the database takes it."""
     key = (connection.vendor, tuple(fields))
@@ -224,15 +247,57 @@ def _preparer(field, connection) -> Callable[[Model, bool], Any]:
     def prepare(obj: Model, add: bool) -> Any:
         return field.get_db_prep_save(field.pre_save(obj, add), connection)
 
-    if type(field) not in _TEXT_FIELDS:
+    shortcut = _shortcut(field, connection)
+    if shortcut is None:
         return prepare
     attname = field.attname
 
-    def text(obj: Model, add: bool) -> Any:
-        value = getattr(obj, attname)
-        return value if value is None or type(value) is str else prepare(obj, add)
+    def quick(obj: Model, add: bool) -> Any:
+        value = shortcut(getattr(obj, attname))
+        return prepare(obj, add) if value is _SLOW else value
 
-    return text
+    return quick
+
+
+# What a shortcut gives for a value it does not cover: the field's own three calls then.
+_SLOW = object()
+
+# Exact classes only: a subclass may prepare values its own way. Their `pre_save` reads the
+# attribute (a DateTimeField's too, unless it sets itself: auto_now, auto_now_add).
+_TEXT_FIELDS = frozenset({models.CharField, models.TextField, models.SlugField})
+_INTEGER_FIELDS = frozenset({models.IntegerField, models.BigIntegerField, models.SmallIntegerField,
+                             models.PositiveIntegerField, models.PositiveBigIntegerField,
+                             models.PositiveSmallIntegerField})
+_AUTO_FIELDS = frozenset({models.AutoField, models.BigAutoField, models.SmallAutoField})
+
+
+def _shortcut(field, connection) -> Callable[[Any], Any] | None:
+    """`field.get_db_prep_save` for the value types the engine writes, in one call: the last
+    step of Django's own chain (`get_prep_value` is the identity for these types), or _SLOW.
+    `tests/engine/test_compiled.py` compares every shortcut with the field's own chain."""
+    kind, ops = type(field), connection.ops
+    if kind is models.ForeignKey and type(field.target_field) in (*_AUTO_FIELDS, models.UUIDField):
+        target = _shortcut(field.target_field, connection)
+        return lambda value: None if value is None else target(value)
+    if kind in _TEXT_FIELDS:
+        return lambda value: value if value is None or type(value) is str else _SLOW
+    if kind in _INTEGER_FIELDS:
+        adapt, internal_type = ops.adapt_integerfield_value, field.get_internal_type()
+        return lambda value: adapt(value, internal_type) if value is None or type(value) is int else _SLOW
+    if kind in _AUTO_FIELDS:
+        validate = ops.validate_autopk_value
+        return lambda value: validate(value) if type(value) is int else _SLOW
+    if kind is models.UUIDField:
+        native = connection.features.has_native_uuid_field
+        return lambda value: (
+            None if value is None else (value if native else value.hex) if type(value) is UUID else _SLOW)
+    if kind is models.DateTimeField and not (field.auto_now or field.auto_now_add):
+        adapt = ops.adapt_datetimefield_value
+        return lambda value: (adapt(value) if value is None or (type(value) is datetime and value.tzinfo is UTC)
+                              else _SLOW)
+    if kind is models.BooleanField:
+        return lambda value: value if type(value) is bool else _SLOW
+    return None
 
 
 def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str | None = None) -> bool:
@@ -260,9 +325,7 @@ def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str 
     if guards:
         initial = obj._ConcurrentTransitionMixin__initial_states
         values.extend(field.get_db_prep_value(initial[field.attname], connection) for field in guards)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, values)
-        updated = cursor.rowcount > 0
+    updated = execute(connection, sql, values)[1] > 0
     if not updated and guards and model._base_manager.using(using).filter(pk=obj.pk).exists():
         raise ConcurrentTransition(
             "Cannot save object! The state has been changed since fetched from the database!")
@@ -311,9 +374,7 @@ def update_rows(model: type[Model], *, where: dict[str, Any], values: dict[str, 
     sql, columns, filters = plan
     params = [field.get_db_prep_save(value, connection) for field, value in zip(columns, values.values(), strict=True)]
     params.extend(_db_key(field, value, connection) for field, value in zip(filters, where.values(), strict=True))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
+    return execute(connection, sql, params)[1]
 
 
 _FILTERED_UPDATES: dict[tuple, tuple[str, list, list]] = {}

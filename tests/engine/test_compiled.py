@@ -286,3 +286,42 @@ def test_the_widest_compiled_insert_is_parsed_by_psycopg_once(run):
         insert_rows(events_of(run, MAX_COMPILED_ROWS, "test.again"))
     after = _queries._query2pg.cache_info()
     assert after.hits > before.hits and after.misses == before.misses
+
+
+def test_every_shortcut_gives_what_the_fields_own_chain_gives():
+    """Each field of the hot path's models, given the values the engine writes and values a
+    shortcut must leave to the field: the same database value, of the same type."""
+    import datetime
+    import uuid
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from orchestrator.compiled import _preparer
+    from orchestrator.models import StepAttempt
+
+    aware = timezone.now()
+    samples = [None, "", "text", 0, 7, 2**40, True, False, Decimal("1.5"), aware,
+               aware.astimezone(datetime.timezone(datetime.timedelta(hours=2))),
+               uuid.uuid4(), str(uuid.uuid4()), "12", 3.0, {"a": 1}, [1]]
+    checked = 0
+    for model in (AuditEntry, Event, Run, StepRun, StepAttempt):
+        for field in model._meta.concrete_fields:
+            if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+                continue
+            quick = _preparer(field, connection)
+            for value in samples:
+                obj = model.__new__(model)
+                obj.__dict__[field.attname] = value
+                try:
+                    expected = field.get_db_prep_save(value, connection)
+                except Exception as error:  # the field refuses it: so must the shortcut
+                    with pytest.raises(type(error)):
+                        quick(obj, False)
+                    continue
+                got = quick(obj, False)
+                assert type(got) is type(expected), (model, field.name, value)
+                # psycopg's wrappers (Jsonb, Int8...) compare by what they wrap
+                assert getattr(got, "obj", got) == getattr(expected, "obj", expected), (model, field.name, value)
+                checked += 1
+    assert checked > 300
