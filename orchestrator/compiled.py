@@ -45,6 +45,7 @@ class _Plan:
     populators: list
     compiler: Any
     locks: bool
+    build: Callable[[str, list, tuple], Model]
 
 
 class CompiledRead:
@@ -74,8 +75,9 @@ class CompiledRead:
         if plan.converters:
             fetched = plan.compiler.apply_converters(fetched, plan.converters)
         found = []
+        build = plan.build
         for row in fetched:
-            obj = plan.model.from_db(using, plan.init_list, row[plan.span])
+            obj = build(using, plan.init_list, row[plan.span])
             for populator in plan.populators:
                 populator.populate(row, obj)
             found.append(obj)
@@ -103,7 +105,7 @@ class CompiledRead:
             init_list=[column[0].target.attname for column in select[first:last]],
             span=slice(first, last), converters=compiler.get_converters(fields),
             populators=get_related_populators(klass_info, select, using), compiler=compiler,
-            locks=bool(queryset.query.select_for_update))
+            locks=bool(queryset.query.select_for_update), build=_from_db(klass_info["model"]))
 
 
 
@@ -136,6 +138,34 @@ def _kept_cursor(connection):
         kept = (connection.connection, connection.create_cursor())
         connection._stepwise_kept_cursor = kept
     return kept[1]
+
+
+def _from_db(model: type[Model]) -> Callable[[str, list, tuple], Model]:
+    """`model.from_db`, or what it does without Django's generic `__init__` (which sets each
+    field through its descriptor and looks for signal receivers), where that is the same:
+    nothing listens to the model's init signals and its `__init__` is Django's, or django-fsm's
+    (which then notes the state the row was read in). The columns not loaded stay absent from
+    the instance, deferred, as `from_db` leaves them."""
+    from django.db.models.base import ModelState
+    from django.db.models.signals import post_init, pre_init
+    from django_fsm import ConcurrentTransitionMixin
+
+    fsm = issubclass(model, ConcurrentTransitionMixin)
+    if (pre_init.has_listeners(model) or post_init.has_listeners(model)
+            or model.__init__ not in (Model.__init__, ConcurrentTransitionMixin.__init__)):
+        return model.from_db
+    new = model.__new__
+
+    def build(using: str, names: list, values: tuple) -> Model:
+        obj = new(model)
+        state = obj._state = ModelState()
+        state.adding, state.db = False, using
+        obj.__dict__.update(zip(names, values, strict=True))
+        if fsm:
+            obj._update_initial_state()
+        return obj
+
+    return build
 
 
 # --- writes ---------------------------------------------------------------------------------
@@ -232,15 +262,18 @@ def _build_insert(model: type[Model], connection, rows: int) -> tuple[str, list,
 
 
 def _preparers(fields: list, connection) -> list[Callable[[Model, bool], Any]]:
-    """One function per field giving an instance's value as the database takes it."""
-    key = (connection.vendor, tuple(fields))
+    """One function per field giving an instance's value as the database takes it.
+
+    `fields` is a plan's list, kept as long as the plan: found by identity, since hashing its
+    fields cost more than preparing their values."""
+    key = (connection.vendor, id(fields))
     found = _PREPARERS.get(key)
-    if found is None:
-        found = _PREPARERS[key] = [_preparer(field, connection) for field in fields]
-    return found
+    if found is None or found[0] is not fields:
+        found = _PREPARERS[key] = (fields, [_preparer(field, connection) for field in fields])
+    return found[1]
 
 
-_PREPARERS: dict[tuple, list] = {}
+_PREPARERS: dict[tuple, tuple[list, list]] = {}
 
 
 def _preparer(field, connection) -> Callable[[Model, bool], Any]:
