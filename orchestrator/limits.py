@@ -10,7 +10,11 @@ at once instead of being hammered by every retry.
   After STEPWISE_BREAKER_FAILURES consecutive transient failures the breaker opens for the
   cool-down; then one call may probe, and its outcome closes or re-opens it. `breaker_record`
   counts the call's outcome; a success resets only what the reading saw counted, so the
-  common case — a closed breaker and a success — costs one read of the cache per call.
+  common case — a closed breaker and a success — costs one read of the cache per call. A
+  worker carrying a run's next steps (`worker.Carry`) reads it once per message: after a
+  clean reading and a success, the steps it carries within the message's time (STEPWISE_CARRY_S) call
+  that dependency without reading it again, so a breaker another worker opens meanwhile
+  stops them at their next message.
 """
 import math
 from dataclasses import dataclass

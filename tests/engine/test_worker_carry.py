@@ -244,3 +244,38 @@ def test_a_child_run_s_first_step_is_carried_with_the_child_s_own_secret_inputs(
     assert handed == [{"pin": "s3cr3t-77"}]
     [child_run] = Run.objects.filter(parent_step__run=run)
     assert step_of(child_run, "use").state == "completed"
+
+
+def test_a_carry_reads_a_dependency_s_breaker_once_while_its_calls_succeed(team):
+    """The chain's three steps call the same tool: its breaker is read for the first, found
+    closed with nothing counted, and the two carried steps after that success do not read it."""
+    from unittest import mock
+
+    from orchestrator import limits
+
+    run = start(team, *CHAIN)
+    with mock.patch.object(limits, "breaker_read", wraps=limits.breaker_read) as read:
+        step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry())
+    assert Run.objects.get(id=run.id).state == "completed"
+    assert [c.args for c in read.call_args_list] == [("tool:core.echo",)]
+
+
+def test_a_breaker_found_with_a_failure_counted_is_read_again_at_the_next_carried_step(team):
+    from unittest import mock
+
+    from django.core.cache import cache
+
+    from orchestrator import limits
+
+    run = start(team, *CHAIN)
+    cache.set("cb:tool:core.echo:failures", 1, timeout=60)
+    try:
+        with mock.patch.object(limits, "breaker_read", wraps=limits.breaker_read) as read:
+            step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry())
+    finally:
+        cache.delete_many(["cb:tool:core.echo:until", "cb:tool:core.echo:probe",
+                           "cb:tool:core.echo:failures"])
+    assert Run.objects.get(id=run.id).state == "completed"
+    # s0 found a failure counted (its success reset it): s1 read the breaker again, found it
+    # clean, and s2 went on s1's reading.
+    assert read.call_count == 2

@@ -185,6 +185,10 @@ class Carry:
     # The sealed secrets of the run whose claim began this message ((run id, sealed)): a step
     # carried for the same run is handed them without reading them again.
     secrets: tuple | None = None
+    # Dependencies whose breaker this message found closed with nothing counted, and whose
+    # call then succeeded: its next carried steps that call them do not read the breaker
+    # again (at most `until` after the reading; a failure ends the carry).
+    clean: set[str] = field(default_factory=set)
 
     @classmethod
     def for_message(cls, queue: str | None) -> "Carry | None":
@@ -264,7 +268,8 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
                       settle_call=partial(call_settle, step_id=step_id, attempt=claim.attempt))
     dependency = limits.dependency_of(claim.spec)
     try:
-        breaker = limits.breaker_read(dependency)
+        breaker = (limits.BreakerReading() if carry and dependency in carry.clean
+                   else limits.breaker_read(dependency))
         if breaker.open_for:
             # A failing dependency is not called; the step retries under its policy.
             raise StepError("transient", f"circuit open for {dependency}",
@@ -281,6 +286,8 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
                 raise
             _observe_duration(claim, started, outcome="succeeded")
             limits.breaker_record(dependency, error_class=None, reading=breaker)
+            if carry and breaker.clean:
+                carry.clean.add(dependency)
     except StepError as error:
         # A failed attempt may still have spent tokens (model calls, repairs): charge them.
         error.message = secrets.scrub(error.message)
