@@ -449,7 +449,7 @@ STEPWISE_ALERTS_SETTLE_S = float(os.environ.get("STEPWISE_ALERTS_SETTLE_S", "2")
 # --- API ------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "orchestrator.api.authentication.CompiledTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

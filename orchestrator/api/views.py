@@ -25,7 +25,7 @@ from approvals.models import ApprovalDecision, ApprovalRequest
 from budgets.serializers import BudgetRaiseSerializer, RunEstimateSerializer
 from budgets.services import run_estimate
 
-from ..authz import visible
+from ..authz import visible, visible_workflows_named
 from ..definitions import DefinitionInvalid, parse_definition_text
 from ..errors import NotAllowed
 from ..models import DeadLetter, Event, Run, StepRun, Workflow, WorkflowVersion
@@ -106,7 +106,11 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
 
     def get_object(self) -> Workflow:
         name = self.kwargs["name"]
-        found = list(self.filter_queryset(self.get_queryset()).filter(name=name)[:10])
+        if self.action in ("runs", "estimate"):  # every run started: the lookup compiled
+            found = visible_workflows_named(self.request.user, name,
+                                            team_slug=self.request.query_params.get("team"))
+        else:
+            found = list(self.filter_queryset(self.get_queryset()).filter(name=name)[:10])
         if not found:
             raise NotFound(f"workflow '{name}' not found")
         if len(found) > 1:
