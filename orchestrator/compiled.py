@@ -24,7 +24,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -145,7 +146,8 @@ def _from_db(model: type[Model]) -> Callable[[str, list, tuple], Model]:
     field through its descriptor and looks for signal receivers), where that is the same:
     nothing listens to the model's init signals and its `__init__` is Django's, or django-fsm's
     (which then notes the state the row was read in). The columns not loaded stay absent from
-    the instance, deferred, as `from_db` leaves them."""
+    the instance, deferred, as `from_db` leaves them. A state machine's row also keeps the
+    values it was read with, so that its whole save writes only what changed (`update_row`)."""
     from django.db.models.base import ModelState
     from django.db.models.signals import post_init, pre_init
     from django_fsm import ConcurrentTransitionMixin
@@ -160,9 +162,11 @@ def _from_db(model: type[Model]) -> Callable[[str, list, tuple], Model]:
         obj = new(model)
         state = obj._state = ModelState()
         state.adding, state.db = False, using
-        obj.__dict__.update(zip(names, values, strict=True))
+        loaded = dict(zip(names, values, strict=True))
+        obj.__dict__.update(loaded)
         if fsm:
             obj._update_initial_state()
+            state.loaded = loaded  # what a whole save compares with (`update_row`)
         return obj
 
     return build
@@ -335,7 +339,9 @@ def _shortcut(field, connection) -> Callable[[Any], Any] | None:
 
 def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str | None = None) -> bool:
     """Write `fields` of saved `obj` (every loaded field when None) with one UPDATE, as
-    `obj.save()` does; False when no row has its key.
+    `obj.save()` does; False when no row has its key. Of a row a compiled read built, a whole
+    save writes the columns whose values changed since it was read or last written (dicts and
+    lists, which change in place, always): what `obj.save()` leaves in the row is the same.
 
     A state machine's row (django-fsm's `ConcurrentTransitionMixin`) is written only while
     its state is still the one it was read in: `ConcurrentTransition` is raised otherwise, as
@@ -346,11 +352,14 @@ def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str 
     using = using or obj._state.db or DEFAULT_DB_ALIAS
     connection = connections[using]
     model = type(obj)
+    loaded = getattr(obj._state, "loaded", None)
+    guarded = isinstance(obj, ConcurrentTransitionMixin)
     if fields is None:
         deferred = obj.get_deferred_fields()
         fields = tuple(f.attname for f in model._meta.concrete_fields
                        if not f.primary_key and f.attname not in deferred)
-    guarded = isinstance(obj, ConcurrentTransitionMixin)
+        if loaded is not None:
+            fields = _changed_since_read(obj, fields, loaded)
     sql, columns, guards = _update_plan(model, connection, tuple(fields), guarded)
     obj._prepare_related_fields_for_save(operation_name="save")
     values = [prepare(obj, False) for prepare in _preparers(columns, connection)]
@@ -364,7 +373,27 @@ def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str 
             "Cannot save object! The state has been changed since fetched from the database!")
     if updated and guarded:
         obj._update_initial_state()
+    if loaded is not None:
+        # What the row now holds: a column set back to what it was read with is written.
+        current = obj.__dict__
+        obj._state.loaded = {**loaded, **{f.attname: current[f.attname] for f in columns}} if updated else None
     return updated
+
+
+# Values compared by equality: whatever holds them cannot have changed them in place. A JSON
+# column's dict or list can, so it is always written.
+_IMMUTABLE = frozenset({type(None), bool, int, float, Decimal, str, bytes, datetime, date, time,
+                        timedelta, UUID})
+
+
+def _changed_since_read(obj: Model, fields: tuple[str, ...], loaded: dict) -> tuple[str, ...]:
+    """Of a whole save's `fields`, those whose value may differ from the one the row was
+    read with (every column when none did: the save still checks the row and its state)."""
+    current, absent = obj.__dict__, object()
+    changed = tuple(name for name in fields if not (
+        type(value := current[name]) in _IMMUTABLE
+        and type(value) is type(before := loaded.get(name, absent)) and value == before))
+    return changed or fields
 
 
 _UPDATES: dict[tuple, tuple[str, list, list]] = {}

@@ -148,9 +148,11 @@ class CachedStateFieldsMixin(ConcurrentTransitionMixin):
     def save(self, *args, **kwargs) -> None:
         """A saved row is written with one UPDATE whose text is built once (`compiled`):
         Django's own save compiled it anew each time, and every transition saves a row. The
-        same columns, the same state guard; anything else (a new row, other options) goes
-        through Django's save."""
+        same state guard; a whole save of a row read by a compiled read writes the columns
+        that changed, which leaves the row as Django's save of every column would. Anything
+        else (a new row, other options) goes through Django's save."""
         if args or self._state.adding or set(kwargs) - {"update_fields"}:
+            self._state.loaded = None  # what the row holds is no longer followed
             super().save(*args, **kwargs)
             return
         fields = kwargs.get("update_fields")
@@ -162,6 +164,10 @@ class CachedStateFieldsMixin(ConcurrentTransitionMixin):
             if fields is not None:
                 raise DatabaseError("Save with update_fields did not affect any rows.")
             super().save()  # the row is gone: Django inserts it again
+
+    def refresh_from_db(self, *args, **kwargs) -> None:
+        self._state.loaded = None  # the values read now are not those a compiled read kept
+        super().refresh_from_db(*args, **kwargs)
 
 
 @cache

@@ -5,6 +5,7 @@ joined instances, the same lock, and the same error outside a transaction. A com
 stores what `bulk_create` stores and gives the keys; a save writes the same columns under the
 same state guard, and raises where Django and django-fsm raise.
 """
+import re
 from unittest import mock
 
 import pytest
@@ -215,6 +216,66 @@ def test_a_transitions_save_builds_no_statement_through_the_orms_compiler(run):
         run.save(update_fields=["progressed_at"])
     assert compiled.call_count == 0
     assert stored(StepRun, step.pk)["state"] == "skipped"
+
+
+def read_step(run, name: str) -> StepRun:
+    """A step as the engine reads it: through the compiled read of the run's steps."""
+    return next(s for s in selectors.steps_of(run) if s.name == name)
+
+
+def set_columns(queries) -> list[set[str]]:
+    updates = [q["sql"] for q in queries if q["sql"].startswith("UPDATE")]
+    return [set(re.findall(r'"(\w+)" = ', sql.split(" WHERE ")[0])) for sql in updates]
+
+
+def test_a_whole_save_of_a_read_row_writes_the_columns_its_transition_changed(run):
+    step = read_step(run, "b")
+    step.skip(reason="changed")
+    with CaptureQueriesContext(connection) as queries:
+        step.save()
+    assert set_columns(queries) == [{"state", "skip_reason", "finished_at"}]
+    expected = stored(StepRun, step.pk)
+    assert (expected["state"], expected["skip_reason"]) == ("skipped", "changed")
+    assert expected["finished_at"] == step.finished_at
+
+
+def test_a_column_set_back_to_the_value_it_was_read_with_is_written(run):
+    step = read_step(run, "b")
+    step.lease_owner = "worker:one"
+    step.save()
+    step.lease_owner = ""  # what it was read with, and no longer what the row holds
+    step.skip_reason = "second"  # so that the save is not of every column
+    step.save()
+    assert (stored(StepRun, step.pk)["lease_owner"], stored(StepRun, step.pk)["skip_reason"]) == ("", "second")
+
+
+def test_a_value_changed_in_place_is_written(run):
+    step = read_step(run, "b")
+    step.error = {"class": "first", "tries": [1]}
+    step.save()
+    step.error["tries"].append(2)
+    step.skip_reason = "second"  # so that the save is not of every column
+    step.save()
+    assert stored(StepRun, step.pk)["error"] == {"class": "first", "tries": [1, 2]}
+
+
+def test_a_whole_save_that_changes_nothing_still_finds_the_state_moved(run):
+    mine = read_step(run, "b")
+    theirs = run.steps.get(name="b")
+    theirs.skip(reason="theirs")
+    theirs.save()
+    with pytest.raises(ConcurrentTransition):
+        mine.save()
+
+
+def test_a_row_read_again_from_the_database_is_written_whole(run):
+    step = read_step(run, "b")
+    StepRun.objects.filter(pk=step.pk).update(lease_owner="theirs")
+    step.refresh_from_db()
+    step.lease_owner = ""  # what the compiled read gave, not what refresh_from_db did
+    step.skip_reason = "mine"  # so that the save is not of every column
+    step.save()
+    assert (stored(StepRun, step.pk)["lease_owner"], stored(StepRun, step.pk)["skip_reason"]) == ("", "mine")
 
 
 def test_a_run_inserted_with_its_own_key_is_the_row_save_writes_and_guards_its_state(run):
