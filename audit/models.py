@@ -15,6 +15,8 @@ import json
 from django.db import models
 from django.db.models import F
 
+from orchestrator.compiled import KeywordInit
+
 GENESIS_HASH = "0" * 64
 
 
@@ -35,7 +37,7 @@ class SubjectType(models.TextChoices):
     TRIGGER = "trigger"
 
 
-class AuditEntry(models.Model):
+class AuditEntry(KeywordInit, models.Model):
     """One ledger entry. `sequence`, `prev_hash` and `hash` link it into the chain.
 
     On SQLite the chain fields are filled when the row is inserted; on PostgreSQL a deferred

@@ -29,9 +29,11 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from django.db import DEFAULT_DB_ALIAS, connections, models
-from django.db.models import NOT_PROVIDED, Model, QuerySet
+from django.db import DEFAULT_DB_ALIAS, connections, models, router
+from django.db.models import DEFERRED, NOT_PROVIDED, Model, QuerySet
+from django.db.models.base import ModelState
 from django.db.models.query import get_related_populators
+from django.db.models.signals import post_init, pre_init
 from django.db.transaction import TransactionManagementError
 
 
@@ -148,13 +150,11 @@ def _from_db(model: type[Model]) -> Callable[[str, list, tuple], Model]:
     (which then notes the state the row was read in). The columns not loaded stay absent from
     the instance, deferred, as `from_db` leaves them. A state machine's row also keeps the
     values it was read with, so that its whole save writes only what changed (`update_row`)."""
-    from django.db.models.base import ModelState
-    from django.db.models.signals import post_init, pre_init
     from django_fsm import ConcurrentTransitionMixin
 
     fsm = issubclass(model, ConcurrentTransitionMixin)
     if (pre_init.has_listeners(model) or post_init.has_listeners(model)
-            or model.__init__ not in (Model.__init__, ConcurrentTransitionMixin.__init__)):
+            or model.__init__ not in (Model.__init__, ConcurrentTransitionMixin.__init__, KeywordInit.__init__)):
         return model.from_db
     new = model.__new__
 
@@ -170,6 +170,76 @@ def _from_db(model: type[Model]) -> Callable[[str, list, tuple], Model]:
         return obj
 
     return build
+
+
+class KeywordInit:
+    """Model mixin: a new row built from keywords (`Event(run=run, kind=...)`, a step makes a
+    dozen) as Django's `__init__` builds it, without its walk through every field: each value
+    given, or the field's default, goes into the instance as Django's descriptors would put
+    it; a related instance is still set through its descriptor (its checks and cache).
+
+    Django's own `__init__` builds it where anything could differ: positional values (a row
+    read by the ORM), a name that is not a field (it raises), DEFERRED, init-signal
+    receivers, database routers, a field with a descriptor of its own.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        plan = None if args else _keyword_plan(type(self))
+        if plan is None or not plan.takes(kwargs):
+            super().__init__(*args, **kwargs)
+            return
+        self._state = ModelState()
+        values = self.__dict__
+        for attname, default, call in plan.plain:
+            values[attname] = kwargs[attname] if attname in kwargs else default() if call else default
+        for name, attname, default in plan.related:
+            if name in kwargs:
+                setattr(self, name, kwargs[name])  # the descriptor: type, database, cache
+            else:
+                values[attname] = kwargs.get(attname, default)
+
+
+@dataclass(frozen=True)
+class _KeywordPlan:
+    plain: tuple[tuple[str, Any, bool], ...]    # attname, default (or what makes it), call it
+    related: tuple[tuple[str, str, Any], ...]   # name, attname, default
+    names: frozenset[str]
+
+    def takes(self, kwargs: dict) -> bool:
+        return (kwargs.keys() <= self.names
+                and not any(name in kwargs and attname in kwargs for name, attname, _ in self.related)
+                and not any(value is DEFERRED for value in kwargs.values())
+                and not (pre_init.receivers or post_init.receivers or router.routers))
+
+
+_KEYWORD_PLANS: dict[type, _KeywordPlan | None] = {}
+
+
+def _keyword_plan(model: type[Model]) -> _KeywordPlan | None:
+    if model in _KEYWORD_PLANS:
+        return _KEYWORD_PLANS[model]
+    from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
+    from django.db.models.query_utils import DeferredAttribute
+
+    plain, related, plan = [], [], None
+    opts = model._meta
+    for field in opts.fields:
+        descriptor = type(model.__dict__.get(field.attname))
+        if field.column is None or field.generated or not field.concrete:
+            break
+        if (field.many_to_one and descriptor is ForeignKeyDeferredAttribute
+                and not (field.has_default() and callable(field.default))):
+            related.append((field.name, field.attname, field.get_default()))
+        elif not field.is_relation and descriptor is DeferredAttribute:
+            call = field.has_default() and callable(field.default)
+            plain.append((field.attname, field.default if call else field.get_default(), call))
+        else:
+            break
+    else:
+        plan = _KeywordPlan(plain=tuple(plain), related=tuple(related),
+                            names=frozenset([p[0] for p in plain] + [n for r in related for n in r[:2]]))
+    _KEYWORD_PLANS[model] = plan
+    return plan
 
 
 # --- writes ---------------------------------------------------------------------------------

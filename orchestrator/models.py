@@ -15,7 +15,7 @@ from django_fsm import ConcurrentTransitionMixin, FSMField, FSMFieldMixin, trans
 
 from .artifacts import ArtifactJSONField
 from .clock import now
-from .compiled import update_row
+from .compiled import KeywordInit, update_row
 from .states import (
     RUN_LIVE,
     RUN_TERMINAL,
@@ -442,7 +442,7 @@ class StepRun(CachedStateFieldsMixin, models.Model):
         self.skip_reason = ""
         self.finished_at = None
 
-class StepAttempt(models.Model):
+class StepAttempt(KeywordInit, models.Model):
     """One execution of a step by a worker: who, when, what it cost and how it ended."""
 
     step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="attempt_records")
@@ -517,7 +517,7 @@ class MapItem(models.Model):
         return f"item {self.index} of step {self.step_id}"
 
 
-class Event(models.Model):
+class Event(KeywordInit, models.Model):
     """The transactional outbox: one row per transition, written in the same transaction.
 
     The audit ledger, the live dashboard and notifications read from here.

@@ -6,10 +6,12 @@ stores what `bulk_create` stores and gives the keys; a save writes the same colu
 same state guard, and raises where Django and django-fsm raise.
 """
 import re
+from decimal import Decimal
 from unittest import mock
 
 import pytest
 from django.db import DatabaseError, connection, transaction
+from django.db.models import Model
 from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
@@ -18,7 +20,7 @@ from django_fsm import ConcurrentTransition
 from audit.models import AuditEntry
 from orchestrator import selectors
 from orchestrator.compiled import MAX_COMPILED_ROWS, CompiledRead, insert_rows
-from orchestrator.models import Event, Run, StepRun
+from orchestrator.models import Event, Run, StepAttempt, StepRun
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
@@ -386,3 +388,79 @@ def test_every_shortcut_gives_what_the_fields_own_chain_gives():
                 assert getattr(got, "obj", got) == getattr(expected, "obj", expected), (model, field.name, value)
                 checked += 1
     assert checked > 300
+
+
+# --- new rows from keywords -----------------------------------------------------------------
+
+
+def built_by_django(model, **kwargs):
+    obj = model.__new__(model)
+    Model.__init__(obj, **kwargs)
+    return obj
+
+
+def instance_state(obj) -> tuple:
+    """Everything `__init__` leaves in an instance; a value its field's callable default made
+    (a timestamp) is compared by type."""
+    callables = {f.attname for f in obj._meta.fields if f.has_default() and callable(f.default)}
+    values = {name: (type(value) if name in callables else value)
+              for name, value in vars(obj).items() if name != "_state"}
+    state = obj._state
+    return values, state.adding, state.db, {k: id(v) for k, v in state.fields_cache.items()}
+
+
+def keyword_builds(run, step) -> list[tuple]:
+    return [
+        (Event, {"run": run, "step": step, "kind": "step.ready", "actor": "worker:w",
+                 "payload": {"a": [1, "two"]}}),
+        (Event, {"run": run, "kind": "run.created"}),  # every other field its default
+        (Event, {"run_id": run.id, "step_id": step.id, "kind": "by key"}),
+        (Event, {"run": run, "step": None, "kind": "no step"}),
+        (StepAttempt, {"step": step, "number": 2, "worker": "w", "idempotency_key": "k",
+                       "cost_usd": Decimal("0.5")}),
+        (AuditEntry, {"actor": "system:test", "action": "step.ready", "run_id": run.id,
+                      "workflow_version": 3, "payload": "{}", "event_id": 7}),
+    ]
+
+
+def test_a_row_built_from_keywords_is_what_djangos_init_builds(run):
+    step = run.steps.get(name="a")
+    for model, kwargs in keyword_builds(run, step):
+        ours, theirs = model(**kwargs), built_by_django(model, **kwargs)
+        assert instance_state(ours) == instance_state(theirs), model.__name__
+
+
+def test_a_row_built_from_keywords_does_not_go_through_djangos_init(run):
+    step = run.steps.get(name="a")
+    with mock.patch.object(Model, "__init__", autospec=True, side_effect=Model.__init__) as django_init:
+        for model, kwargs in keyword_builds(run, step):
+            model(**kwargs)
+    assert django_init.call_count == 0
+
+
+def test_a_default_made_by_a_callable_is_made_for_each_row(run):
+    first, second = Event(run=run, kind="one"), Event(run=run, kind="two")
+    assert first.payload == second.payload == {} and first.payload is not second.payload
+
+
+def test_what_djangos_init_refuses_is_refused_the_same_way(run):
+    step = run.steps.get(name="a")
+    for kwargs, error in (({"run": run, "kind": "x", "colour": "red"}, TypeError),
+                          ({"run": step, "kind": "x"}, ValueError),
+                          ({"run": run, "run_id": run.id, "kind": "x"}, None)):
+        if error is None:  # both the instance and its key: Django sets the key after
+            assert instance_state(Event(**kwargs)) == instance_state(built_by_django(Event, **kwargs))
+            continue
+        with pytest.raises(error) as ours:
+            Event(**kwargs)
+        with pytest.raises(error) as theirs:
+            built_by_django(Event, **kwargs)
+        assert str(ours.value) == str(theirs.value)
+
+
+def test_a_row_read_by_the_orm_is_built_by_djangos_init(run):
+    step = run.steps.get(name="a")
+    Event.objects.create(run=run, step=step, kind="read back", payload={"k": 1})
+    with mock.patch.object(Model, "__init__", autospec=True, side_effect=Model.__init__) as django_init:
+        found = Event.objects.get(run=run, kind="read back")
+    assert django_init.call_count == 1 and not found._state.adding and found.payload == {"k": 1}
