@@ -47,6 +47,7 @@ CONTENT_FIELDS = (
     "payload", "payload_ref",
 )
 CHAIN_FIELDS = ("sequence", "prev_hash", "hash", "digest")
+_ROW_FIELDS = (*CONTENT_FIELDS, *CHAIN_FIELDS)
 
 
 def timestamp_text(value: datetime) -> str:
@@ -56,7 +57,8 @@ def timestamp_text(value: datetime) -> str:
 
 def entry_row(entry: AuditEntry) -> dict:
     """An entry as plain JSON values: what exports contain and what the digest is computed on."""
-    row = {name: getattr(entry, name) for name in (*CONTENT_FIELDS, *CHAIN_FIELDS)}
+    loaded = entry.__dict__  # a field not loaded (deferred) is read through its descriptor
+    row = {name: loaded[name] if name in loaded else getattr(entry, name) for name in _ROW_FIELDS}
     row["created_at"] = timestamp_text(entry.created_at)
     row["run_id"] = str(entry.run_id) if entry.run_id else None
     return row
