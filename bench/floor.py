@@ -50,9 +50,8 @@ def read_stamps(folder: Path, tag: str) -> list[tuple]:
     return stamps
 
 
-def measure(*, runs: int, steps: int, idle_runs: int, warmup: int, concurrency: int,
-            env: dict, var_dir: Path, deadline: float, rss: dict) -> dict:
-    """Idle chains one at a time, then `runs` chains at once; the same shape as Stepwise's."""
+def _setup(env: dict, var_dir: Path, steps: int, concurrency: int, deadline: float):
+    """(send(tag, run), start_workers(), the folder the links write to)."""
     folder = var_dir / "floor"
     folder.mkdir(exist_ok=True)
     floor_env = {k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"}
@@ -70,6 +69,35 @@ def measure(*, runs: int, steps: int, idle_runs: int, warmup: int, concurrency: 
         return celery_worker("floor", "bench.floor_app", concurrency=concurrency, env=floor_env,
                              var_dir=var_dir, deadline=deadline)
 
+    return send, start_workers, folder
+
+
+def throughput_round(*, tag: str, runs: int, steps: int, concurrency: int, env: dict,
+                     var_dir: Path, deadline: float) -> float | None:
+    """Steps per second of `runs` chains sent at once to a worker started for them (the loaded
+    phase of `measure` again, for another round of the throughput; `tag` names its links)."""
+    send, start_workers, folder = _setup(env, var_dir, steps, concurrency, deadline)
+    workers = start_workers()
+    try:
+        for r in range(runs):
+            send(tag, r)
+        stamps = _wait(folder, tag, runs * steps, deadline=deadline, check=workers.check)
+    finally:
+        workers.stop()
+    return _steps_per_s(stamps)
+
+
+def _steps_per_s(stamps: list[tuple]) -> float | None:
+    if not stamps:
+        return None
+    wall = max(s[3] for s in stamps) - min(s[2] for s in stamps)
+    return round(len(stamps) / wall, 2) if wall else None
+
+
+def measure(*, runs: int, steps: int, idle_runs: int, warmup: int, concurrency: int,
+            env: dict, var_dir: Path, deadline: float, rss: dict) -> dict:
+    """Idle chains one at a time, then `runs` chains at once; the same shape as Stepwise's."""
+    send, start_workers, folder = _setup(env, var_dir, steps, concurrency, deadline)
     workers = start_workers()
     died, starts, idle = [], [], []
     try:
@@ -112,7 +140,7 @@ def measure(*, runs: int, steps: int, idle_runs: int, warmup: int, concurrency: 
         "create_and_dispatch_s": round(published - t0, 3),
         "wall_s": round(wall, 3) if wall else None,
         "total_s": round(last_finish - t0, 3) if stamps else None,
-        "steps_per_s": round(len(stamps) / wall, 2) if wall else None,
+        "steps_per_s": _steps_per_s(stamps),
         "worker_died": died,
         "celery_config": celery_config(),
     }

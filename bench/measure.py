@@ -288,6 +288,8 @@ def measure(args, result: dict) -> None:
         incidents.append(f"floor: {str(exc)[-1000:]}")
         say(f"floor: FAILED ({str(exc)[-300:]})")
     checkpoint()
+    throughput_rounds(args, result, fixtures["chain"], start_workers=start_workers, env=env,
+                      var_dir=var_dir, checkpoint=checkpoint)
     say("queries per step: one chain through the step services, in process")
     result["queries"] = inprocess.queries_per_step(fixtures["chain"])
     result["queries"]["api_start"] = inprocess.api_start_statements(fixtures["token"], "bench-chain")
@@ -299,6 +301,48 @@ def measure(args, result: dict) -> None:
     checkpoint()
     say("large values: a chain of 256 KB outputs, in the row and as artifacts")
     result["large_values"] = inprocess.large_values(fixtures["team"])
+
+
+def throughput_rounds(args, result: dict, version, *, start_workers, env: dict, var_dir: Path,
+                      checkpoint) -> None:
+    """The loaded throughput again, Stepwise then the floor, `--rounds` times in all (the first
+    round is the loaded phases above). The machine's speed moves within a minute, and each
+    loaded phase lasts seconds: the ratio of one round can catch one side in a slow moment.
+    Each round's ratio is kept; the table gives them and their median."""
+    from . import floor
+
+    sw, fl = result.get("stepwise", {}).get("steps_per_s"), result.get("floor", {}).get("steps_per_s")
+    rounds = result["throughput_rounds"] = [{"stepwise": sw, "floor": fl, "ratio": _ratio(sw, fl)}]
+    for n in range(2, args.rounds + 1):
+        if time.time() + ROUND_BUDGET_S > args.deadline - 60:  # leave the in-process phases time
+            result.setdefault("incidents", []).append(f"throughput rounds: stopped before round {n}"
+                                                      " (deadline)")
+            break
+        say(f"throughput round {n}/{args.rounds}: {args.runs} Stepwise runs, then the floor")
+        workers = start_workers()
+        try:
+            mine = chain_throughput(version, runs=args.runs, steps=args.steps,
+                                    deadline=time.time() + ROUND_BUDGET_S / 2, check=workers.check)
+        finally:
+            workers.stop()
+        try:
+            theirs = floor.throughput_round(tag=f"round{n}", runs=args.runs, steps=args.steps,
+                                            concurrency=args.workers_concurrency, env=env,
+                                            var_dir=var_dir, deadline=time.time() + ROUND_BUDGET_S / 2)
+        except (Deadline, RuntimeError) as exc:
+            result.setdefault("incidents", []).append(f"floor round {n}: {str(exc)[-500:]}")
+            theirs = None
+        sw = mine["steps_per_s"] if mine["steps_done"] == mine["steps_expected"] else None
+        rounds.append({"stepwise": sw, "floor": theirs, "ratio": _ratio(sw, theirs)})
+        checkpoint()
+
+
+# What one more throughput round may take at most (workers' starts included).
+ROUND_BUDGET_S = 120
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
 
 
 def scale_phases(args, result: dict, *, base_url: str, token: str, server, workers,
@@ -365,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--held-runs", type=int, default=0)
     parser.add_argument("--fanout-items", type=int, default=0)
     parser.add_argument("--fanout-probes", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deadline", type=float, required=True, help="epoch seconds")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)

@@ -43,7 +43,7 @@ def run_backend(backend: str, args, deadline: float) -> dict:
                    "--live-runs", str(args.live_runs),
                    "--api-clients", str(args.api_clients), "--api-requests", str(args.api_requests),
                    "--held-runs", str(args.held_runs), "--fanout-items", str(args.fanout_items),
-                   "--fanout-probes", str(args.fanout_probes),
+                   "--fanout-probes", str(args.fanout_probes), "--rounds", str(args.rounds),
                    "--deadline", str(deadline)]
             child = subprocess.Popen(cmd, cwd=ROOT, env=env)
             try:
@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="map items of one run while single steps are probed (default 0: skip)")
     parser.add_argument("--fanout-probes", type=int, default=30,
                         help="single-step runs started one at a time during the fan-out (default 30)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="loaded throughput rounds, Stepwise then the floor in each; the "
+                        "table gives each round's ratio and their median (default 3)")
     parser.add_argument("--timeout", type=float, default=600,
                         help="seconds for the whole invocation, shared by the backends (default 600)")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "var" / "bench",
@@ -106,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true",
                         help="keep each backend's temporary var dir (logs, SQLite file)")
     args = parser.parse_args(argv)
-    if args.steps < 2 or args.runs < 1 or args.start_runs < 1:
-        parser.error("--steps must be >= 2, --runs and --start-runs >= 1")
+    if args.steps < 2 or args.runs < 1 or args.start_runs < 1 or args.rounds < 1:
+        parser.error("--steps must be >= 2, --runs, --start-runs and --rounds >= 1")
 
     backends = list(BACKENDS) if args.backend == "both" else [args.backend]
     end = time.time() + args.timeout

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
 from collections.abc import Iterable, Sequence
 
@@ -102,6 +103,11 @@ def table(results: list[dict]) -> str:
         sps, fps = sw.get("steps_per_s"), fl.get("steps_per_s")
         lines.append(f"{b:<10}throughput steps/s  stepwise={_fmt(sps)} floor={_fmt(fps)} "
                      f"ratio={_fmt(ratio(sps, fps))}")
+        if len(rounds := r.get("throughput_rounds") or []) > 1:
+            ratios = [x["ratio"] for x in rounds if x["ratio"] is not None]
+            each = ", ".join(f"{_fmt(x['stepwise'])}/{_fmt(x['floor'])}={_fmt(x['ratio'])}" for x in rounds)
+            lines.append(f"{b:<10}throughput rounds  {each}; median ratio="
+                         f"{_fmt(statistics.median(ratios) if ratios else None)}")
         lines.append(f"{b:<10}wall time (s)  stepwise={_fmt(sw.get('wall_s'))} "
                      f"floor={_fmt(fl.get('wall_s'))}  ({sw.get('steps_done', 0)}/"
                      f"{sw.get('steps_expected', 0)} and {fl.get('steps_done', 0)}/"
