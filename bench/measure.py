@@ -32,7 +32,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from .procs import ROOT, Deadline, WorkerDied, api_server, celery_worker
-from .stats import chain_latencies_ms, say, summary
+from .stats import chain_latencies_ms, ratio, say, summary
 
 POLL_S = 0.01
 WARMUP = 3  # runs (and floor chains) before the measured ones: imports, connections, caches
@@ -312,7 +312,7 @@ def throughput_rounds(args, result: dict, version, *, start_workers, env: dict, 
     from . import floor
 
     sw, fl = result.get("stepwise", {}).get("steps_per_s"), result.get("floor", {}).get("steps_per_s")
-    rounds = result["throughput_rounds"] = [{"stepwise": sw, "floor": fl, "ratio": _ratio(sw, fl)}]
+    rounds = result["throughput_rounds"] = [{"stepwise": sw, "floor": fl, "ratio": ratio(sw, fl)}]
     for n in range(2, args.rounds + 1):
         if time.time() + ROUND_BUDGET_S > args.deadline - 60:  # leave the in-process phases time
             result.setdefault("incidents", []).append(f"throughput rounds: stopped before round {n}"
@@ -333,16 +333,12 @@ def throughput_rounds(args, result: dict, version, *, start_workers, env: dict, 
             result.setdefault("incidents", []).append(f"floor round {n}: {str(exc)[-500:]}")
             theirs = None
         sw = mine["steps_per_s"] if mine["steps_done"] == mine["steps_expected"] else None
-        rounds.append({"stepwise": sw, "floor": theirs, "ratio": _ratio(sw, theirs)})
+        rounds.append({"stepwise": sw, "floor": theirs, "ratio": ratio(sw, theirs)})
         checkpoint()
 
 
 # What one more throughput round may take at most (workers' starts included).
 ROUND_BUDGET_S = 120
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a and b else None
 
 
 def scale_phases(args, result: dict, *, base_url: str, token: str, server, workers,
