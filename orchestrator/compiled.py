@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from functools import cache
 from typing import Any
 from uuid import UUID
 
@@ -212,12 +213,8 @@ class _KeywordPlan:
                 and not (pre_init.receivers or post_init.receivers or router.routers))
 
 
-_KEYWORD_PLANS: dict[type, _KeywordPlan | None] = {}
-
-
+@cache
 def _keyword_plan(model: type[Model]) -> _KeywordPlan | None:
-    if model in _KEYWORD_PLANS:
-        return _KEYWORD_PLANS[model]
     from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
     from django.db.models.query_utils import DeferredAttribute
 
@@ -238,7 +235,6 @@ def _keyword_plan(model: type[Model]) -> _KeywordPlan | None:
     else:
         plan = _KeywordPlan(plain=tuple(plain), related=tuple(related),
                             names=frozenset([p[0] for p in plain] + [n for r in related for n in r[:2]]))
-    _KEYWORD_PLANS[model] = plan
     return plan
 
 
