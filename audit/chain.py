@@ -12,10 +12,12 @@ Linking must be linear, so appends are serialized:
 - SQLite: `link_and_insert` reads the head and inserts in the caller's transaction; Stepwise's
   IMMEDIATE transactions already hold the database's write lock, so no two can interleave.
 - PostgreSQL: the row is inserted with the chain fields NULL, and a deferred constraint
-  trigger (`audit_entry_seal`, migration 0001) takes `pg_advisory_xact_lock(CHAIN_LOCK_KEY)`,
-  reads the head and fills them at COMMIT. The lock is therefore held only while the
-  transaction commits, never while it still takes row locks, so it cannot deadlock with the
-  engine's `SELECT ... FOR UPDATE` on runs and steps; the chain order is the commit order.
+  trigger (`audit_entry_seal`, migrations 0001 and 0002) takes
+  `pg_advisory_xact_lock(CHAIN_LOCK_KEY)`, reads the head and fills them at COMMIT; the
+  transaction's next entries chain onto the head it carries (a transaction-local setting),
+  the lock being theirs already. The lock is therefore held only while the transaction
+  commits, never while it still takes row locks, so it cannot deadlock with the engine's
+  `SELECT ... FOR UPDATE` on runs and steps; the chain order is the commit order.
   The trigger computes `hash` with the formula above from the digest computed here.
 
 This module must not decide what is recorded (services) or what is hidden (redaction).
@@ -35,7 +37,7 @@ from orchestrator.txscope import TransactionMemo
 
 from .models import GENESIS_HASH, AuditEntry
 
-# Any constant works; it only has to be the same in the seal trigger (migration 0001).
+# Any constant works; it only has to be the same in the seal trigger (migrations 0001, 0002).
 CHAIN_LOCK_KEY = 727_001
 PRUNE_ACTION = "audit.pruned"
 
@@ -87,8 +89,9 @@ def link_and_insert(entry: AuditEntry) -> AuditEntry:
     return link_and_insert_all([entry])[0]
 
 
-def link_and_insert_all(entries: list[AuditEntry]) -> list[AuditEntry]:
-    """Append `entries` in order, in one INSERT (inside the caller's transaction).
+def link_and_insert_all(entries: list[AuditEntry], *, keys: bool = True) -> list[AuditEntry]:
+    """Append `entries` in order, in one INSERT (inside the caller's transaction). `keys=False`:
+    the caller reads none of their keys now (`orchestrator.compiled.writes_behind`).
 
     On SQLite the chain head is read once per transaction, then carried from append to append.
     """
@@ -101,7 +104,7 @@ def link_and_insert_all(entries: list[AuditEntry]) -> list[AuditEntry]:
             entry.prev_hash = head[1] if head else GENESIS_HASH
             entry.hash = link_hash(entry.prev_hash, entry.sequence, entry.digest)
             head = (entry.sequence, entry.hash)
-    insert_rows(entries)
+    insert_rows(entries, keys=keys)
     if not seals_in_database():
         _HEAD.set(head)
     return entries

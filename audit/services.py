@@ -225,7 +225,7 @@ def audit_record_events(events: list[Event]) -> None:
     """
     if not connection.in_atomic_block:
         raise RuntimeError("audit_record must run inside the transaction of the change it records")
-    chain.link_and_insert_all([_event_entry(event) for event in events])
+    chain.link_and_insert_all([_event_entry(event) for event in events], keys=False)
 
 
 def _event_entry(event: Event) -> AuditEntry:

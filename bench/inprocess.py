@@ -78,27 +78,69 @@ def python_calls_per_carried_step(version, *, runs: int = 3) -> dict:
     import cProfile
     import pstats
 
-    from orchestrator.authz import System
-    from orchestrator.services.kinds import worker as services
-    from orchestrator.services.runs import run_start
-
-    def one_run() -> int:
-        run = run_start(version=version, input={}, actor=System("bench"))
-        ids = _step_ids(run)
-        services.step_execute(step_id=ids[0], worker="bench",
-                              carry=services.Carry("tools", len(ids), time.monotonic() + 3600))
-        return len(ids)
-
-    one_run()  # warms the per-process caches and compiled statements
+    _carried_chain(version)  # warms the per-process caches and compiled statements
     profile = cProfile.Profile()
     steps = 0
     profile.enable()
     try:
         for _ in range(runs):
-            steps += one_run()
+            steps += _carried_chain(version)
     finally:
         profile.disable()
     return {"runs": runs, "steps": steps, "calls_per_step": round(pstats.Stats(profile).total_calls / steps)}
+
+
+def round_trips(fn) -> tuple[int, object]:
+    """(the round trips to PostgreSQL `fn()` made on this thread's connection, what it returned),
+    counted by libpq's own protocol trace: every exchange after which the client waits ends
+    with the server's ReadyForQuery (one per simple query such as BEGIN or COMMIT, one per
+    Sync: a statement sent alone, or a pipeline of them sent together)."""
+    import tempfile
+
+    from django.db import connection
+    from psycopg import pq
+
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile() as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            result = fn()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        lines = trace.read().decode(errors="replace").splitlines()
+    return sum(1 for line in lines if line.startswith("B\t") and "\tReadyForQuery" in line), result
+
+
+def round_trips_per_carried_step(version, *, runs: int = 3) -> dict | None:
+    """Round trips to the database per step of a chain carried from its first message (its
+    run's start included), the statements already prepared; None on SQLite (no server)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return None
+    _carried_chain(version)  # warm: the statements prepared
+    trips = steps = 0
+    for _ in range(runs):
+        made, count = round_trips(lambda: _carried_chain(version))
+        trips, steps = trips + made, steps + count
+    return {"runs": runs, "steps": steps, "round_trips_per_step": round(trips / steps, 1)}
+
+
+def _carried_chain(version) -> int:
+    """Start a run and drive it from its first step's message with a carry, as a worker's task
+    does; its number of steps."""
+    from orchestrator.authz import System
+    from orchestrator.services.kinds import worker as services
+    from orchestrator.services.runs import run_start
+
+    run = run_start(version=version, input={}, actor=System("bench"))
+    ids = _step_ids(run)
+    services.step_execute(step_id=ids[0], worker="bench",
+                          carry=services.Carry("tools", len(ids), time.monotonic() + 3600))
+    return len(ids)
 
 
 def _carried_run_ms_per_step(version, run_input: dict) -> float:

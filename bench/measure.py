@@ -297,6 +297,7 @@ def measure(args, result: dict) -> None:
     result["service_ms"] = inprocess.service_time_per_step(fixtures["chain"])
     result["carried_service_ms"] = inprocess.carried_service_time_per_step(fixtures["chain"])
     result["python_calls"] = inprocess.python_calls_per_carried_step(fixtures["chain"])
+    result["round_trips"] = inprocess.round_trips_per_carried_step(fixtures["chain"])
     result["db_connect_ms"] = inprocess.db_connect_ms()
     checkpoint()
     say("large values: a chain of 256 KB outputs, in the row and as artifacts")

@@ -131,6 +131,9 @@ def table(results: list[dict]) -> str:
         if calls := r.get("python_calls"):
             lines.append(f"{b:<10}Python calls per carried step  {calls['calls_per_step']} "
                          f"({calls['steps']} steps, run starts included)")
+        if trips := r.get("round_trips"):
+            lines.append(f"{b:<10}DB round trips per carried step  {trips['round_trips_per_step']} "
+                         f"({trips['steps']} steps, run starts included)")
         row(b, "open a DB connection + SELECT 1 (ms)", r.get("db_connect_ms"))
         if large := r.get("large_values"):
             for mode in ("in_row", "artifacts"):

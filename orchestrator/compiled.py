@@ -14,6 +14,10 @@ database spent running them.
   is built once per model and row count.
 - `update_row` writes named columns of a saved row as `Model.save(update_fields=...)` does,
   guarded by the row's state where the model is a state machine (django-fsm's optimistic lock).
+- `writes_behind` lets the writes whose answer the caller does not read go to PostgreSQL
+  without waiting for it, with the next statement that needs one, and `read_together` sends
+  reads that do not depend on each other at once: a carried step makes 5 round trips to the
+  database instead of 10.
 
 None of them may change what the ORM would read or write: `tests/engine/test_compiled.py`
 compares each with the ORM's own path. Values are prepared by the fields themselves
@@ -22,7 +26,8 @@ compares each with the ORM's own path. Values are prepared by the fields themsel
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
@@ -30,6 +35,7 @@ from functools import cache
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, models, router
 from django.db.models import DEFERRED, NOT_PROVIDED, Model, QuerySet
 from django.db.models.base import ModelState
@@ -69,23 +75,18 @@ class CompiledRead:
         """The instances the queryset would give for `values` (already in the database's form:
         `field.get_db_prep_value`, where Python's differs)."""
         connection = connections[using]
+        plan = self._checked_plan(connection, using, values)
+        fetched, _ = execute(connection, plan.sql, values, fetch=True)
+        return _built(plan, using, fetched)
+
+    def _checked_plan(self, connection, using: str, values: tuple) -> _Plan:
         plan = self._plan(connection, using)
         if plan.locks and connection.get_autocommit():
             # What the queryset raises: a row lock outside a transaction is released at once.
             raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
         if len(values) != plan.arity:
             raise TypeError(f"this read takes {plan.arity} values, {len(values)} given")
-        fetched, _ = execute(connection, plan.sql, values, fetch=True)
-        if plan.converters:
-            fetched = plan.compiler.apply_converters(fetched, plan.converters)
-        found = []
-        build = plan.build
-        for row in fetched:
-            obj = build(using, plan.init_list, row[plan.span])
-            for populator in plan.populators:
-                populator.populate(row, obj)
-            found.append(obj)
-        return found
+        return plan
 
     def _plan(self, connection, using: str) -> _Plan:
         plans = self._plans.__dict__
@@ -113,6 +114,61 @@ class CompiledRead:
 
 
 
+def _built(plan: _Plan, using: str, fetched: list) -> list[Model]:
+    """The instances of a read's rows, as `QuerySet.__iter__` builds them."""
+    if plan.converters:
+        fetched = plan.compiler.apply_converters(fetched, plan.converters)
+    found = []
+    build = plan.build
+    for row in fetched:
+        obj = build(using, plan.init_list, row[plan.span])
+        for populator in plan.populators:
+            populator.populate(row, obj)
+        found.append(obj)
+    return found
+
+
+def read_together(*reads: tuple[CompiledRead, tuple], using: str = DEFAULT_DB_ALIAS) -> list[list[Model]]:
+    """The instances of each `(read, values)`, the reads sent together: on PostgreSQL in one
+    round trip (psycopg's pipeline mode), elsewhere one after the other.
+
+    The database runs them in the order given, each as a statement of its own: under READ
+    COMMITTED each sees what was committed when it started, so a read after a locking read
+    sees what the lock's previous holder committed, as when it is sent after the lock is
+    granted. Only for reads whose values do not depend on an earlier read's rows.
+    """
+    connection = connections[using]
+    plans = [read._checked_plan(connection, using, values) for read, values in reads]
+    behind = _behind_of(connection)
+    if behind is not None and behind.pending:
+        behind.collect()
+    if not (_may_pipeline(connection) and _fast(connection, behind)):
+        return [_built(plan, using, execute(connection, plan.sql, values, fetch=True)[0])
+                for plan, (_, values) in zip(plans, reads, strict=True)]
+    connection.validate_thread_sharing()
+    connection.validate_no_broken_transaction()
+    cursors = [_spare_cursor(connection) for _ in plans]
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        for cursor, plan, (_, values) in zip(cursors, plans, reads, strict=True):
+            cursor.execute(plan.sql, values)
+    found = [_built(plan, using, cursor.fetchall()) for cursor, plan in zip(cursors, plans, strict=True)]
+    _spare_cursors(connection).extend(cursors)
+    return found
+
+
+def _may_pipeline(connection) -> bool:
+    """Whether statements may be sent on `connection` without waiting for each answer."""
+    return settings.STEPWISE_DB_PIPELINE and connection.vendor == "postgresql" and _pipelines()
+
+
+def _fast(connection, behind: _Behind | None) -> bool:
+    """Whether a statement may go out on the driver's cursor: nothing watches statements
+    (the debug log, which tests' query counts read, an `execute_wrapper` other than
+    `writes_behind`'s), and no health check is due."""
+    return not (connection.queries_logged or _wrapped(connection, behind) or connection.connection is None
+                or (connection.health_check_enabled and not connection.health_check_done))
+
+
 def execute(connection, sql: str, params: list, *, fetch: bool = False) -> tuple[list | None, int]:
     """Send one statement: (its rows when `fetch`, else None; the rows it touched).
 
@@ -122,8 +178,10 @@ def execute(connection, sql: str, params: list, *, fetch: bool = False) -> tuple
     checked first, the driver's errors raised as Django's), without building and closing a
     cursor and its wrappers per statement: those were a tenth of a step's Python.
     """
-    if (connection.queries_logged or connection.execute_wrappers or connection.connection is None
-            or (connection.health_check_enabled and not connection.health_check_done)):
+    behind = _behind_of(connection)
+    if behind is not None and behind.pending:
+        return behind.collect(sql, params, fetch=fetch)
+    if not _fast(connection, behind):
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return (cursor.fetchall() if fetch else None), cursor.rowcount
@@ -135,12 +193,157 @@ def execute(connection, sql: str, params: list, *, fetch: bool = False) -> tuple
         return (cursor.fetchall() if fetch else None), cursor.rowcount
 
 
+def _wrapped(connection, behind: _Behind | None) -> bool:
+    """Whether an `execute_wrapper` other than `writes_behind`'s watches statements."""
+    wrappers = connection.execute_wrappers
+    return bool(wrappers) and not (behind is not None and wrappers == [behind.answer_first])
+
+
+# --- writes sent behind ---------------------------------------------------------------------
+
+
+@contextmanager
+def writes_behind(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """Inside a transaction: the writes in this block whose answer the caller does not read go
+    to the database without waiting for it, and their answers are collected with the next
+    statement that needs one.
+
+    On PostgreSQL (psycopg's pipeline mode), a save (`update_row`), `update_rows(count=False)`
+    and `insert_rows(keys=False)` are sent at once and not waited for. The next statement that
+    needs an answer — a read, a write whose result is read, any statement Django sends itself
+    (the ORM, a savepoint), or the end of this block — is sent behind them, and then every
+    answer is read in the order sent: a write that failed raises there what it would have
+    raised (a database error; `ConcurrentTransition` for a guarded save whose row's state had
+    changed; `DatabaseError` for a save whose row is gone, which Django's save would have
+    inserted again), and an inserted row gets its key. The database runs the same statements
+    in the same order; only the worker learns of their outcome later, and the writes of a
+    success cost one round trip instead of one each.
+
+    Anywhere else every write is answered at once, as without this block: SQLite,
+    `STEPWISE_DB_PIPELINE` off, a connection whose statements are logged or wrapped (query
+    counts, `execute_wrapper`), outside a transaction; a block inside another is the outer one's.
+    """
+    connection = connections[using]
+    if (not _may_pipeline(connection) or not connection.in_atomic_block
+            or connection.queries_logged or connection.execute_wrappers
+            or _behind_of(connection) is not None):
+        yield
+        return
+    behind = connection._stepwise_behind = _Behind(connection)
+    connection.execute_wrappers.append(behind.answer_first)
+    try:
+        yield
+    finally:
+        connection.execute_wrappers.remove(behind.answer_first)
+        connection._stepwise_behind = None
+        # Sent before whatever ended the block, so answered now, whatever it was: an error the
+        # block raised leaves the transaction as it would have been with every write answered.
+        behind.collect()
+
+
+def _behind_of(connection) -> _Behind | None:
+    return getattr(connection, "_stepwise_behind", None)
+
+
+@cache
+def _pipelines() -> bool:
+    """Whether the PostgreSQL driver can send statements without waiting (libpq >= 14)."""
+    from psycopg import Pipeline
+
+    return Pipeline.is_supported()
+
+
+class _Behind:
+    """The writes of one `writes_behind` block not yet answered, on their connection's
+    pipeline (entered at the first of them, left when they are answered)."""
+
+    def __init__(self, connection) -> None:
+        self.connection = connection
+        self.pipeline = None
+        self.pending: list[tuple[Any, Callable[[Any], None]]] = []
+        self.answer_first = self._answer_first  # one bound method: found again by identity
+
+    def send(self, sql: str, params: list, then: Callable[[Any], None]) -> None:
+        """Send a write; `then(cursor)` reads its answer when it comes (raises for a failure)."""
+        connection = self.connection
+        connection.validate_thread_sharing()
+        connection.validate_no_broken_transaction()
+        if self.pipeline is None:
+            self.pipeline = connection.connection.pipeline()
+            self.pipeline.__enter__()
+        cursor = _spare_cursor(connection)
+        with connection.wrap_database_errors:
+            cursor.execute(sql, params)
+        self.pending.append((cursor, then))
+
+    def collect(self, sql: str | None = None, params: list | None = None, *,
+                fetch: bool = False) -> tuple[list | None, int]:
+        """Send `sql` (if any) behind the pending writes, wait for every answer and read them in
+        order; `sql`'s rows (when `fetch`) and row count, as `execute` gives them."""
+        if self.pipeline is None:
+            return (None, -1) if sql is None else execute(self.connection, sql, params, fetch=fetch)
+        connection, pipeline, pending = self.connection, self.pipeline, self.pending
+        self.pipeline, self.pending = None, []
+        last = None
+        with connection.wrap_database_errors:
+            try:
+                if sql is not None:
+                    last = _spare_cursor(connection)
+                    last.execute(sql, params)
+            finally:
+                try:
+                    pipeline.__exit__(None, None, None)  # sync: every answer read, the first error raised
+                except Exception:
+                    _raise_first_in_order(pending)
+                    raise
+        spare = _spare_cursors(connection)
+        for cursor, then in pending:
+            then(cursor)
+            spare.append(cursor)
+        if last is None:
+            return None, -1
+        spare.append(last)
+        return (last.fetchall() if fetch else None), last.rowcount
+
+    def _answer_first(self, execute, sql, params, many, context):
+        """An `execute_wrapper`: a statement Django sends waits for the pending writes."""
+        self.collect()
+        return execute(sql, params, many, context)
+
+
+def _raise_first_in_order(pending: list[tuple[Any, Callable[[Any], None]]]) -> None:
+    """The database refused a statement of the pipeline: a write answered before it may have
+    failed first, with no error of the database's (a guarded save whose row moved: no row
+    updated). Raise that one, as the statements sent one by one would have."""
+    for cursor, then in pending:
+        if cursor.pgresult is None:  # the refused statement, or one after it: not answered
+            return
+        then(cursor)
+
+
+def _spare_cursor(connection):
+    """A driver cursor of the open connection for a statement sent in a pipeline, each keeping
+    its own answer until it is read (then given back to `_spare_cursors`)."""
+    spare = _spare_cursors(connection)
+    return spare.pop() if spare else connection.create_cursor()
+
+
+def _spare_cursors(connection) -> list:
+    return _of_open_connection(connection, "_stepwise_spare_cursors", list)
+
+
 def _kept_cursor(connection):
-    """The driver's cursor kept for the open connection (a new one after a reconnect)."""
-    kept = getattr(connection, "_stepwise_kept_cursor", None)
+    """The driver's cursor kept for the open connection."""
+    return _of_open_connection(connection, "_stepwise_kept_cursor", connection.create_cursor)
+
+
+def _of_open_connection(connection, name: str, make: Callable[[], Any]) -> Any:
+    """What `make()` gave for the driver connection now open, kept on Django's connection
+    under `name` (made again after a reconnect: a cursor belongs to its driver connection)."""
+    kept = getattr(connection, name, None)
     if kept is None or kept[0] is not connection.connection:
-        kept = (connection.connection, connection.create_cursor())
-        connection._stepwise_kept_cursor = kept
+        kept = (connection.connection, make())
+        setattr(connection, name, kept)
     return kept[1]
 
 
@@ -267,9 +470,12 @@ def _let_psycopg_cache_compiled_statements() -> None:
 _let_psycopg_cache_compiled_statements()
 
 
-def insert_rows(objs: list[Model], *, using: str = DEFAULT_DB_ALIAS) -> None:
+def insert_rows(objs: list[Model], *, using: str = DEFAULT_DB_ALIAS, keys: bool = True) -> None:
     """Insert `objs`, new instances of one model, in one statement, and give each the key the
-    database made for it (where it makes them): what `Model.objects.bulk_create(objs)` does."""
+    database made for it (where it makes them): what `Model.objects.bulk_create(objs)` does.
+
+    `keys=False`: the caller reads none of the new keys now, so in a `writes_behind` block the
+    INSERT is sent behind and the rows get their keys when its answer is read."""
     if not objs:
         return
     model = type(objs[0])
@@ -289,14 +495,24 @@ def insert_rows(objs: list[Model], *, using: str = DEFAULT_DB_ALIAS) -> None:
             obj.pk = pk.get_pk_value_on_save(obj)
         obj._prepare_related_fields_for_save(operation_name="bulk_create")
         values.extend([prepare(obj, True) for prepare in preparers])
-    keys, _ = execute(connection, sql, values, fetch=returns_key)
-    for i, obj in enumerate(objs):
-        if keys is not None:
-            setattr(obj, pk.attname, keys[i][0])
+    behind = None if keys else _behind_of(connection)
+    if behind is not None:
+        behind.send(sql, values, lambda cursor: returns_key and _set_keys(objs, cursor.fetchall()))
+    else:
+        made, _ = execute(connection, sql, values, fetch=returns_key)
+        if made is not None:
+            _set_keys(objs, made)
+    for obj in objs:
         obj._state.adding = False
         obj._state.db = using
         if hasattr(obj, "_update_initial_state"):
             obj._update_initial_state()  # a state machine's next save is guarded by this state
+
+
+def _set_keys(objs: list[Model], made: list[tuple]) -> None:
+    attname = objs[0]._meta.pk.attname
+    for obj, row in zip(objs, made, strict=True):
+        setattr(obj, attname, row[0])
 
 
 _INSERTS: dict[tuple, tuple[str, list, bool] | None] = {}
@@ -412,8 +628,11 @@ def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str 
     A state machine's row (django-fsm's `ConcurrentTransitionMixin`) is written only while
     its state is still the one it was read in: `ConcurrentTransition` is raised otherwise, as
     the mixin does.
+
+    In a `writes_behind` block the UPDATE is sent behind and True returned: what it would have
+    raised is raised when its answer is read, and a row found gone raises `DatabaseError`.
     """
-    from django_fsm import ConcurrentTransition, ConcurrentTransitionMixin
+    from django_fsm import ConcurrentTransitionMixin
 
     using = using or obj._state.db or DEFAULT_DB_ALIAS
     connection = connections[using]
@@ -433,10 +652,14 @@ def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str 
     if guards:
         initial = obj._ConcurrentTransitionMixin__initial_states
         values.extend(field.get_db_prep_value(initial[field.attname], connection) for field in guards)
-    updated = execute(connection, sql, values)[1] > 0
-    if not updated and guards and model._base_manager.using(using).filter(pk=obj.pk).exists():
-        raise ConcurrentTransition(
-            "Cannot save object! The state has been changed since fetched from the database!")
+    behind = _behind_of(connection)
+    if behind is not None:
+        behind.send(sql, values, lambda cursor: _saved_behind(cursor, model, obj.pk, guards, using))
+        updated = True
+    else:
+        updated = execute(connection, sql, values)[1] > 0
+        if not updated and guards:
+            _not_saved(model, obj.pk, guards, using, gone=False)
     if updated and guarded:
         obj._update_initial_state()
     if loaded is not None:
@@ -444,6 +667,33 @@ def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str 
         current = obj.__dict__
         obj._state.loaded = {**loaded, **{f.attname: current[f.attname] for f in columns}} if updated else None
     return updated
+
+
+def _saved_behind(cursor, model: type[Model], pk: Any, guards: list, using: str) -> None:
+    """The answer of a save sent behind: nothing when it updated its row, else what
+    `_not_saved` raises. Read after a later statement of its pipeline was refused, the failed
+    transaction cannot be asked whether the row is there (`look=False`)."""
+    from psycopg.pq import TransactionStatus
+
+    if cursor.rowcount <= 0:
+        _not_saved(model, pk, guards, using,
+                   look=cursor.connection.info.transaction_status != TransactionStatus.INERROR)
+
+
+def _not_saved(model: type[Model], pk: Any, guards: list, using: str, *, gone: bool = True,
+               look: bool = True) -> None:
+    """A save matched no row: `ConcurrentTransition` when the row is there (its state is not the
+    one it was read in); else, with `gone`, `DatabaseError` (without it the caller decides:
+    Django's save inserts the row again). Without `look` (a failed transaction: no statement
+    can ask), a guarded row is not in the state it was read in either way: `ConcurrentTransition`."""
+    from django.db import DatabaseError
+    from django_fsm import ConcurrentTransition
+
+    if guards and (not look or model._base_manager.using(using).filter(pk=pk).exists()):
+        raise ConcurrentTransition(
+            "Cannot save object! The state has been changed since fetched from the database!")
+    if gone:
+        raise DatabaseError(f"{model._meta.label} {pk} was saved but no longer exists")
 
 
 # Values compared by equality: whatever holds them cannot have changed them in place. A JSON
@@ -483,10 +733,11 @@ def _update_plan(model: type[Model], connection, fields: tuple[str, ...], guarde
 
 
 def update_rows(model: type[Model], *, where: dict[str, Any], values: dict[str, Any],
-                using: str = DEFAULT_DB_ALIAS) -> int:
+                using: str = DEFAULT_DB_ALIAS, count: bool = True) -> int | None:
     """`model.objects.filter(**where).update(**values)` for plain values and equality filters
     on the model's own columns, with the statement built once per set of names; the number
-    of rows written."""
+    of rows written (None with `count=False`: then, in a `writes_behind` block, it is sent
+    behind)."""
     connection = connections[using]
     key = (model, connection.vendor, tuple(where), tuple(values))
     plan = _FILTERED_UPDATES.get(key)
@@ -502,7 +753,12 @@ def update_rows(model: type[Model], *, where: dict[str, Any], values: dict[str, 
     sql, columns, filters = plan
     params = [field.get_db_prep_save(value, connection) for field, value in zip(columns, values.values(), strict=True)]
     params.extend(_db_key(field, value, connection) for field, value in zip(filters, where.values(), strict=True))
-    return execute(connection, sql, params)[1]
+    behind = None if count else _behind_of(connection)
+    if behind is not None:
+        behind.send(sql, params, lambda cursor: None)
+        return None
+    written = execute(connection, sql, params)[1]
+    return written if count else None
 
 
 _FILTERED_UPDATES: dict[tuple, tuple[str, list, list]] = {}

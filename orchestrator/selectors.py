@@ -7,9 +7,9 @@ from functools import lru_cache
 from uuid import UUID
 
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Subquery
 
-from .compiled import CompiledRead
+from .compiled import CompiledRead, read_together
 from .models import Effect, Run, StepRun, Team, Workflow, WorkflowVersion
 from .scheduler import Graph, graph_of
 from .states import StepState
@@ -59,25 +59,26 @@ def lock_run_of_step(step_id: int) -> tuple[Run, StepRun]:
     The step's input (every upstream output it reads) is left unloaded: a save then leaves it
     out of the UPDATE instead of writing it back whole. Read it with `step_input_of`.
     """
-    run = _locked_run_of_step(step_id)
-    return run, _only(_STEP.rows(step_id), StepRun, step_id)
+    # The step is read behind the lock, in the same round trip (`lock_run_with_steps`).
+    locked, found = read_together((_LOCKED_RUN_OF_STEP, (step_id,)), (_STEP, (step_id,)))
+    return _only(locked, Run, f"of step {step_id}"), _only(found, StepRun, step_id)
 
 
 def lock_run_with_steps(step_id: int) -> tuple[Run, StepRun, list[StepRun]]:
     """`lock_run_of_step`, with every step of the run read at once (`steps_of`), in the
     scheduler's order: for a service that ends the step and then advances the run in the same
     transaction, changing no other step in between, so the plan starts from these rows
-    (`run_advance(steps=...)`) instead of reading them again. Raises StepRun.DoesNotExist."""
-    run = _locked_run_of_step(step_id)
-    steps = steps_of(run)
+    (`run_advance(steps=...)`) instead of reading them again. Raises Run.DoesNotExist when no
+    step has that id."""
+    # The steps are read by a statement sent behind the lock's, in the same round trip: it
+    # starts once the lock is granted, so it sees what the lock's previous holder committed.
+    locked, found = read_together((_LOCKED_RUN_OF_STEP, (step_id,)), (_STEPS_OF_RUN_OF_STEP, (step_id,)))
+    run = _only(locked, Run, f"of step {step_id}")
+    steps = _of_run(found, run)
     step = next((s for s in steps if s.id == step_id), None)
     if step is None:
         raise StepRun.DoesNotExist(f"step {step_id}")
     return run, step, steps
-
-
-def _locked_run_of_step(step_id: int) -> Run:
-    return _only(_LOCKED_RUN_OF_STEP.rows(step_id), Run, f"of step {step_id}")
 
 
 def _locked_runs() -> QuerySet[Run]:
@@ -90,6 +91,8 @@ _LOCKED_RUN = CompiledRead(lambda run_id: _locked_runs().filter(id=run_id), UUID
 _LOCKED_RUN_OF_STEP = CompiledRead(lambda step_id: _locked_runs().filter(steps__id=step_id), 0)
 _STEP = CompiledRead(lambda step_id: StepRun.objects.defer("input").filter(id=step_id), 0)
 _STEPS_OF = CompiledRead(lambda run_id: StepRun.objects.defer("input").filter(run_id=run_id), UUID(int=0))
+_STEPS_OF_RUN_OF_STEP = CompiledRead(lambda step_id: StepRun.objects.defer("input").filter(
+    run_id=Subquery(StepRun.objects.filter(id=step_id).values("run_id")[:1])), 0)
 
 
 def _only(found: list, model: type, which) -> object:
@@ -113,7 +116,11 @@ def steps_of(run: Run) -> list[StepRun]:
     step it makes ready is given its input. Reading `step.input` of one made ready before
     costs a SELECT of its own; a save leaves an input it did not set out of the UPDATE.
     """
-    steps = _STEPS_OF.rows(_db_value(StepRun, "run", run.id))
+    return _of_run(_STEPS_OF.rows(_db_value(StepRun, "run", run.id)), run)
+
+
+def _of_run(steps: list[StepRun], run: Run) -> list[StepRun]:
+    """`steps`, read without their run, each given the instance of it in hand."""
     for step in steps:
         step.run = run
     return steps

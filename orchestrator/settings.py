@@ -192,6 +192,10 @@ else:
             "TEST": {"NAME": str(VAR_DIR / "test_stepwise.sqlite3")},
         }
     }
+# PostgreSQL: a step's writes whose answers it does not read are sent without waiting for each,
+# in one round trip (psycopg's pipeline mode; orchestrator.compiled.writes_behind). Off: each
+# write waits for its answer, as Django's own statements do.
+STEPWISE_DB_PIPELINE = deployment.env_bool("STEPWISE_DB_PIPELINE", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = []

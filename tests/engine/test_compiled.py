@@ -47,7 +47,7 @@ def test_the_locked_run_of_a_step_is_the_querysets_with_the_same_joined_instance
     step = run.steps.get(name="b")
     with transaction.atomic():
         expected = selectors._locked_runs().get(steps__id=step.id)
-        found = selectors._locked_run_of_step(step.id)
+        found = selectors._LOCKED_RUN_OF_STEP.rows(step.id)[0]
     assert fields_of(found) == fields_of(expected)
     assert found.get_deferred_fields() == expected.get_deferred_fields()
     for joined in ("version", "team"):

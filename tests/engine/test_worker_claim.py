@@ -145,6 +145,49 @@ def test_a_read_taken_around_a_claim_stays_within_its_statements(team, read, sta
     assert fn()  # still right: a spec, and the claim holds
 
 
+# --- two deliveries of one step, at once --------------------------------------------------------
+
+
+def claimed_at_once(step_id: int) -> list:
+    """What two threads (two connections) claiming `step_id` at the same moment got: a Claim,
+    None, or the exception raised."""
+    import threading
+
+    from django.db import connections
+
+    together, outcomes = threading.Barrier(2), []
+
+    def deliver(worker: str) -> None:
+        try:
+            together.wait()
+            outcomes.append(step_claim(step_id=step_id, worker=worker))
+        except Exception as error:  # noqa: BLE001 - the outcome under test
+            outcomes.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=deliver, args=(f"w{n}",)) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_deliveries_claiming_one_step_at_once_give_one_claim_and_one_stale_delivery(team):
+    """A step's message delivered twice (a redispatch racing the first) is claimed by two
+    worker processes at the same moment: one gets the claim, the other is told its delivery is
+    stale (None) — never an error, never a second attempt."""
+    for round_ in range(8):
+        step_id = step_of(start(team, echo(), name=f"twice-{round_}")).id
+        outcomes = claimed_at_once(step_id)
+        claims = [o for o in outcomes if o is not None]
+        assert len(claims) == 1 and not isinstance(claims[0], Exception), outcomes
+        assert outcomes.count(None) == 1, outcomes
+        assert list(StepAttempt.objects.filter(step_id=step_id).values_list("number", flat=True)) == [1]
+
+
 # --- finishing an attempt ---------------------------------------------------------------------
 
 

@@ -31,7 +31,7 @@ from budgets.services import budget_release, budget_settle
 from ... import limits, metrics, tracing
 from ...authz import REAPER, Actor, label, worker_actor
 from ...clock import now
-from ...compiled import insert_rows, update_rows
+from ...compiled import insert_rows, update_rows, writes_behind
 from ...dispatch import (
     BROKER_DELAY_LIMIT_S,
     queue_for,
@@ -359,12 +359,12 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
             if clearance.refusal:
                 refusal = clearance.refusal
                 raise _Refused
-            claim = _claim_attempt(run, step, spec, worker=worker,
-                                   params_override=clearance.params_override, sealed=sealed_of(run))
-            # What the claim changed: the input (every upstream output) is not written back.
-            step.save(update_fields=CLAIMED_FIELDS)
-            event_record(run=run, step=step, kind="step.running", actor=f"worker:{worker}",
-                         payload={"attempt": step.attempts})
+            with writes_behind():  # the step and the attempt go with the event's INSERT
+                claim = _claim_attempt(run, step, spec, worker=worker,
+                                       params_override=clearance.params_override,
+                                       sealed=sealed_of(run), save=True)
+                event_record(run=run, step=step, kind="step.running", actor=f"worker:{worker}",
+                             payload={"attempt": step.attempts})
     except (StepRun.DoesNotExist, ConcurrentTransition):
         return None
     except _Refused:
@@ -374,13 +374,20 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
 
 
 def _claim_attempt(run: Run, step: StepRun, spec: dict, *, worker: str, params_override: dict,
-                   sealed: str | None) -> Claim:
+                   sealed: str | None, save: bool = False) -> Claim:
     """Claim queued `step` (its input loaded) for `worker` under a lease and open its attempt
-    (the caller saves the step and records `step.running`): what the worker needs to run it."""
+    (the caller records `step.running`, and saves the step unless `save`): what the worker
+    needs to run it."""
     step.claim(worker=worker, timeout_s=spec["timeout_s"], lease_s=settings.STEPWISE_LEASE_S)
+    if save:
+        # Before the attempt's INSERT: a claim of the same step from another delivery waits on
+        # this row and then finds it no longer queued (ConcurrentTransition, a stale delivery),
+        # instead of colliding with this attempt's number. What the claim changed only: the
+        # input (every upstream output) is not written back.
+        step.save(update_fields=CLAIMED_FIELDS)
     key = idempotency_key_for(run.id, step.name)
     insert_rows([StepAttempt(step=step, number=step.attempts, worker=worker,
-                             started_at=step.started_at, idempotency_key=key)])
+                             started_at=step.started_at, idempotency_key=key)], keys=False)
     if step.queued_at:
         latency = (step.started_at - step.queued_at).total_seconds()
         metrics.SCHEDULING_LATENCY.labels(step.queue).observe(max(latency, 0))
@@ -445,7 +452,7 @@ def _charge(run: Run, step: StepRun, usage: Usage) -> None:
 
 def _close_attempt(run: Run, step: StepRun, attempt: int, *, outcome: str, usage: Usage,
                    error: StepError | None = None) -> None:
-    update_rows(StepAttempt, where={"step": step, "number": attempt}, values={
+    update_rows(StepAttempt, count=False, where={"step": step, "number": attempt}, values={
         "finished_at": now(), "outcome": outcome, "tokens_in": usage.tokens_in,
         "tokens_out": usage.tokens_out, "cost_usd": usage.cost_usd, "model": usage.model,
         "provider": usage.provider, "error_class": error.error_class if error else "",
@@ -464,17 +471,20 @@ def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: st
         if not fenced(step, attempt):
             _close_attempt(run, step, attempt, outcome="stale", usage=usage)
             return False
-        # As a read of the saved row would give it (JSON: lists, string keys), since the plan
-        # reads it from this instance.
-        step.complete(output=json.loads(json.dumps(output)))
-        _charge(run, step, usage)
-        step.save(update_fields=COMPLETED_FIELDS)
-        _close_attempt(run, step, attempt, outcome="succeeded", usage=usage)
-        # Written with the run's next transitions, in one INSERT (step_ended, run_advance).
-        completed = Event(run=run, step=step, kind="step.completed", actor=f"worker:{worker}",
-                          payload={"attempt": attempt, "tokens_in": usage.tokens_in,
-                                   "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd)})
-        step_ended(run, step, actor=worker_actor(worker), pending=[completed], steps=steps)
+        # Its writes up to the events' INSERT (the step, its attempt, the next step's claim)
+        # go to the database in one round trip; the ledger's entries at the block's end.
+        with writes_behind():
+            # As a read of the saved row would give it (JSON: lists, string keys), since the
+            # plan reads it from this instance.
+            step.complete(output=json.loads(json.dumps(output)))
+            _charge(run, step, usage)
+            step.save(update_fields=COMPLETED_FIELDS)
+            _close_attempt(run, step, attempt, outcome="succeeded", usage=usage)
+            # Written with the run's next transitions, in one INSERT (step_ended, run_advance).
+            completed = Event(run=run, step=step, kind="step.completed", actor=f"worker:{worker}",
+                              payload={"attempt": attempt, "tokens_in": usage.tokens_in,
+                                       "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd)})
+            step_ended(run, step, actor=worker_actor(worker), pending=[completed], steps=steps)
     return True
 
 

@@ -1,0 +1,301 @@
+"""Writes sent behind (`orchestrator.compiled.writes_behind`): the database ends up holding
+what answering every write at once leaves, the same errors are raised (at the next statement
+that needs an answer, or the block's end), and the writes cost fewer round trips. Reads sent
+together (`compiled.read_together`): a run locked and its steps read in one round trip, the
+steps as the lock's previous holder left them.
+
+PostgreSQL only (psycopg's pipeline mode); elsewhere the block writes at once, which the last
+tests check on every backend.
+"""
+import threading
+
+import pytest
+from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django_fsm import ConcurrentTransition
+
+from bench.inprocess import round_trips
+from orchestrator import selectors
+from orchestrator.compiled import insert_rows, update_rows, writes_behind
+from orchestrator.models import Event, Run, StepAttempt, StepRun
+from orchestrator.services.runs import run_start
+from orchestrator.services.workflows import workflow_save
+from orchestrator.states import StepState
+from tests.factories import SETUP
+
+pytestmark = pytest.mark.django_db(transaction=True)
+postgresql = pytest.mark.skipif("connection.vendor != 'postgresql'",
+                                reason="writes are sent behind on PostgreSQL only (pipeline mode)")
+
+
+@pytest.fixture
+def run(team):
+    version, _ = workflow_save(team=team, definition={
+        "name": "behind", "input_schema": {"type": "object"}, "steps": [
+            {"name": "a", "type": "tool", "tool": "core.echo"},
+            {"name": "b", "type": "tool", "tool": "core.echo", "after": ["a"]}]}, actor=SETUP)
+    return run_start(version=version, input={}, actor=SETUP)
+
+
+def first_step(run) -> StepRun:
+    return StepRun.objects.get(run=run, name="a")
+
+
+def some_writes(run, step: StepRun) -> StepAttempt:
+    """A save, an UPDATE whose count is not read and an INSERT whose key is not read."""
+    step.lease_owner = "w1"
+    step.save(update_fields=["lease_owner"])
+    update_rows(StepRun, count=False, where={"run": run, "name": "b"}, values={"lease_owner": "w2"})
+    attempt = StepAttempt(step=step, number=7, worker="w1", idempotency_key="k")
+    insert_rows([attempt], keys=False)
+    return attempt
+
+
+@postgresql
+def test_writes_whose_answer_is_not_read_take_one_round_trip_and_land(run):
+    step = first_step(run)
+
+    def write(behind: bool) -> StepAttempt:
+        with transaction.atomic():
+            if not behind:
+                return some_writes(run, step)
+            with writes_behind():
+                attempt = some_writes(run, step)
+                assert attempt.pk is None  # its answer is not read yet
+            return attempt
+
+    at_once, _ = round_trips(lambda: write(False))
+    StepAttempt.objects.filter(number=7).delete()
+    sent_behind, attempt = round_trips(lambda: write(True))
+
+    assert (at_once, sent_behind) == (5, 3)  # BEGIN, 3 writes, COMMIT / BEGIN, 3 writes, COMMIT
+    assert attempt.pk == StepAttempt.objects.get(step=step, number=7).pk  # its key, once answered
+    assert dict(StepRun.objects.filter(run=run).values_list("name", "lease_owner")) == {"a": "w1", "b": "w2"}
+
+
+@postgresql
+def test_a_statement_that_needs_an_answer_goes_with_the_writes_before_it_and_sees_them(run):
+    step = first_step(run)
+
+    def write_then_read():
+        with transaction.atomic(), writes_behind():
+            some_writes(run, step)
+            return StepRun.objects.get(run=run, name="b").lease_owner  # the ORM's own statement
+
+    trips, seen = round_trips(write_then_read)
+
+    assert seen == "w2"
+    assert trips == 4  # BEGIN, the writes (one pipeline), the read, COMMIT
+
+
+@postgresql
+def test_an_event_insert_whose_keys_are_read_gets_them_at_once_with_the_writes_before_it(run):
+    step = first_step(run)
+    with transaction.atomic(), writes_behind():
+        some_writes(run, step)
+        event = Event(run=run, step=step, kind="test.read", actor="t", payload={})
+        insert_rows([event])
+        assert event.pk is not None
+    assert StepAttempt.objects.filter(step=step, number=7).exists()
+
+
+@postgresql
+def test_a_guarded_save_whose_state_moved_raises_concurrent_transition_when_answered(run):
+    step = first_step(run)  # read queued
+    StepRun.objects.filter(pk=step.pk).update(state=StepState.RUNNING)  # another writer moved it
+    step.lease_owner = "late"
+
+    with pytest.raises(ConcurrentTransition), transaction.atomic(), writes_behind():
+        step.save()  # sent, not answered: no error yet
+        reached = True
+    assert reached
+    assert StepRun.objects.get(pk=step.pk).lease_owner != "late"  # rolled back with the rest
+
+
+@postgresql
+def test_a_guarded_save_whose_state_moved_is_raised_before_the_error_of_a_write_after_it(run):
+    """One by one, the save would have raised first: the write after it is never sent. Behind,
+    both are answered together and the save's `ConcurrentTransition` is still what is raised."""
+    step = first_step(run)
+    StepAttempt.objects.create(step=step, number=7, worker="w0", idempotency_key="k")
+    StepRun.objects.filter(pk=step.pk).update(state=StepState.RUNNING)  # another writer moved it
+    step.lease_owner = "late"
+
+    with pytest.raises(ConcurrentTransition), transaction.atomic(), writes_behind():
+        step.save()
+        insert_rows([StepAttempt(step=step, number=7, worker="w1", idempotency_key="k")], keys=False)
+
+
+@postgresql
+def test_a_save_of_a_row_that_is_gone_raises(run):
+    step = first_step(run)
+    StepAttempt.objects.filter(step__run=run).delete()
+    StepRun.objects.filter(pk=step.pk).delete()
+    step.lease_owner = "w"
+
+    with pytest.raises(DatabaseError, match="no longer exists"), transaction.atomic(), writes_behind():
+        step.save()
+
+
+@postgresql
+def test_a_failed_write_raises_its_database_error_and_nothing_of_the_block_stays(run):
+    step = first_step(run)
+    StepAttempt.objects.create(step=step, number=7, worker="w0", idempotency_key="k")
+
+    with pytest.raises(IntegrityError), transaction.atomic(), writes_behind():
+        some_writes(run, step)  # its attempt (step, 7) is there already
+
+    assert StepRun.objects.get(pk=step.pk).lease_owner != "w1"
+
+
+@postgresql
+def test_a_savepoint_rolled_back_in_the_block_undoes_only_the_writes_made_inside_it(run):
+    step, other = first_step(run), StepRun.objects.get(run=run, name="b")
+    with transaction.atomic(), writes_behind():
+        step.lease_owner = "kept"
+        step.save(update_fields=["lease_owner"])
+        try:
+            with transaction.atomic():
+                other.lease_owner = "undone"
+                other.save(update_fields=["lease_owner"])
+                raise ValueError
+        except ValueError:
+            pass
+    owners = dict(StepRun.objects.filter(run=run).values_list("name", "lease_owner"))
+    assert owners == {"a": "kept", "b": ""}
+
+
+@postgresql
+def test_writes_sent_before_an_error_left_the_block_stay_when_the_transaction_goes_on(run):
+    step = first_step(run)
+    with transaction.atomic():
+        try:
+            with writes_behind():
+                step.lease_owner = "before the error"
+                step.save(update_fields=["lease_owner"])
+                raise ValueError
+        except ValueError:
+            pass
+    assert StepRun.objects.get(pk=step.pk).lease_owner == "before the error"
+
+
+def test_where_statements_are_counted_every_write_is_sent_at_once(run):
+    step = first_step(run)
+    with CaptureQueriesContext(connection) as counted, transaction.atomic(), writes_behind():
+        some_writes(run, step)
+        written = len(counted.captured_queries)
+    assert written == 4  # BEGIN and the three writes, each sent when made
+    assert StepAttempt.objects.filter(step=step, number=7).exists()
+
+
+def test_outside_a_transaction_the_block_writes_at_once(run):
+    step = first_step(run)
+    with writes_behind():
+        step.lease_owner = "now"
+        step.save(update_fields=["lease_owner"])
+        assert StepRun.objects.get(pk=step.pk).lease_owner == "now"
+        assert update_rows(StepRun, where={"id": step.pk}, values={"lease_owner": "again"}) == 1
+
+
+@postgresql
+def test_a_save_refused_before_an_error_left_the_block_is_not_lost_behind_that_error(run):
+    """Answered at once, the save would have raised before the error: the block does not let
+    whoever catches the error go on as if the row had been written."""
+    step = first_step(run)
+    StepRun.objects.filter(pk=step.pk).update(state=StepState.RUNNING)
+    step.lease_owner = "late"
+
+    with pytest.raises(ConcurrentTransition), transaction.atomic():
+        try:
+            with writes_behind():
+                step.save()
+                raise ValueError
+        except ValueError:
+            pass
+
+
+@postgresql
+def test_with_the_pipeline_turned_off_every_write_waits_for_its_answer(run, settings):
+    settings.STEPWISE_DB_PIPELINE = False
+    step = first_step(run)
+
+    def write():
+        with transaction.atomic(), writes_behind():
+            attempt = some_writes(run, step)
+            assert attempt.pk is not None
+    trips, _ = round_trips(write)
+
+    assert trips == 5  # BEGIN, 3 writes, COMMIT
+
+
+# --- reads sent together (`compiled.read_together`) ---------------------------------------
+
+
+@postgresql
+def test_a_run_locked_with_its_steps_is_read_in_one_round_trip(run):
+    step = first_step(run)
+
+    def lock_and_read():
+        with transaction.atomic():
+            return selectors.lock_run_with_steps(step.id)
+
+    trips, (locked, found, steps) = round_trips(lock_and_read)
+
+    assert trips == 3  # BEGIN, the lock and the steps (one pipeline), COMMIT
+    assert locked.id == run.id and found.id == step.id
+    assert [s.name for s in steps] == ["a", "b"] and all(s.run is locked for s in steps)
+
+
+@postgresql
+def test_steps_read_behind_the_lock_see_what_the_locks_holder_committed(run):
+    """The steps' statement is sent with the lock's, but runs once the lock is granted: it
+    sees the step the lock's previous holder changed, as a read sent after the lock would."""
+    step = first_step(run)
+    locked, release = threading.Event(), threading.Event()
+
+    def holder():
+        with transaction.atomic():
+            selectors.lock_run(run.id)
+            StepRun.objects.filter(pk=step.pk).update(lease_owner="the holder")
+            locked.set()
+            release.wait(10)
+        connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert locked.wait(10)
+    threading.Timer(0.5, release.set).start()  # commits while this read waits for the lock
+    with transaction.atomic():
+        _, found, steps = selectors.lock_run_with_steps(step.id)
+    thread.join(10)
+
+    assert release.is_set()
+    assert found.lease_owner == "the holder"
+    assert {s.name: s.lease_owner for s in steps}["a"] == "the holder"
+
+
+def test_reads_together_give_what_each_read_gives_alone(run):
+    step = first_step(run)
+    with transaction.atomic():
+        apart = (selectors._LOCKED_RUN_OF_STEP.rows(step.id)[0], selectors.steps_of(run))
+    with transaction.atomic():
+        together = selectors.lock_run_with_steps(step.id)
+    assert together[0].pk == apart[0].pk
+    assert [(s.pk, s.state, s.output) for s in together[2]] == [(s.pk, s.state, s.output) for s in apart[1]]
+    with transaction.atomic():
+        alone = selectors.lock_run_of_step(step.id)
+    assert (alone[0].pk, alone[1].pk) == (run.pk, step.pk)
+
+
+def test_reads_together_where_statements_are_counted_are_sent_one_by_one(run):
+    step = first_step(run)
+    with CaptureQueriesContext(connection) as counted, transaction.atomic():
+        selectors.lock_run_with_steps(step.id)
+    assert len([q for q in counted.captured_queries if q["sql"].startswith("SELECT")]) == 2
+
+
+def test_a_step_that_is_not_there_raises_as_before():
+    """No run is found for it, as when the lock was read alone."""
+    for read in (selectors.lock_run_with_steps, selectors.lock_run_of_step):
+        with pytest.raises(Run.DoesNotExist), transaction.atomic():
+            read(10**9)
