@@ -123,6 +123,16 @@ def metrics_text() -> bytes:
     return generate_latest(registry)
 
 
+def process_start() -> None:
+    """Drop the live gauges a dead process with this process's pid left behind; call it as a
+    worker process starts, before it runs a step. Pids are reused (32,768 of them by default),
+    and prometheus-client opens this process's files by pid: a new process given the pid of a
+    worker killed mid-step would read that worker's `stepwise_steps_executing` back as its own
+    starting value and count its step forever. Counters and histograms are left: they are
+    sums, and a reused file only goes on adding to them."""
+    multiprocess.mark_process_dead(os.getpid())
+
+
 def _forget_dead_processes() -> None:
     """Drop the live gauges (`stepwise_steps_executing`) of processes that are gone, a worker
     killed mid-step included, so they stop counting: prometheus-client leaves that to us."""

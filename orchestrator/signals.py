@@ -1,4 +1,5 @@
-"""Worker heartbeats, and what every task's log lines and spans carry.
+"""Worker heartbeats, a worker process's metrics at its start, and what every task's log lines
+and spans carry.
 
 Each worker process says it is alive in the database every few seconds. Health checks read
 this table, so "workers seen" works on every broker, including the embedded filesystem
@@ -12,10 +13,17 @@ import os
 import threading
 from contextlib import ExitStack
 
-from celery.signals import task_postrun, task_prerun, worker_ready, worker_shutdown
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+    worker_shutdown,
+)
 from django.db import close_old_connections
 
-from . import tracing
+from . import metrics, tracing
 from .clock import now
 from .logcontext import bind, clear
 from .models import WorkerHeartbeat
@@ -43,6 +51,13 @@ def start_heartbeat(sender=None, **kwargs) -> None:
 @worker_shutdown.connect
 def stop_heartbeat(**kwargs) -> None:
     _stop.set()
+
+
+@worker_init.connect
+@worker_process_init.connect
+def start_metrics(**kwargs) -> None:
+    """The worker's main process (every pool) and each prefork child as it starts."""
+    metrics.process_start()
 
 
 @task_prerun.connect

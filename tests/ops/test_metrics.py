@@ -57,3 +57,38 @@ def test_the_grafana_dashboard_asks_only_for_series_stepwise_exposes():
     exposed = {family.name for family in REGISTRY.collect()} | {
         family.name for family in text_string_to_metric_families(metrics_text().decode())}
     assert asked <= exposed, asked - exposed
+
+
+def test_a_worker_process_given_a_killed_workers_pid_does_not_count_its_step():
+    """Pids are reused: a worker child starting under the pid of one killed mid-step finds that
+    one's live gauge file. Started as Celery starts a child (`worker_process_init`), it counts
+    only its own step: 1, not the dead one's 1 plus its own."""
+    import multiprocessing
+    import os
+    from pathlib import Path
+
+    from celery.signals import worker_process_init
+    from prometheus_client.mmap_dict import MmapedDict, mmap_key
+
+    from orchestrator import metrics
+
+    def child(answer):
+        path = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]) / f"gauge_livesum_{os.getpid()}.db"
+        key = mmap_key("stepwise_steps_executing", "stepwise_steps_executing", ["kind", "queue"],
+                       ["tool", "tools"], metrics.EXECUTING._documentation)
+        left = MmapedDict(str(path))  # what a worker killed mid-step under this pid left
+        left.write_value(key, 1.0, 0.0)
+        left.close()
+        worker_process_init.send(sender=None)
+        with metrics.EXECUTING.labels("tool", "tools").track_inprogress():
+            answer.put(dict((k, v) for k, v, _, _ in MmapedDict.read_all_values_from_file(str(path))).get(key))
+        path.unlink(missing_ok=True)
+
+    fork = multiprocessing.get_context("fork")
+    answer = fork.Queue()
+    process = fork.Process(target=child, args=(answer,))
+    process.start()
+    executing = answer.get(timeout=30)
+    process.join(timeout=30)
+    assert process.exitcode == 0
+    assert executing == 1.0
