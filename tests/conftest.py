@@ -22,6 +22,25 @@ def egress_allows_local_servers():
     yield
     settings.STEPWISE_EGRESS = before
 
+
+@pytest.fixture(scope="session", autouse=True)
+def redis_left_empty_by_earlier_sessions():
+    """Under pytest-xdist each test worker has a Redis database of its own (the settings'
+    `_isolated_redis`); an earlier session may have left messages in it — a killed worker's
+    unacknowledged ones come back to the queue an hour later — naming steps by ids that a new
+    test database gives out again. Emptied before this session sends or consumes anything.
+    Not without xdist: the URL given is then used as it is, and may be someone's own."""
+    from django.conf import settings
+
+    if settings.XDIST_INDEX < 0:
+        return
+    import redis
+
+    for url in {settings.CELERY_BROKER_URL, settings.REDIS_URL}:
+        if url.startswith("redis"):
+            redis.Redis.from_url(url).flushdb()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def test_process_loses_no_deadlock_to_a_worker():
     """On PostgreSQL, the test process's own connections wait 20 s before looking for a

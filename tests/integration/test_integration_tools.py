@@ -193,9 +193,8 @@ def test_a_worker_killed_after_redis_appended_leaves_one_stream_entry(rig, worke
     run = one_step(team, "append-once", "redis.stream_add", {
         "connection": "events", "stream": rig.stream, "message": {"n": 1}})
     assert rig.redis.stalled.wait(30)
-    time.sleep(0.5)
     client = redis.Redis.from_url(REDIS_URL)
-    assert client.xlen(f"integrations:{rig.stream}") == 1  # appended before the kill
+    wait_for(lambda: client.xlen(f"integrations:{rig.stream}") == 1, timeout=10)  # appended before the kill
     run = kill_and_recover(workers, run, "act")
     assert run.state == "completed", run.error
     (entry,) = client.xrange(f"integrations:{rig.stream}")

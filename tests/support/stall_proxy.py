@@ -64,8 +64,10 @@ class StallProxy:
                         if self.deliver:
                             sink.sendall(data)
                         continue
-                if frozen.is_set():
-                    continue  # swallowed: the other side never hears of it
+                if frozen.is_set() and not (upstream and self.deliver):
+                    # Swallowed: the other side never hears of it. A delivered command's rest,
+                    # when it came in a later chunk, still goes to the server.
+                    continue
                 sink.sendall(data)
         except OSError:
             pass
