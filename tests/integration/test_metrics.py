@@ -181,16 +181,12 @@ def failures_logged(log, *, since: int) -> str:
 
 def tool_failures_by_process() -> dict[int, float]:
     """Failed tool executions on the tools queue as each process's histogram file holds them."""
-    from prometheus_client.mmap_dict import MmapedDict
-
     wanted = {"kind": "tool", "queue": "tools", "outcome": "failed"}.items()
     found = {}
-    for path in Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).glob("histogram_*.db"):
-        counted = sum(value for key, value, _, _ in MmapedDict.read_all_values_from_file(str(path))
-                      if (parts := json.loads(key))[1] == "stepwise_step_duration_seconds_bucket"
-                      and wanted <= parts[2].items())
-        if counted:
-            found[int(path.stem.rsplit("_", 1)[1])] = counted
+    for pid, samples in samples_by_process("histogram_*.db"):
+        if counted := sum(value for (name, labels), value in samples
+                          if name == "stepwise_step_duration_seconds_bucket" and wanted <= labels.items()):
+            found[pid] = counted
     return found
 
 
@@ -209,13 +205,21 @@ def _command(pid: int) -> str:
 def executing_by_process() -> dict:
     """`stepwise_steps_executing` as each process's file holds it: pid -> (its non-zero values,
     its command line or "gone"), to tell which process a count came from."""
-    from prometheus_client.mmap_dict import MmapedDict
-
     found = {}
-    for path in Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).glob("gauge_live*_*.db"):
-        pid = int(path.stem.rsplit("_", 1)[1])
-        values = {tuple(json.loads(key)[2].values()): value
-                  for key, value, _, _ in MmapedDict.read_all_values_from_file(str(path)) if value}
-        if values:
+    for pid, samples in samples_by_process("gauge_live*_*.db"):
+        if values := {tuple(labels.values()): value for (_, labels), value in samples if value}:
             found[pid] = (values, _command(pid))
     return found
+
+
+def samples_by_process(pattern: str):
+    """(pid, [((sample name, labels), value), ...]) of each metrics file named like `pattern`:
+    what each process wrote, as prometheus-client's own reader gives it."""
+    from prometheus_client.mmap_dict import MmapedDict
+
+    for path in Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).glob(pattern):
+        samples = []
+        for key, value, _, _ in MmapedDict.read_all_values_from_file(str(path)):
+            _, name, labels, _ = json.loads(key)
+            samples.append(((name, labels), value))
+        yield int(path.stem.rsplit("_", 1)[1]), samples
