@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 
 from django.db import connection
 
-from orchestrator.compiled import insert_rows
+from orchestrator.compiled import insert_json_rows, insert_rows
 from orchestrator.hashing import canonical_json, sha256_hex
 from orchestrator.txscope import TransactionMemo
 
@@ -95,18 +95,23 @@ def link_and_insert_all(entries: list[AuditEntry], *, keys: bool = True) -> list
 
     On SQLite the chain head is read once per transaction, then carried from append to append.
     """
+    rows = [entry_row(entry) for entry in entries]
+    for entry, row in zip(entries, rows, strict=True):
+        entry.digest = row["digest"] = content_digest(row)
+    if seals_in_database():
+        # The seal fills the chain fields at COMMIT. Entries whose keys no one reads go as
+        # the rows the digest was computed on, in one JSON parameter.
+        if keys or not insert_json_rows(AuditEntry, rows):
+            insert_rows(entries, keys=keys)
+        return entries
+    head = _HEAD.get() or chain_head()
     for entry in entries:
-        entry.digest = content_digest(entry_row(entry))
-    if not seals_in_database():
-        head = _HEAD.get() or chain_head()
-        for entry in entries:
-            entry.sequence = head[0] + 1 if head else 1
-            entry.prev_hash = head[1] if head else GENESIS_HASH
-            entry.hash = link_hash(entry.prev_hash, entry.sequence, entry.digest)
-            head = (entry.sequence, entry.hash)
+        entry.sequence = head[0] + 1 if head else 1
+        entry.prev_hash = head[1] if head else GENESIS_HASH
+        entry.hash = link_hash(entry.prev_hash, entry.sequence, entry.digest)
+        head = (entry.sequence, entry.hash)
     insert_rows(entries, keys=keys)
-    if not seals_in_database():
-        _HEAD.set(head)
+    _HEAD.set(head)
     return entries
 
 

@@ -8,10 +8,15 @@ class OrchestratorConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported once the app registry is ready (Django's way for code that needs models):
-        # the tool modules the settings name (plugins, loaded by name), and the worker
-        # heartbeat signals.
+        # the tool modules the settings name (plugins, loaded by name), the worker heartbeat
+        # signals, and the C timestamp loader every new PostgreSQL connection is given.
+        from django.db.backends.signals import connection_created
+
         from . import signals, tracing  # noqa: F401  (signals: connected on import)
+        from .compiled import read_timestamps_in_c
         from .tools import registry
+
+        connection_created.connect(read_timestamps_in_c, dispatch_uid="stepwise-timestamps")
 
         registry.load_tool_modules()
         if tracing.enabled():  # STEPWISE_TRACING: spans to the configured exporter

@@ -81,6 +81,12 @@ def lock_run_with_steps(step_id: int) -> tuple[Run, StepRun, list[StepRun]]:
     return run, step, steps
 
 
+def step_to_claim(step_id: int) -> StepRun:
+    """A step with its run, the run's team, workflow and sealed secrets (no lock): what a
+    worker's claim reads before it moves the step. Raises StepRun.DoesNotExist."""
+    return _only(_STEP_TO_CLAIM.rows(step_id), StepRun, step_id)
+
+
 def _locked_runs() -> QuerySet[Run]:
     return runs_with_version().select_related("team").select_for_update(of=("self",), no_key=True)
 
@@ -90,6 +96,9 @@ def _locked_runs() -> QuerySet[Run]:
 _LOCKED_RUN = CompiledRead(lambda run_id: _locked_runs().filter(id=run_id), UUID(int=0))
 _LOCKED_RUN_OF_STEP = CompiledRead(lambda step_id: _locked_runs().filter(steps__id=step_id), 0)
 _STEP = CompiledRead(lambda step_id: StepRun.objects.defer("input").filter(id=step_id), 0)
+_STEP_TO_CLAIM = CompiledRead(lambda step_id: StepRun.objects.select_related(
+    "run", "run__team", "run__version__workflow", "run__sealed_secrets").defer(
+    "run__version__definition", "run__version__normalized").filter(id=step_id), 0)
 _STEPS_OF = CompiledRead(lambda run_id: StepRun.objects.defer("input").filter(run_id=run_id), UUID(int=0))
 _STEPS_OF_RUN_OF_STEP = CompiledRead(lambda step_id: StepRun.objects.defer("input").filter(
     run_id=Subquery(StepRun.objects.filter(id=step_id).values("run_id")[:1])), 0)

@@ -60,6 +60,24 @@ def test_the_locked_run_of_a_step_is_the_querysets_with_the_same_joined_instance
     assert not queries, "a joined instance was read again"
 
 
+def test_the_step_a_claim_reads_is_the_querysets_with_the_same_joined_instances(run):
+    step = run.steps.get(name="a")
+    expected = StepRun.objects.select_related(
+        "run", "run__team", "run__version__workflow", "run__sealed_secrets").defer(
+        "run__version__definition", "run__version__normalized").get(id=step.id)
+    found = selectors.step_to_claim(step.id)
+    assert fields_of(found) == fields_of(expected)
+    assert fields_of(found.run) == fields_of(expected.run)
+    assert found.run.version.get_deferred_fields() == {"definition", "normalized"}
+    with CaptureQueriesContext(connection) as queries:
+        assert (found.run.team.slug, found.run.version.workflow.name, found.run.version.digest) == (
+            expected.run.team.slug, expected.run.version.workflow.name, expected.run.version.digest)
+        assert not hasattr(found.run, "sealed_secrets")  # none: known without a query
+    assert not queries, "a joined instance was read again"
+    with pytest.raises(StepRun.DoesNotExist):
+        selectors.step_to_claim(step.id + 10_000)
+
+
 def test_a_runs_steps_come_in_the_querysets_order_with_their_values_and_without_input(run):
     expected = list(StepRun.objects.defer("input").filter(run_id=run.id))
     found = selectors.steps_of(run)
@@ -160,6 +178,88 @@ def test_ledger_entries_appended_through_the_compiled_insert_chain_and_verify(ru
     report = verify_ledger()
     assert report.ok, report.broken
     assert report.count >= entries.count()
+
+
+def test_ledger_entries_sent_as_json_are_the_rows_the_compiled_insert_writes(run):
+    from audit import chain
+    from audit.services import _entry
+
+    def entries():
+        return [_entry(action="test.json", actor="worker:tést", subject_type="run", subject_id=run.id,
+                       outcome="ok", run=run, step=None, payload={"i": i, "text": "é\u2028", "n": None},
+                       payload_ref="", redactor=None, proposal_hash="", model="", prompt_version="",
+                       idempotency_key=f"key-{i}", correlation_id="", event_id=i or None, workflow="",
+                       workflow_version=None, definition_digest="", team="") for i in range(3)]
+
+    with transaction.atomic():
+        by_json, by_values = entries(), entries()
+        for entry in (*by_json, *by_values):
+            entry.digest = chain.content_digest(chain.entry_row(entry))
+        rows = [chain.entry_row(e) for e in by_json]
+        sent = chain.insert_json_rows(AuditEntry, rows)
+        insert_rows(by_values)
+    assert sent == (connection.vendor == "postgresql")
+    if not sent:
+        return  # SQLite: the ledger's entries go as values, linked in Python
+    stored_json = list(AuditEntry.objects.filter(action="test.json").exclude(
+        id__in=[e.pk for e in by_values]).order_by("id").values())
+    stored_values = list(AuditEntry.objects.filter(id__in=[e.pk for e in by_values]).order_by("id").values())
+    assert len(stored_json) == len(stored_values) == 3
+    for mine, theirs in zip(stored_json, stored_values, strict=True):
+        for differs in ("id", "sequence", "prev_hash", "hash", "created_at", "digest"):  # made apart
+            mine.pop(differs), theirs.pop(differs)
+        assert mine == theirs
+    assert [e["created_at"] for e in AuditEntry.objects.filter(action="test.json").exclude(
+        id__in=[e.pk for e in by_values]).order_by("id").values("created_at")] == [e.created_at for e in by_json]
+    report = chain.verify_ledger()
+    assert report.ok, report.broken
+
+
+def test_json_rows_lacking_a_column_are_refused(run):
+    if connection.vendor != "postgresql":
+        pytest.skip("rows go as JSON on PostgreSQL only")
+    from audit import chain
+    from audit.services import _entry
+
+    entry = _entry(action="test.json", actor="worker:test", subject_type="run", subject_id=run.id,
+                   outcome="", run=run, step=None, payload={}, payload_ref="", redactor=None,
+                   proposal_hash="", model="", prompt_version="", idempotency_key="",
+                   correlation_id="", event_id=None, workflow="", workflow_version=None,
+                   definition_digest="", team="")
+    row = chain.entry_row(entry)
+    del row["payload_ref"]
+    with transaction.atomic(), pytest.raises(ValueError, match="payload_ref"):
+        chain.insert_json_rows(AuditEntry, [row])
+
+
+def test_timestamps_read_through_the_c_loader_are_what_djangos_loader_reads():
+    """Every PostgreSQL connection reads `timestamptz` with psycopg's C loader (Django's own
+    derives from the pure-Python one); the values are the same, time zone included."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a PostgreSQL driver's loader")
+    from django.db.backends.postgresql.psycopg_any import BaseTzLoader
+    from psycopg.postgres import types
+    from psycopg.pq import Format
+
+    connection.ensure_connection()
+    oid = types["timestamptz"].oid
+    ours = connection.connection.adapters.get_loader(oid, Format.TEXT)
+    assert ours.__module__ == "orchestrator.compiled"
+    assert ours.timezone is connection.timezone
+    texts = ["2026-12-04 13:59:09.279645+00", "2026-01-02 03:04:05.123456+05:30",
+             "0044-03-15 12:00:00+00", "1999-12-31 23:59:59.999999-08", "2000-02-29 00:00:00+00"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(["%s::timestamptz"] * len(texts)), texts)
+        found = cursor.fetchone()
+
+        class Djangos(BaseTzLoader):
+            timezone = connection.timezone
+
+        cursor.cursor.adapters.register_loader("timestamptz", Djangos)
+        cursor.execute("SELECT " + ", ".join(["%s::timestamptz"] * len(texts)), texts)
+        expected = cursor.fetchone()
+    assert found == expected
+    assert [v.tzinfo for v in found] == [v.tzinfo for v in expected] == [connection.timezone] * len(texts)
 
 
 def test_an_update_writes_only_the_named_columns(run):

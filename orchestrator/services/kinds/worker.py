@@ -53,6 +53,7 @@ from ...selectors import (
     lock_run_with_steps,
     runs_with_version,
     spec_of,
+    step_to_claim,
 )
 from ...states import (
     RUN_ADVANCING,
@@ -345,9 +346,7 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
     step's approval no longer holds (then the step has been failed, its action not run)."""
     try:
         with transaction.atomic():
-            step = StepRun.objects.select_related(
-                "run", "run__team", "run__version__workflow", "run__sealed_secrets").defer(
-                "run__version__definition", "run__version__normalized").get(id=step_id)
+            step = step_to_claim(step_id)
             run = step.run
             if step.state != StepState.QUEUED:
                 return None  # a replay of work already claimed or finished
