@@ -21,13 +21,14 @@ and folds repeats within one transaction into one, so the live pages' relay
 (`orchestrator.live.relay`) wakes once per committed change and never for a rolled-back one.
 """
 import logging
+from uuid import UUID
 
 from django.db import connection, transaction
 
 from audit.services import audit_record_events
 from notifications.models import CallbackDelivery, RunCallback
 
-from .compiled import insert_rows
+from .compiled import CompiledRead, insert_rows
 from .dispatch import callback_on_commit
 from .logcontext import describing
 from .metrics import observe_event
@@ -139,12 +140,19 @@ def _owe_callbacks(events: list[Event]) -> None:
                 if event.kind in CALLBACK_KINDS and event.run.has_callback is not False]
     if not reported:
         return
-    callbacks = {c.run_id: c for c in RunCallback.objects.filter(run_id__in={e.run_id for e in reported})}
+    run_field = RunCallback._meta.get_field("run")
+    callbacks = {run_id: found[0] for run_id in {e.run_id for e in reported}
+                 if (found := _CALLBACK_OF_RUN.rows(run_field.get_db_prep_value(run_id, connection)))}
     for event in reported:
         callback = callbacks.get(event.run_id)
         if callback is not None:
             delivery = CallbackDelivery.objects.create(callback=callback, event=event, kind=event.kind)
             callback_on_commit(delivery.id)
+
+
+# Read as every run ends (compiled once per connection: building the queryset cost more than
+# the database spent on it).
+_CALLBACK_OF_RUN = CompiledRead(lambda run_id: RunCallback.objects.filter(run_id=run_id), UUID(int=0))
 
 
 # The channel the outbox's INSERT trigger notifies (migration 0015 names it too).
