@@ -210,10 +210,11 @@ def writes_behind(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     statement that needs one.
 
     On PostgreSQL (psycopg's pipeline mode), a save (`update_row`), `update_rows(count=False)`
-    and `insert_rows(keys=False)` are sent at once and not waited for. The next statement that
-    needs an answer — a read, a write whose result is read, any statement Django sends itself
-    (the ORM, a savepoint), or the end of this block — is sent behind them, and then every
-    answer is read in the order sent: a write that failed raises there what it would have
+    and `insert_rows(keys=False)` are held in the worker, not waited for. The next statement
+    that needs an answer — a read, a write whose result is read, any statement Django sends
+    itself (the ORM, a savepoint), or the end of this block — is sent behind them, all in one
+    pipeline (the database is woken once for them, not once per write), and then every answer
+    is read in the order sent: a write that failed raises there what it would have
     raised (a database error; `ConcurrentTransition` for a guarded save whose row's state had
     changed; `DatabaseError` for a save whose row is gone, which Django's save would have
     inserted again), and an inserted row gets its key. The database runs the same statements
@@ -255,39 +256,39 @@ def _pipelines() -> bool:
 
 
 class _Behind:
-    """The writes of one `writes_behind` block not yet answered, on their connection's
-    pipeline (entered at the first of them, left when they are answered)."""
+    """The writes of one `writes_behind` block not yet sent, sent together on their
+    connection's pipeline when an answer is wanted (`collect`)."""
 
     def __init__(self, connection) -> None:
         self.connection = connection
-        self.pipeline = None
-        self.pending: list[tuple[Any, Callable[[Any], None]]] = []
+        self.pending: list[tuple[str, list, Callable[[Any], None]]] = []
         self.answer_first = self._answer_first  # one bound method: found again by identity
 
     def send(self, sql: str, params: list, then: Callable[[Any], None]) -> None:
-        """Send a write; `then(cursor)` reads its answer when it comes (raises for a failure)."""
+        """Hold a write until an answer is wanted; `then(cursor)` reads its answer then (raises
+        for a failure)."""
         connection = self.connection
         connection.validate_thread_sharing()
         connection.validate_no_broken_transaction()
-        if self.pipeline is None:
-            self.pipeline = connection.connection.pipeline()
-            self.pipeline.__enter__()
-        cursor = _spare_cursor(connection)
-        with connection.wrap_database_errors:
-            cursor.execute(sql, params)
-        self.pending.append((cursor, then))
+        self.pending.append((sql, params, then))
 
     def collect(self, sql: str | None = None, params: list | None = None, *,
                 fetch: bool = False) -> tuple[list | None, int]:
         """Send `sql` (if any) behind the pending writes, wait for every answer and read them in
         order; `sql`'s rows (when `fetch`) and row count, as `execute` gives them."""
-        if self.pipeline is None:
+        if not self.pending:
             return (None, -1) if sql is None else execute(self.connection, sql, params, fetch=fetch)
-        connection, pipeline, pending = self.connection, self.pipeline, self.pending
-        self.pipeline, self.pending = None, []
+        connection, queued = self.connection, self.pending
+        self.pending, pending = [], []
         last = None
         with connection.wrap_database_errors:
+            pipeline = connection.connection.pipeline()
+            pipeline.__enter__()
             try:
+                for queued_sql, queued_params, then in queued:
+                    cursor = _spare_cursor(connection)
+                    pending.append((cursor, then))
+                    cursor.execute(queued_sql, queued_params)
                 if sql is not None:
                     last = _spare_cursor(connection)
                     last.execute(sql, params)

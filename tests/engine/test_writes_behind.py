@@ -74,6 +74,41 @@ def test_writes_whose_answer_is_not_read_take_one_round_trip_and_land(run):
 
 
 @postgresql
+def test_the_writes_of_a_block_leave_together_with_the_statement_that_collects_them(run):
+    """Nothing of a write sent behind reaches the driver until its answers are wanted: the
+    database is woken once for all of them, not once per write."""
+    import tempfile
+
+    from psycopg import pq
+
+    step = first_step(run)
+    with transaction.atomic():
+        connection.ensure_connection()
+        pgconn = connection.connection.pgconn
+        with tempfile.TemporaryFile() as trace, writes_behind():
+            pgconn.trace(trace.fileno())
+            pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+            try:
+                some_writes(run, step)
+                trace.seek(0)
+                held = trace.read()
+                lease_owner = StepRun.objects.get(run=run, name="b").lease_owner  # collects
+            finally:
+                pgconn.untrace()
+            trace.seek(0)
+            sent = trace.read().decode().splitlines()
+    assert held == b""  # nothing handed to the driver yet
+    assert lease_owner == "w2"
+    frontend = [line.split("\t")[2] for line in sent if line.startswith("F\t")]
+    writes = [i for i, kind in enumerate(frontend) if kind == "Execute"]
+    syncs = [i for i, kind in enumerate(frontend) if kind == "Sync"]
+    # BEGIN (psycopg syncs it), then the three writes one after the other with one Sync after
+    # them, then the read that collected them.
+    assert len(writes) == 5 and len(syncs) == 3
+    assert syncs[0] < writes[1] and writes[3] < syncs[1] < writes[4]
+
+
+@postgresql
 def test_a_statement_that_needs_an_answer_goes_with_the_writes_before_it_and_sees_them(run):
     step = first_step(run)
 
