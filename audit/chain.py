@@ -60,9 +60,13 @@ def timestamp_text(value: datetime) -> str:
 def entry_row(entry: AuditEntry) -> dict:
     """An entry as plain JSON values: what exports contain and what the digest is computed on."""
     loaded = entry.__dict__  # a field not loaded (deferred) is read through its descriptor
-    row = {name: loaded[name] if name in loaded else getattr(entry, name) for name in _ROW_FIELDS}
-    row["created_at"] = timestamp_text(entry.created_at)
-    row["run_id"] = str(entry.run_id) if entry.run_id else None
+    return _plain({name: loaded[name] if name in loaded else getattr(entry, name) for name in _ROW_FIELDS})
+
+
+def _plain(row: dict) -> dict:
+    """An entry's field values (by attribute name, every field but its id) as JSON values."""
+    row["created_at"] = timestamp_text(row["created_at"])
+    row["run_id"] = str(row["run_id"]) if row["run_id"] else None
     return row
 
 
@@ -95,14 +99,10 @@ def link_and_insert_all(entries: list[AuditEntry], *, keys: bool = True) -> list
 
     On SQLite the chain head is read once per transaction, then carried from append to append.
     """
-    rows = [entry_row(entry) for entry in entries]
-    for entry, row in zip(entries, rows, strict=True):
-        entry.digest = row["digest"] = content_digest(row)
+    for entry in entries:
+        entry.digest = content_digest(entry_row(entry))
     if seals_in_database():
-        # The seal fills the chain fields at COMMIT. Entries whose keys no one reads go as
-        # the rows the digest was computed on, in one JSON parameter.
-        if keys or not insert_json_rows(AuditEntry, rows):
-            insert_rows(entries, keys=keys)
+        insert_rows(entries, keys=keys)  # the seal fills the chain fields at COMMIT
         return entries
     head = _HEAD.get() or chain_head()
     for entry in entries:
@@ -113,6 +113,22 @@ def link_and_insert_all(entries: list[AuditEntry], *, keys: bool = True) -> list
     insert_rows(entries, keys=keys)
     _HEAD.set(head)
     return entries
+
+
+def append_all(entries: list[dict]) -> None:
+    """Append entries given by their content fields (`CONTENT_FIELDS`, as `AuditEntry` takes
+    them), in order, in one INSERT (inside the caller's transaction); their keys are not read.
+
+    On PostgreSQL the rows the digest is computed on are what is sent: no model instance is
+    built. On SQLite, `link_and_insert_all` links and inserts their instances.
+    """
+    if not seals_in_database():
+        link_and_insert_all([AuditEntry(**fields) for fields in entries], keys=False)
+        return
+    rows = [_plain({**fields, "sequence": None, "prev_hash": None, "hash": None}) for fields in entries]
+    for row in rows:
+        row["digest"] = content_digest(row)
+    insert_json_rows(AuditEntry, rows)
 
 
 def chain_head() -> tuple[int, str] | None:

@@ -82,12 +82,17 @@ def audit_record(*, action: str, actor: str, subject_type: str, subject_id: obje
         workflow_version=workflow_version, definition_digest=definition_digest, team=team))
 
 
-def _entry(*, action: str, actor: str, subject_type: str, subject_id: object, outcome: str,
-           run: Run | None, step: StepRun | None, payload: dict | None, payload_ref: str,
-           redactor: Redactor | None, proposal_hash: str, model: str, prompt_version: str,
-           idempotency_key: str, correlation_id: str, event_id: int | None, workflow: str,
-           workflow_version: int | None, definition_digest: str, team: str) -> AuditEntry:
+def _entry(**arguments) -> AuditEntry:
     """The entry `audit_record` appends, not yet linked nor saved."""
+    return AuditEntry(**_entry_fields(**arguments))
+
+
+def _entry_fields(*, action: str, actor: str, subject_type: str, subject_id: object, outcome: str,
+                  run: Run | None, step: StepRun | None, payload: dict | None, payload_ref: str,
+                  redactor: Redactor | None, proposal_hash: str, model: str, prompt_version: str,
+                  idempotency_key: str, correlation_id: str, event_id: int | None, workflow: str,
+                  workflow_version: int | None, definition_digest: str, team: str) -> dict:
+    """The content fields of an entry (`chain.CONTENT_FIELDS`), as `AuditEntry` takes them."""
     if run is not None:
         context = RunContext.of(run)
         workflow = workflow or context.workflow
@@ -96,7 +101,7 @@ def _entry(*, action: str, actor: str, subject_type: str, subject_id: object, ou
         team = team or context.team
         redactor = redactor or context.redactor
     redactor = redactor or Redactor(Policy())
-    return AuditEntry(
+    return dict(
         created_at=now(), actor=actor[:200], actor_kind=actor_kind(actor), action=action[:64],
         subject_type=subject_type, subject_id=str(subject_id)[:100], team=team,
         workflow=workflow, workflow_version=workflow_version, definition_digest=definition_digest,
@@ -225,10 +230,10 @@ def audit_record_events(events: list[Event]) -> None:
     """
     if not connection.in_atomic_block:
         raise RuntimeError("audit_record must run inside the transaction of the change it records")
-    chain.link_and_insert_all([_event_entry(event) for event in events], keys=False)
+    chain.append_all([_event_fields(event) for event in events])
 
 
-def _event_entry(event: Event) -> AuditEntry:
+def _event_fields(event: Event) -> dict:
     run, step, kind = event.run, event.step, event.kind
     context = RunContext.of(run)
     redactor = context.redactor
@@ -275,7 +280,7 @@ def _event_entry(event: Event) -> AuditEntry:
         details["proposal_hash"] = str(payload["proposal_hash"])
     details = {"payload_ref": "", "proposal_hash": "", "model": "", "prompt_version": "",
                "idempotency_key": "", "correlation_id": "", **details}
-    return _entry(
+    return _entry_fields(
         action=kind, actor=event.actor, subject_type=subject[0], subject_id=subject[1],
         outcome=kind.split(".", 1)[-1], run=run, step=step, payload=payload, redactor=redactor,
         event_id=event.id, workflow="", workflow_version=None, definition_digest="", team="",

@@ -180,37 +180,29 @@ def test_ledger_entries_appended_through_the_compiled_insert_chain_and_verify(ru
     assert report.count >= entries.count()
 
 
-def test_ledger_entries_sent_as_json_are_the_rows_the_compiled_insert_writes(run):
+def test_ledger_entries_appended_from_their_fields_are_the_rows_their_instances_make(run):
+    """`chain.append_all` (the events' entries: on PostgreSQL sent as one JSON parameter, no
+    instance built) stores what `link_and_insert_all` stores for the same fields."""
     from audit import chain
-    from audit.services import _entry
+    from audit.services import _entry_fields
 
-    def entries():
-        return [_entry(action="test.json", actor="worker:tést", subject_type="run", subject_id=run.id,
-                       outcome="ok", run=run, step=None, payload={"i": i, "text": "é\u2028", "n": None},
-                       payload_ref="", redactor=None, proposal_hash="", model="", prompt_version="",
-                       idempotency_key=f"key-{i}", correlation_id="", event_id=i or None, workflow="",
-                       workflow_version=None, definition_digest="", team="") for i in range(3)]
-
+    fields = [_entry_fields(action="test.json", actor="worker:tést", subject_type="run", subject_id=run.id,
+                            outcome="ok", run=run, step=None, payload={"i": i, "text": "é\u2028", "n": None},
+                            payload_ref="", redactor=None, proposal_hash="", model="", prompt_version="",
+                            idempotency_key=f"key-{i}", correlation_id="", event_id=i or None, workflow="",
+                            workflow_version=None, definition_digest="", team="") for i in range(3)]
     with transaction.atomic():
-        by_json, by_values = entries(), entries()
-        for entry in (*by_json, *by_values):
-            entry.digest = chain.content_digest(chain.entry_row(entry))
-        rows = [chain.entry_row(e) for e in by_json]
-        sent = chain.insert_json_rows(AuditEntry, rows)
-        insert_rows(by_values)
-    assert sent == (connection.vendor == "postgresql")
-    if not sent:
-        return  # SQLite: the ledger's entries go as values, linked in Python
-    stored_json = list(AuditEntry.objects.filter(action="test.json").exclude(
-        id__in=[e.pk for e in by_values]).order_by("id").values())
-    stored_values = list(AuditEntry.objects.filter(id__in=[e.pk for e in by_values]).order_by("id").values())
-    assert len(stored_json) == len(stored_values) == 3
-    for mine, theirs in zip(stored_json, stored_values, strict=True):
-        for differs in ("id", "sequence", "prev_hash", "hash", "created_at", "digest"):  # made apart
+        before = AuditEntry.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        chain.append_all([dict(f) for f in fields])
+        instances = chain.link_and_insert_all([AuditEntry(**f) for f in fields])
+    stored_rows = list(AuditEntry.objects.filter(id__gt=before).order_by("id").values())
+    appended = [r for r in stored_rows if r["id"] not in {e.pk for e in instances}]
+    inserted = [r for r in stored_rows if r["id"] in {e.pk for e in instances}]
+    assert len(appended) == len(inserted) == 3
+    for mine, theirs in zip(appended, inserted, strict=True):
+        for differs in ("id", "sequence", "prev_hash", "hash"):
             mine.pop(differs), theirs.pop(differs)
         assert mine == theirs
-    assert [e["created_at"] for e in AuditEntry.objects.filter(action="test.json").exclude(
-        id__in=[e.pk for e in by_values]).order_by("id").values("created_at")] == [e.created_at for e in by_json]
     report = chain.verify_ledger()
     assert report.ok, report.broken
 
