@@ -148,12 +148,14 @@ def read_together(*reads: tuple[CompiledRead, tuple], using: str = DEFAULT_DB_AL
                 for plan, (_, values) in zip(plans, reads, strict=True)]
     connection.validate_thread_sharing()
     connection.validate_no_broken_transaction()
-    cursors = [_spare_cursor(connection) for _ in plans]
+    kept = _cursors(connection)
+    cursors = [kept.take(plan.sql) for plan in plans]
     with connection.wrap_database_errors, connection.connection.pipeline():
         for cursor, plan, (_, values) in zip(cursors, plans, reads, strict=True):
             cursor.execute(plan.sql, values)
     found = [_built(plan, using, cursor.fetchall()) for cursor, plan in zip(cursors, plans, strict=True)]
-    _spare_cursors(connection).extend(cursors)
+    for cursor, plan in zip(cursors, plans, strict=True):
+        kept.give(plan.sql, cursor)
     return found
 
 
@@ -188,10 +190,13 @@ def execute(connection, sql: str, params: list, *, fetch: bool = False) -> tuple
             return (cursor.fetchall() if fetch else None), cursor.rowcount
     connection.validate_thread_sharing()
     connection.validate_no_broken_transaction()
-    cursor = _kept_cursor(connection)
+    kept = _cursors(connection)
+    cursor = kept.take(sql)
     with connection.wrap_database_errors:
         cursor.execute(sql, params)
-        return (cursor.fetchall() if fetch else None), cursor.rowcount
+        answer = (cursor.fetchall() if fetch else None), cursor.rowcount
+    kept.give(sql, cursor)
+    return answer
 
 
 def _wrapped(connection, behind: _Behind | None) -> bool:
@@ -280,17 +285,18 @@ class _Behind:
             return (None, -1) if sql is None else execute(self.connection, sql, params, fetch=fetch)
         connection, queued = self.connection, self.pending
         self.pending, pending = [], []
+        kept = _cursors(connection)
         last = None
         with connection.wrap_database_errors:
             pipeline = connection.connection.pipeline()
             pipeline.__enter__()
             try:
                 for queued_sql, queued_params, then in queued:
-                    cursor = _spare_cursor(connection)
+                    cursor = kept.take(queued_sql)
                     pending.append((cursor, then))
                     cursor.execute(queued_sql, queued_params)
                 if sql is not None:
-                    last = _spare_cursor(connection)
+                    last = kept.take(sql)
                     last.execute(sql, params)
             finally:
                 try:
@@ -298,14 +304,14 @@ class _Behind:
                 except Exception:
                     _raise_first_in_order(pending)
                     raise
-        spare = _spare_cursors(connection)
-        for cursor, then in pending:
+        for (cursor, then), (queued_sql, _, _) in zip(pending, queued, strict=True):
             then(cursor)
-            spare.append(cursor)
+            kept.give(queued_sql, cursor)
         if last is None:
             return None, -1
-        spare.append(last)
-        return (last.fetchall() if fetch else None), last.rowcount
+        answer = (last.fetchall() if fetch else None), last.rowcount
+        kept.give(sql, last)
+        return answer
 
     def _answer_first(self, execute, sql, params, many, context):
         """An `execute_wrapper`: a statement Django sends waits for the pending writes."""
@@ -323,20 +329,36 @@ def _raise_first_in_order(pending: list[tuple[Any, Callable[[Any], None]]]) -> N
         then(cursor)
 
 
-def _spare_cursor(connection):
-    """A driver cursor of the open connection for a statement sent in a pipeline, each keeping
-    its own answer until it is read (then given back to `_spare_cursors`)."""
-    spare = _spare_cursors(connection)
-    return spare.pop() if spare else connection.create_cursor()
+class _Cursors:
+    """The driver cursors kept for one open connection, by the statement they send.
+
+    A statement sent in a pipeline needs a cursor of its own, which keeps its answer until it
+    is read. A cursor that sends the same statement again keeps psycopg's adapters for its
+    values and columns (the driver makes new ones whenever a cursor's statement changes), so
+    each statement is given back the cursor it used last. At most `KEPT` statements keep
+    cursors; the others are sent on new ones."""
+
+    KEPT = 256
+
+    def __init__(self, connection) -> None:
+        self.connection = connection
+        self.kept: dict[str, list] = {}
+
+    def take(self, sql: str):
+        free = self.kept.get(sql)
+        return free.pop() if free else self.connection.create_cursor()
+
+    def give(self, sql: str, cursor) -> None:
+        free = self.kept.get(sql)
+        if free is None:
+            if len(self.kept) >= self.KEPT:
+                return
+            free = self.kept[sql] = []
+        free.append(cursor)
 
 
-def _spare_cursors(connection) -> list:
-    return _of_open_connection(connection, "_stepwise_spare_cursors", list)
-
-
-def _kept_cursor(connection):
-    """The driver's cursor kept for the open connection."""
-    return _of_open_connection(connection, "_stepwise_kept_cursor", connection.create_cursor)
+def _cursors(connection) -> _Cursors:
+    return _of_open_connection(connection, "_stepwise_cursors", lambda: _Cursors(connection))
 
 
 def _of_open_connection(connection, name: str, make: Callable[[], Any]) -> Any:

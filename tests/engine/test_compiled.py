@@ -443,6 +443,26 @@ def test_the_widest_compiled_insert_is_parsed_by_psycopg_once(run):
     assert after.hits > before.hits and after.misses == before.misses
 
 
+def test_a_statement_sent_again_goes_on_its_cursor_with_the_drivers_adapters_kept(run):
+    """Each compiled statement is given back the cursor it used last: psycopg makes a cursor
+    new adapters for its values and columns whenever the cursor's statement changes."""
+    if connection.vendor != "postgresql":
+        pytest.skip("psycopg's adapters")
+    from orchestrator.compiled import _cursors, _insert_plan
+
+    step = run.steps.get(name="a")
+    seen = []
+    with transaction.atomic():
+        for _ in range(3):
+            selectors.lock_run_with_steps(step.id)
+            insert_rows(events_of(run, 2, "test.again"))
+            kept = _cursors(connection).kept
+            sql = _insert_plan(Event, connection, 2)[0]
+            [cursor] = kept[sql]
+            seen.append((cursor, cursor._tx))
+    assert len({id(c) for c, _ in seen}) == 1 and len({id(tx) for _, tx in seen}) == 1
+
+
 def test_every_shortcut_gives_what_the_fields_own_chain_gives():
     """Each field of the hot path's models, given the values the engine writes and values a
     shortcut must leave to the field: the same database value, of the same type."""
