@@ -151,12 +151,51 @@ def read_together(*reads: tuple[CompiledRead, tuple], using: str = DEFAULT_DB_AL
     kept = _cursors(connection)
     cursors = [kept.take(plan.sql) for plan in plans]
     with connection.wrap_database_errors, connection.connection.pipeline():
+        _begin_behind(connection.connection)
         for cursor, plan, (_, values) in zip(cursors, plans, reads, strict=True):
             cursor.execute(plan.sql, values)
     found = [_built(plan, using, cursor.fetchall()) for cursor, plan in zip(cursors, plans, strict=True)]
     for cursor, plan in zip(cursors, plans, strict=True):
         kept.give(plan.sql, cursor)
     return found
+
+
+def _begin_behind(driver) -> None:
+    """In a pipeline: if the transaction has not begun on the server, send its BEGIN without
+    waiting for it, so that it goes with the statements after it.
+
+    psycopg begins a transaction at its first statement; in a pipeline it sends the BEGIN
+    alone and waits for its answer, which cost every transaction a round trip of its own.
+    This sends the same BEGIN (`_get_tx_start_command`: isolation level, read only...) the
+    way psycopg sends its other commands in a pipeline (`_exec_command`): its answer is read
+    with the others', and an error in it fails the pipeline, as it would fail the statement.
+    Once it is sent, the driver sees the transaction under way and sends no BEGIN of its own.
+    A driver without these methods keeps its own way."""
+    if not _unbegun(driver) or driver._pipeline is None:
+        return
+    driver.wait(driver._exec_command(driver._get_tx_start_command()))
+    driver.wait(driver._pipeline._communicate_gen())
+
+
+def _unbegun(driver) -> bool:
+    """Whether the driver would send a BEGIN before its next statement."""
+    return _BEGINS_BEHIND and not driver.autocommit and driver.pgconn.transaction_status == _IDLE
+
+
+def _begins_behind():
+    """(whether the driver has what `_begin_behind` uses, its status of a connection that is
+    in no transaction)."""
+    try:
+        from psycopg import Connection, pq
+        from psycopg._pipeline import Pipeline
+    except ImportError:
+        return False, None
+    has = (all(hasattr(Connection, name) for name in ("_exec_command", "_get_tx_start_command", "wait"))
+           and hasattr(Pipeline, "_communicate_gen"))
+    return has, pq.TransactionStatus.IDLE
+
+
+_BEGINS_BEHIND, _IDLE = _begins_behind()
 
 
 def _may_pipeline(connection) -> bool:
@@ -192,8 +231,14 @@ def execute(connection, sql: str, params: list, *, fetch: bool = False) -> tuple
     connection.validate_no_broken_transaction()
     kept = _cursors(connection)
     cursor = kept.take(sql)
+    driver = connection.connection
     with connection.wrap_database_errors:
-        cursor.execute(sql, params)
+        if _may_pipeline(connection) and _unbegun(driver):
+            with driver.pipeline():  # the transaction's BEGIN and this statement together
+                _begin_behind(driver)
+                cursor.execute(sql, params)
+        else:
+            cursor.execute(sql, params)
         answer = (cursor.fetchall() if fetch else None), cursor.rowcount
     kept.give(sql, cursor)
     return answer
@@ -291,6 +336,7 @@ class _Behind:
             pipeline = connection.connection.pipeline()
             pipeline.__enter__()
             try:
+                _begin_behind(connection.connection)
                 for queued_sql, queued_params, then in queued:
                     cursor = kept.take(queued_sql)
                     pending.append((cursor, then))

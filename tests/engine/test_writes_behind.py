@@ -68,7 +68,8 @@ def test_writes_whose_answer_is_not_read_take_one_round_trip_and_land(run):
     StepAttempt.objects.filter(number=7).delete()
     sent_behind, attempt = round_trips(lambda: write(True))
 
-    assert (at_once, sent_behind) == (5, 3)  # BEGIN, 3 writes, COMMIT / BEGIN, 3 writes, COMMIT
+    # The first write with its transaction's BEGIN, 2 writes, COMMIT / BEGIN and 3 writes, COMMIT
+    assert (at_once, sent_behind) == (4, 2)
     assert attempt.pk == StepAttempt.objects.get(step=step, number=7).pk  # its key, once answered
     assert dict(StepRun.objects.filter(run=run).values_list("name", "lease_owner")) == {"a": "w1", "b": "w2"}
 
@@ -102,10 +103,10 @@ def test_the_writes_of_a_block_leave_together_with_the_statement_that_collects_t
     frontend = [line.split("\t")[2] for line in sent if line.startswith("F\t")]
     writes = [i for i, kind in enumerate(frontend) if kind == "Execute"]
     syncs = [i for i, kind in enumerate(frontend) if kind == "Sync"]
-    # BEGIN (psycopg syncs it), then the three writes one after the other with one Sync after
+    # The transaction's BEGIN and the three writes one after the other with one Sync after
     # them, then the read that collected them.
-    assert len(writes) == 5 and len(syncs) == 3
-    assert syncs[0] < writes[1] and writes[3] < syncs[1] < writes[4]
+    assert len(writes) == 5 and len(syncs) == 2
+    assert writes[3] < syncs[0] < writes[4]
 
 
 @postgresql
@@ -120,7 +121,7 @@ def test_a_statement_that_needs_an_answer_goes_with_the_writes_before_it_and_see
     trips, seen = round_trips(write_then_read)
 
     assert seen == "w2"
-    assert trips == 4  # BEGIN, the writes (one pipeline), the read, COMMIT
+    assert trips == 3  # BEGIN and the writes (one pipeline), the read, COMMIT
 
 
 @postgresql
@@ -276,9 +277,31 @@ def test_a_run_locked_with_its_steps_is_read_in_one_round_trip(run):
 
     trips, (locked, found, steps) = round_trips(lock_and_read)
 
-    assert trips == 3  # BEGIN, the lock and the steps (one pipeline), COMMIT
+    assert trips == 2  # BEGIN, the lock and the steps (one pipeline), COMMIT
     assert locked.id == run.id and found.id == step.id
     assert [s.name for s in steps] == ["a", "b"] and all(s.run is locked for s in steps)
+
+
+@postgresql
+def test_a_transaction_begun_with_its_first_statements_holds_their_locks_and_rolls_back(run):
+    """The BEGIN sent with the lock's read (`compiled._begin_behind`) opens the transaction
+    before it: the run's row lock is held until the end, and what the block wrote goes when
+    it fails."""
+    import psycopg
+    from django.db import connection as django_connection
+
+    step = first_step(run)
+    params = django_connection.get_connection_params()
+    params.pop("context", None), params.pop("cursor_factory", None)
+    with pytest.raises(ValueError), transaction.atomic():
+        trips, _ = round_trips(lambda: selectors.lock_run_with_steps(step.id))
+        StepRun.objects.filter(pk=step.pk).update(lease_owner="inside")
+        with psycopg.connect(**params, autocommit=True) as other:
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                other.execute("SELECT 1 FROM orchestrator_run WHERE id = %s FOR UPDATE NOWAIT", [run.id])
+        raise ValueError
+    assert trips == 1  # BEGIN, the lock and the steps
+    assert StepRun.objects.get(pk=step.pk).lease_owner != "inside"
 
 
 @postgresql

@@ -27,14 +27,15 @@ pytestmark = [
                        reason="round trips are counted with libpq's trace (PostgreSQL)"),
 ]
 
-# BEGIN, the step with its run; its attempt, the step and the `step.running` event (one
-# pipeline); the event's ledger entry; COMMIT. Then BEGIN; the run locked and its steps (one
-# pipeline); the step, its attempt, the next step and the events (one pipeline); their ledger
-# entries; COMMIT.
-STEP = 10
-# BEGIN; the run locked and its steps; the step, its attempt, the next step's attempt, the next
-# step and the events; their ledger entries; COMMIT.
-CARRIED_STEP = 5
+# BEGIN with the step and its run (one pipeline: the transaction's BEGIN goes with its first
+# statement, `compiled._begin_behind`); its attempt, the step and the `step.running` event
+# (one pipeline); the event's ledger entry; COMMIT. Then BEGIN with the run locked and its
+# steps (one pipeline); the step, its attempt, the next step and the events (one pipeline);
+# their ledger entries; COMMIT.
+STEP = 8
+# BEGIN with the run locked and its steps; the step, its attempt, the next step's attempt, the
+# next step and the events; their ledger entries; COMMIT.
+CARRIED_STEP = 4
 
 
 def chain_steps(version) -> list[int]:
