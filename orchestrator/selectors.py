@@ -129,10 +129,16 @@ def steps_of(run: Run) -> list[StepRun]:
 
 
 def _of_run(steps: list[StepRun], run: Run) -> list[StepRun]:
-    """`steps`, read without their run, each given the instance of it in hand."""
+    """`steps`, read without their run (they were read by it), each given the instance of it
+    in hand: put in the relation's cache, as `step.run = run` leaves it, without the
+    descriptor's checks of a value that could differ from the key the row holds."""
+    cache_run = _STEP_RUN.set_cached_value
     for step in steps:
-        step.run = run
+        cache_run(step, run)
     return steps
+
+
+_STEP_RUN = StepRun._meta.get_field("run")
 
 
 def step_input_of(step: StepRun) -> dict:
