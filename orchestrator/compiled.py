@@ -320,7 +320,7 @@ class _Behind:
         connection = self.connection
         connection.validate_thread_sharing()
         connection.validate_no_broken_transaction()
-        self.pending.append((sql, params, then))
+        self.pending.append((sql, _as_now(params), then))
 
     def collect(self, sql: str | None = None, params: list | None = None, *,
                 fetch: bool = False) -> tuple[list | None, int]:
@@ -363,6 +363,32 @@ class _Behind:
         """An `execute_wrapper`: a statement Django sends waits for the pending writes."""
         self.collect()
         return execute(sql, params, many, context)
+
+
+def _as_now(params: list) -> list:
+    """`params` with each JSON value (psycopg's wrapper of a dict or a list) encoded now: a
+    write held until an answer is wanted sends the value it was given, whatever becomes of
+    the object in between, as a write sent at once did."""
+    wrapper = _json_wrapper()
+    if not any(isinstance(value, wrapper) for value in params):
+        return params
+    return [type(value)(_encoded(value), dumps=_as_is) if isinstance(value, wrapper) else value
+            for value in params]
+
+
+@cache
+def _json_wrapper() -> tuple[type, ...]:
+    from psycopg.types.json import Json, Jsonb
+
+    return Json, Jsonb
+
+
+def _encoded(value) -> str:
+    return value.dumps(value.obj) if value.dumps is not None else json.dumps(value.obj)
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 def _raise_first_in_order(pending: list[tuple[Any, Callable[[Any], None]]]) -> None:

@@ -110,6 +110,18 @@ def test_the_writes_of_a_block_leave_together_with_the_statement_that_collects_t
 
 
 @postgresql
+def test_a_held_write_stores_the_value_it_was_given_even_if_the_object_changes_after(run):
+    step = first_step(run)
+    with transaction.atomic(), writes_behind():
+        step.output = {"answer": 1, "items": [1]}
+        step.save(update_fields=["output"])
+        step.output["answer"] = 2  # changed in place while the write waits to be sent
+        step.output["items"].append(2)
+        stored = StepRun.objects.values_list("output", flat=True).get(pk=step.pk)  # collects
+    assert stored == {"answer": 1, "items": [1]}
+
+
+@postgresql
 def test_a_statement_that_needs_an_answer_goes_with_the_writes_before_it_and_sees_them(run):
     step = first_step(run)
 
