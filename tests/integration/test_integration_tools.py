@@ -48,7 +48,10 @@ class Rig:
         self.amqp = StallProxy("127.0.0.1", 5672)
         self.example_amqp = StallProxy("127.0.0.1", 5672)
         self.redis = StallProxy("127.0.0.1", 6379)
-        self.stream = unique()  # the key: integrations:<stream>
+        self.stream = unique()  # the key: <prefix><stream>
+        # Keys of this rig's own (its stream, its dedupe keys): Redis database 13 is shared by
+        # every test process, and each removes only what it made.
+        self.prefix = f"{unique()}:"
         self.smtp = SmtpSink().__enter__()
         self.smtp_proxy = None
         password = {"env": "STEPWISE_EXAMPLE_RABBITMQ_PASSWORD"}
@@ -62,7 +65,7 @@ class Rig:
             "bus": {"kind": "rabbitmq", "url": f"amqp://guest@127.0.0.1:{self.amqp.port}//",
                     "password": password, "exchanges": [self.exchange]},
             "events": {"kind": "redis", "url": f"redis://127.0.0.1:{self.redis.port}/13",
-                       "key_prefix": "integrations:"},
+                       "key_prefix": self.prefix},
             "relay": {"kind": "mail", "host": "127.0.0.1", "port": self.smtp.port,
                       "from_email": "stepwise@example.com", "allowed_domains": ["example.com"]},
         }
@@ -108,7 +111,9 @@ def rig(workers, django_db_blocker):
         conn.execute(f"DROP TABLE IF EXISTS {rig.table}")
         conn.execute(f"DROP TABLE IF EXISTS {rig.keys}")
     client = redis.Redis.from_url(REDIS_URL)
-    client.delete(f"integrations:{rig.stream}", *client.scan_iter("integrations:stepwise-dedupe:*"))
+    keys = list(client.scan_iter(f"{rig.prefix}*"))
+    if keys:
+        client.delete(*keys)
     rig.close()
 
 
@@ -194,10 +199,10 @@ def test_a_worker_killed_after_redis_appended_leaves_one_stream_entry(rig, worke
         "connection": "events", "stream": rig.stream, "message": {"n": 1}})
     assert rig.redis.stalled.wait(30)
     client = redis.Redis.from_url(REDIS_URL)
-    wait_for(lambda: client.xlen(f"integrations:{rig.stream}") == 1, timeout=10)  # appended before the kill
+    wait_for(lambda: client.xlen(f"{rig.prefix}{rig.stream}") == 1, timeout=10)  # appended before the kill
     run = kill_and_recover(workers, run, "act")
     assert run.state == "completed", run.error
-    (entry,) = client.xrange(f"integrations:{rig.stream}")
+    (entry,) = client.xrange(f"{rig.prefix}{rig.stream}")
     assert entry[1][b"message_id"].decode() == message_id(f"{run.id}:act:default")
     assert StepRun.objects.get(run=run).output["duplicate"] is True
 

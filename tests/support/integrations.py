@@ -5,8 +5,9 @@ it instead when STEPWISE_REQUIRE_SERVICES=1 (CI sets it, so a service that did n
 never turn the suite green by skipping). Every name a test creates on a shared server is its
 own: the PostgreSQL database `stepwise_integrations`, MariaDB tables `integrations_*` in the
 `test` database, RabbitMQ exchanges and queues `integrations-<random>` (deleted after), Redis
-database 13 with keys `integrations:*`, MQTT topics `integrations/...`. No server is ever
-restarted or reconfigured.
+database 13 with keys under a prefix `integrations-<random>:` of each test's own (deleted
+after: every test process shares the database, so none deletes keys it did not make), MQTT
+topics `integrations/...`. No server is ever restarted or reconfigured.
 """
 import os
 import secrets

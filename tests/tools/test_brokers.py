@@ -78,22 +78,24 @@ def streams(connections):
     need("Redis")
     client = redis.Redis.from_url(REDIS_URL)
     proxy = StallProxy("127.0.0.1", 6379)
+    # This test's own keys: Redis database 13 is shared by every test process (the integration
+    # rig's too), and each removes only what it made.
+    prefix = f"{unique()}:"
     connections(
-        events={"kind": "redis", "url": REDIS_URL, "key_prefix": "integrations:"},
-        stalled={"kind": "redis", "url": f"redis://127.0.0.1:{proxy.port}/13",
-                 "key_prefix": "integrations:"},
+        events={"kind": "redis", "url": REDIS_URL, "key_prefix": prefix},
+        stalled={"kind": "redis", "url": f"redis://127.0.0.1:{proxy.port}/13", "key_prefix": prefix},
         bad_login={"kind": "redis", "url": "redis://integrations-nobody@127.0.0.1:6379/13",
-                   "password": {"env": "PATH"}, "key_prefix": "integrations:"},
+                   "password": {"env": "PATH"}, "key_prefix": prefix},
         down={"kind": "redis", "url": f"redis://127.0.0.1:{closed_port()}/13"})
-    yield client, proxy
+    yield client, proxy, prefix
     proxy.close()
-    keys = list(client.scan_iter("integrations:*"))
+    keys = list(client.scan_iter(f"{prefix}*"))
     if keys:
         client.delete(*keys)
 
 
 def test_redis_stream_add_appends_once_per_key(streams):
-    client, _ = streams
+    client, _, prefix = streams
     stream = unique()
     first = call("redis.stream_add", {"connection": "events", "stream": stream,
                                       "message": {"a": 1}}, key="run-1:s:default")
@@ -101,17 +103,17 @@ def test_redis_stream_add_appends_once_per_key(streams):
                                       "message": {"a": 1}}, key="run-1:s:default")
     other = call("redis.stream_add", {"connection": "events", "stream": stream,
                                       "message": {"a": 2}}, key="run-2:s:default")
-    assert first["stream"] == f"integrations:{stream}"
+    assert first["stream"] == f"{prefix}{stream}"
     assert (first["duplicate"], again["duplicate"]) == (False, True)
     assert again["entry_id"] == first["entry_id"] != other["entry_id"]
-    entries = client.xrange(f"integrations:{stream}")
+    entries = client.xrange(f"{prefix}{stream}")
     assert [(e[1][b"message_id"].decode(), json.loads(e[1][b"data"])) for e in entries] == [
         (message_id("run-1:s:default"), {"a": 1}), (message_id("run-2:s:default"), {"a": 2})]
 
 
 def test_redis_failures_are_classified(streams):
-    client, proxy = streams
-    client.set("integrations:plain", "x")
+    client, proxy, prefix = streams
+    client.set(f"{prefix}plain", "x")
     fails("permanent", "redis.stream_add", {"connection": "events", "stream": "plain", "message": 1})
     fails("auth", "redis.stream_add", {"connection": "bad_login", "stream": "s", "message": 1})
     fails("transient", "redis.stream_add", {"connection": "down", "stream": "s", "message": 1})
