@@ -315,7 +315,8 @@ class RunSecret(models.Model):
 class StepRun(CachedStateFieldsMixin, models.Model):
     """One step of one run. Its row is the only owner of the step's state."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    # Indexed by `step_name_per_run`, whose first column it is.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     name = models.CharField(max_length=64)
     kind = models.CharField(max_length=16, choices=StepKind.choices)
     position = models.PositiveIntegerField(help_text="Index in the definition's step list.")
@@ -340,10 +341,17 @@ class StepRun(CachedStateFieldsMixin, models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "name"], name="step_name_per_run")]
+        # What the reaper and the metrics look for, and only those rows: a step that has ended
+        # (most of them) or not started has no entry in any of these, so its writes keep none up.
         indexes = [
-            models.Index(fields=["state", "lease_expires_at"], name="step_state_lease"),
-            models.Index(fields=["state", "next_attempt_at"], name="step_state_next_attempt"),
-            models.Index(fields=["state", "deadline_at"], name="step_state_deadline"),
+            models.Index(fields=["lease_expires_at"], name="step_running_lease",
+                         condition=models.Q(state=StepState.RUNNING)),
+            models.Index(fields=["next_attempt_at"], name="step_retrying_next_attempt",
+                         condition=models.Q(state=StepState.RETRYING)),
+            models.Index(fields=["deadline_at"], name="step_live_deadline",
+                         condition=models.Q(state__in=[StepState.RUNNING, StepState.WAITING])),
+            models.Index(fields=["queue", "queued_at"], name="step_queued",
+                         condition=models.Q(state=StepState.QUEUED)),
         ]
         ordering = ["run", "position", "id"]  # a loop's iterations share its position
 
@@ -445,7 +453,9 @@ class StepRun(CachedStateFieldsMixin, models.Model):
 class StepAttempt(KeywordInit, models.Model):
     """One execution of a step by a worker: who, when, what it cost and how it ended."""
 
-    step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="attempt_records")
+    # Indexed by `attempt_number_unique`, whose first column it is.
+    step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="attempt_records",
+                             db_index=False)
     number = models.PositiveIntegerField()
     worker = models.CharField(max_length=200)
     started_at = models.DateTimeField(default=now)
