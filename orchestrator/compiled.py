@@ -271,26 +271,70 @@ def writes_behind(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     in the same order; only the worker learns of their outcome later, and the writes of a
     success cost one round trip instead of one each.
 
+    An INSERT whose only answer is success or a database error (`insert_json_rows`: the
+    ledger's entries) may wait longer: when such writes are the last of the block, they are
+    held after it, and go with the next statement the transaction sends — its COMMIT, most
+    often (`commit_behind`, which the PostgreSQL engine `orchestrator.postgresql` calls), in
+    the same pipeline, so a step's ledger entries cost no round trip of their own. A failure
+    of theirs fails that statement, or the COMMIT, as a database error, and the transaction
+    rolls back, as if it had been raised at the block's end; a rollback takes them back unsent.
+
     Anywhere else every write is answered at once, as without this block: SQLite,
     `STEPWISE_DB_PIPELINE` off, a connection whose statements are logged or wrapped (query
     counts, `execute_wrapper`), outside a transaction; a block inside another is the outer one's.
     """
     connection = connections[using]
-    if (not _may_pipeline(connection) or not connection.in_atomic_block
-            or connection.queries_logged or connection.execute_wrappers
-            or _behind_of(connection) is not None):
-        yield
+    behind = _behind_of(connection)
+    if behind is not None and behind.in_block:
+        yield  # the outer block's
         return
-    behind = connection._stepwise_behind = _Behind(connection)
-    connection.execute_wrappers.append(behind.answer_first)
+    if behind is None:
+        if (not _may_pipeline(connection) or not connection.in_atomic_block
+                or connection.queries_logged or connection.execute_wrappers):
+            yield
+            return
+        behind = connection._stepwise_behind = _Behind(connection)
+        connection.execute_wrappers.append(behind.answer_first)
+    # else: writes an earlier block left for the COMMIT; this block's go behind them.
+    behind.in_block = True
     try:
         yield
-    finally:
-        connection.execute_wrappers.remove(behind.answer_first)
-        connection._stepwise_behind = None
-        # Sent before whatever ended the block, so answered now, whatever it was: an error the
-        # block raised leaves the transaction as it would have been with every write answered.
+    except BaseException:
+        behind.in_block = False
+        # Sent before whatever ended the block, so answered now: an error the block raised
+        # leaves the transaction as it would have been with every write answered.
         behind.collect()
+        raise
+    behind.in_block = False
+    behind.collect(keep_for_commit=True)
+
+
+def commit_behind(connection) -> bool:
+    """COMMIT with the writes a `writes_behind` block left for it, in one pipeline: True when
+    it did; False when none are waiting (the caller commits as usual)."""
+    behind = _behind_of(connection)
+    if behind is None:
+        return False
+    if not behind.pending or connection.connection is None:
+        behind.end()
+        return False
+    behind.collect(commit=True)
+    return True
+
+
+def forget_behind(connection) -> None:
+    """At a rollback or a close: the writes left for the COMMIT are not sent."""
+    behind = _behind_of(connection)
+    if behind is not None:
+        behind.pending = []
+        behind.end()
+
+
+def _sending_behind(connection) -> _Behind | None:
+    """The `writes_behind` block a write may be held by: an open one (writes left for the
+    COMMIT are sent with the next statement, this write included)."""
+    behind = _behind_of(connection)
+    return behind if behind is not None and behind.in_block else None
 
 
 def _behind_of(connection) -> _Behind | None:
@@ -307,52 +351,85 @@ def _pipelines() -> bool:
 
 class _Behind:
     """The writes of one `writes_behind` block not yet sent, sent together on their
-    connection's pipeline when an answer is wanted (`collect`)."""
+    connection's pipeline when an answer is wanted (`collect`). After the block, it holds
+    the writes left for the COMMIT, if any, until they are sent or forgotten (`end`)."""
 
     def __init__(self, connection) -> None:
         self.connection = connection
-        self.pending: list[tuple[str, list, Callable[[Any], None]]] = []
+        # (statement, values, how its answer is read, whether it may wait for the COMMIT)
+        self.pending: list[tuple[str, list, Callable[[Any], None], bool]] = []
+        self.in_block = False
         self.answer_first = self._answer_first  # one bound method: found again by identity
 
-    def send(self, sql: str, params: list, then: Callable[[Any], None]) -> None:
+    def send(self, sql: str, params: list, then: Callable[[Any], None], *, to_commit: bool = False) -> None:
         """Hold a write until an answer is wanted; `then(cursor)` reads its answer then (raises
-        for a failure)."""
+        for a failure). `to_commit`: its answer is nothing but success or a database error, so
+        it may wait for the COMMIT (`writes_behind`)."""
         connection = self.connection
         connection.validate_thread_sharing()
         connection.validate_no_broken_transaction()
-        self.pending.append((sql, _as_now(params), then))
+        self.pending.append((sql, _as_now(params), then, to_commit))
+
+    def end(self) -> None:
+        """No longer between the connection and its statements."""
+        connection = self.connection
+        if self.answer_first in connection.execute_wrappers:
+            connection.execute_wrappers.remove(self.answer_first)
+        if _behind_of(connection) is self:
+            connection._stepwise_behind = None
 
     def collect(self, sql: str | None = None, params: list | None = None, *,
-                fetch: bool = False) -> tuple[list | None, int]:
+                fetch: bool = False, keep_for_commit: bool = False,
+                commit: bool = False) -> tuple[list | None, int]:
         """Send `sql` (if any) behind the pending writes, wait for every answer and read them in
-        order; `sql`'s rows (when `fetch`) and row count, as `execute` gives them."""
-        if not self.pending:
-            return (None, -1) if sql is None else execute(self.connection, sql, params, fetch=fetch)
-        connection, queued = self.connection, self.pending
-        self.pending, pending = [], []
+        order; `sql`'s rows (when `fetch`) and row count, as `execute` gives them.
+        `keep_for_commit`: the last writes that may wait for the COMMIT are kept, not sent.
+        `commit`: the transaction's COMMIT is sent behind them."""
+        queued, kept_back = self.pending, []
+        if keep_for_commit:
+            while queued and queued[-1][3]:
+                kept_back.insert(0, queued.pop())
+        self.pending = kept_back
+        try:
+            if not queued and not commit:
+                return (None, -1) if sql is None else execute(self.connection, sql, params, fetch=fetch)
+            return self._send(queued, sql, params, fetch=fetch, commit=commit)
+        finally:
+            if not self.in_block and not self.pending:
+                self.end()
+
+    def _send(self, queued: list, sql: str | None, params: list | None, *, fetch: bool,
+              commit: bool) -> tuple[list | None, int]:
+        connection, pending = self.connection, []
         kept = _cursors(connection)
         last = None
         with connection.wrap_database_errors:
-            pipeline = connection.connection.pipeline()
+            driver = connection.connection
+            pipeline = driver.pipeline()
             pipeline.__enter__()
             try:
-                _begin_behind(connection.connection)
-                for queued_sql, queued_params, then in queued:
+                _begin_behind(driver)
+                for queued_sql, queued_params, then, _ in queued:
                     cursor = kept.take(queued_sql)
                     pending.append((cursor, then))
                     cursor.execute(queued_sql, queued_params)
                 if sql is not None:
                     last = kept.take(sql)
                     last.execute(sql, params)
+                if commit and _BEGINS_BEHIND:  # as psycopg sends it, answered with the others
+                    driver.wait(driver._exec_command(b"COMMIT"))
             finally:
                 try:
                     pipeline.__exit__(None, None, None)  # sync: every answer read, the first error raised
                 except Exception:
                     _raise_first_in_order(pending)
                     raise
-        for (cursor, then), (queued_sql, _, _) in zip(pending, queued, strict=True):
+        for (cursor, then), (queued_sql, _, _, _) in zip(pending, queued, strict=True):
             then(cursor)
             kept.give(queued_sql, cursor)
+        if commit and not _BEGINS_BEHIND:
+            with connection.wrap_database_errors:
+                driver.commit()
         if last is None:
             return None, -1
         answer = (last.fetchall() if fetch else None), last.rowcount
@@ -591,7 +668,7 @@ def insert_rows(objs: list[Model], *, using: str = DEFAULT_DB_ALIAS, keys: bool 
             obj.pk = pk.get_pk_value_on_save(obj)
         obj._prepare_related_fields_for_save(operation_name="bulk_create")
         values.extend([prepare(obj, True) for prepare in preparers])
-    behind = None if keys else _behind_of(connection)
+    behind = None if keys else _sending_behind(connection)
     if behind is not None:
         behind.send(sql, values, lambda cursor: returns_key and _set_keys(objs, cursor.fetchall()))
     else:
@@ -621,9 +698,9 @@ def insert_json_rows(model: type[Model], rows: list[dict], *, using: str = DEFAU
     if not columns <= rows[0].keys():
         raise ValueError(f"rows of {model.__name__} lack {sorted(columns - rows[0].keys())}")
     params = [json.dumps(rows, separators=(",", ":"))]
-    behind = _behind_of(connection)
+    behind = _sending_behind(connection)
     if behind is not None:
-        behind.send(sql, params, lambda cursor: None)
+        behind.send(sql, params, _no_answer, to_commit=True)
     else:
         execute(connection, sql, params)
     return True
@@ -637,6 +714,10 @@ def _json_insert_plan(model: type[Model], connection) -> tuple[str, frozenset[st
     table = quote(opts.db_table)
     return (f"INSERT INTO {table} ({listed}) SELECT {listed} "
             f"FROM json_populate_recordset(NULL::{table}, %s::json)", frozenset(columns))
+
+
+def _no_answer(cursor) -> None:
+    """The answer of a write whose only answer is success (a failure raised as it is read)."""
 
 
 def _set_keys(objs: list[Model], made: list[tuple]) -> None:
@@ -782,7 +863,7 @@ def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str 
     if guards:
         initial = obj._ConcurrentTransitionMixin__initial_states
         values.extend(field.get_db_prep_value(initial[field.attname], connection) for field in guards)
-    behind = _behind_of(connection)
+    behind = _sending_behind(connection)
     if behind is not None:
         behind.send(sql, values, lambda cursor: _saved_behind(cursor, model, obj.pk, guards, using))
         updated = True
@@ -883,9 +964,9 @@ def update_rows(model: type[Model], *, where: dict[str, Any], values: dict[str, 
     sql, columns, filters = plan
     params = [field.get_db_prep_save(value, connection) for field, value in zip(columns, values.values(), strict=True)]
     params.extend(_db_key(field, value, connection) for field, value in zip(filters, where.values(), strict=True))
-    behind = None if count else _behind_of(connection)
+    behind = None if count else _sending_behind(connection)
     if behind is not None:
-        behind.send(sql, params, lambda cursor: None)
+        behind.send(sql, params, _no_answer)
         return None
     written = execute(connection, sql, params)[1]
     return written if count else None

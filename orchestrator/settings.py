@@ -145,6 +145,10 @@ if os.environ.get("DATABASE_URL"):
         os.environ["DATABASE_URL"], conn_health_checks=True,
         conn_max_age=int(os.environ.get("STEPWISE_DB_CONN_MAX_AGE_S", "60")))}
     DATABASES["default"].setdefault("TEST", {})
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # Django's, with a transaction's COMMIT sent with the writes left for it
+        # (orchestrator.compiled.writes_behind).
+        DATABASES["default"]["ENGINE"] = "orchestrator.postgresql"
     # Statements prepared once per connection (docs/operations.md#database-connections): the
     # engine sends the same few statements for every step, and psycopg prepares one on the
     # server after it has run `STEPWISE_DB_PREPARE_AFTER` times on a connection, so
@@ -156,7 +160,7 @@ if os.environ.get("DATABASE_URL"):
     if PREPARE_AFTER != "off" and not PREPARE_AFTER.isdigit():
         raise ImproperlyConfigured("STEPWISE_DB_PREPARE_AFTER must be a number of runs (0 or "
                                    f"more) or off, not {PREPARE_AFTER!r}")
-    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and PREPARE_AFTER != "off":
+    if DATABASES["default"]["ENGINE"] == "orchestrator.postgresql" and PREPARE_AFTER != "off":
         DATABASES["default"].setdefault("OPTIONS", {}).update(
             server_side_binding=True, prepare_threshold=int(PREPARE_AFTER))
     # The web server's PostgreSQL connection pool (docs/benchmark.md#the-api-under-load). Under
@@ -164,7 +168,7 @@ if os.environ.get("DATABASE_URL"):
     # its request: without a pool each request opened a connection (a backend fork and its
     # authentication, 2-5 ms). `orchestrator/asgi.py` turns it on for the web process only;
     # workers keep one persistent connection per process (CELERY_DB_REUSE_MAX below).
-    if DB_POOL_MAX > 0 and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    if DB_POOL_MAX > 0 and DATABASES["default"]["ENGINE"] == "orchestrator.postgresql":
         # CONN_HEALTH_CHECKS (on) makes Django give the pool a check: a connection is tested as
         # it is handed out, so after a database restart the pool replaces its dead connections
         # instead of failing a request on each.

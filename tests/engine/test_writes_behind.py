@@ -16,7 +16,7 @@ from django_fsm import ConcurrentTransition
 
 from bench.inprocess import round_trips
 from orchestrator import selectors
-from orchestrator.compiled import insert_rows, update_rows, writes_behind
+from orchestrator.compiled import insert_json_rows, insert_rows, update_rows, writes_behind
 from orchestrator.models import Event, Run, StepAttempt, StepRun
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
@@ -277,6 +277,95 @@ def test_with_the_pipeline_turned_off_every_write_waits_for_its_answer(run, sett
 
 
 # --- reads sent together (`compiled.read_together`) ---------------------------------------
+
+
+# --- writes left for the COMMIT (`insert_json_rows` last in a block) -------------------------
+
+
+def event_row(run, kind: str, **values) -> dict:
+    return {"run_id": str(run.id), "step_id": None, "kind": kind, "actor": "test", "payload": {},
+            "created_at": "2026-01-01T00:00:00+00:00", **values}
+
+
+def kinds_stored(run) -> list[str]:
+    return list(Event.objects.filter(run=run, actor="test").order_by("id").values_list("kind", flat=True))
+
+
+def nothing_left_behind() -> bool:
+    return not connection.execute_wrappers and getattr(connection, "_stepwise_behind", None) is None
+
+
+@postgresql
+def test_writes_left_for_the_commit_go_with_it_in_one_round_trip(run):
+    def write():
+        with transaction.atomic():
+            StepRun.objects.filter(run=run, name="a").update(lease_owner="w1")
+            with writes_behind():
+                insert_json_rows(Event, [event_row(run, "left.for.commit")])
+
+    trips, _ = round_trips(write)
+
+    assert trips == 3  # BEGIN; the UPDATE; the INSERT with the COMMIT (4 when it waits for its own)
+    assert kinds_stored(run) == ["left.for.commit"]
+    assert nothing_left_behind()
+
+
+@postgresql
+def test_a_write_left_for_the_commit_goes_before_the_next_statement_which_sees_it(run):
+    with transaction.atomic():
+        with writes_behind():
+            insert_json_rows(Event, [event_row(run, "first")])
+        seen = kinds_stored(run)  # a statement of Django's
+        with writes_behind():
+            insert_json_rows(Event, [event_row(run, "second")])
+        with writes_behind():  # a block after it: its writes go behind the one left
+            insert_json_rows(Event, [event_row(run, "third")])
+            step = first_step(run)  # the compiled path: collects both
+        with transaction.atomic():  # a savepoint
+            insert_json_rows(Event, [event_row(run, "fourth")])
+    assert seen == ["first"]
+    assert step.name == "a"
+    assert kinds_stored(run) == ["first", "second", "third", "fourth"]
+    assert nothing_left_behind()
+
+
+@postgresql
+def test_a_rollback_takes_back_a_write_left_for_the_commit_unsent(run):
+    with pytest.raises(ValueError), transaction.atomic():
+        with writes_behind():
+            insert_json_rows(Event, [event_row(run, "rolled.back")])
+        raise ValueError
+    assert nothing_left_behind()
+    with transaction.atomic():  # the next transaction does not send it
+        StepRun.objects.filter(run=run, name="a").update(lease_owner="next")
+    assert kinds_stored(run) == []
+
+
+@postgresql
+def test_a_write_left_for_the_commit_that_fails_fails_the_commit_and_nothing_stays(run):
+    step = first_step(run)
+    with pytest.raises(IntegrityError, match="kind"), transaction.atomic():
+        StepRun.objects.filter(pk=step.pk).update(lease_owner="inside")
+        with writes_behind():
+            insert_json_rows(Event, [event_row(run, "fine"), event_row(run, None)])
+    assert nothing_left_behind()
+    assert StepRun.objects.get(pk=step.pk).lease_owner != "inside"
+    assert kinds_stored(run) == []
+    with transaction.atomic():  # the connection goes on
+        insert_json_rows(Event, [event_row(run, "after")])
+    assert kinds_stored(run) == ["after"]
+
+
+@postgresql
+def test_an_error_in_the_block_sends_its_writes_at_once_as_before(run):
+    """A block that raises leaves nothing for the COMMIT: a caller that goes on in the
+    transaction has had every write of the block answered."""
+    with transaction.atomic():
+        with pytest.raises(ValueError), writes_behind():
+            insert_json_rows(Event, [event_row(run, "sent")])
+            raise ValueError
+        assert nothing_left_behind()
+    assert kinds_stored(run) == ["sent"]
 
 
 @postgresql

@@ -29,13 +29,13 @@ pytestmark = [
 
 # BEGIN with the step and its run (one pipeline: the transaction's BEGIN goes with its first
 # statement, `compiled._begin_behind`); its attempt, the step and the `step.running` event
-# (one pipeline); the event's ledger entry; COMMIT. Then BEGIN with the run locked and its
-# steps (one pipeline); the step, its attempt, the next step and the events (one pipeline);
-# their ledger entries; COMMIT.
-STEP = 8
+# (one pipeline); the event's ledger entry with the COMMIT (`compiled.commit_behind`). Then
+# BEGIN with the run locked and its steps (one pipeline); the step, its attempt, the next
+# step and the events (one pipeline); their ledger entries with the COMMIT.
+STEP = 6
 # BEGIN with the run locked and its steps; the step, its attempt, the next step's attempt, the
-# next step and the events; their ledger entries; COMMIT.
-CARRIED_STEP = 4
+# next step and the events; their ledger entries with the COMMIT.
+CARRIED_STEP = 3
 
 
 def chain_steps(version) -> list[int]:
