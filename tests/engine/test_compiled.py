@@ -162,6 +162,32 @@ def test_inserted_rows_are_the_rows_bulk_create_writes_and_get_their_keys(run, r
         assert stored(Event, mine.pk)["created_at"] == mine.created_at
 
 
+@pytest.mark.parametrize("operation", ["insert", "save"])
+def test_a_related_object_not_saved_is_refused_as_django_refuses_it(run, operation):
+    from orchestrator.compiled import update_row
+
+    unsaved = StepRun(run=run, name="unsaved", kind="tool", position=9)
+    if operation == "insert":
+        write = lambda: insert_rows([StepAttempt(step=unsaved, number=1, worker="w", idempotency_key="k")])  # noqa: E731
+        message = "bulk_create() prohibited to prevent data loss due to unsaved related object 'step'."
+    else:
+        attempt = StepAttempt.objects.create(step=run.steps.first(), number=1, worker="w", idempotency_key="k")
+        attempt.step = unsaved
+        write = lambda: update_row(attempt, ("step",))  # noqa: E731
+        message = "save() prohibited to prevent data loss due to unsaved related object 'step'."
+    with pytest.raises(ValueError) as refused, transaction.atomic():
+        write()
+    assert str(refused.value) == message
+
+
+def test_a_related_object_saved_after_it_was_assigned_gives_its_key(run):
+    step = StepRun(run=run, name="later", kind="tool", position=9)
+    attempt = StepAttempt(step=step, number=1, worker="w", idempotency_key="k")
+    step.save()  # after the assignment: the attempt's step_id is still empty
+    insert_rows([attempt])
+    assert StepAttempt.objects.get(pk=attempt.pk).step_id == step.pk
+
+
 def test_an_insert_is_one_statement_whatever_the_rows(run):
     events = events_of(run, 5, "test.one")
     with transaction.atomic(), CaptureQueriesContext(connection) as queries:
