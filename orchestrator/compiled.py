@@ -666,7 +666,7 @@ def insert_rows(objs: list[Model], *, using: str = DEFAULT_DB_ALIAS, keys: bool 
     for obj in objs:
         if not returns_key and not obj._is_pk_set():
             obj.pk = pk.get_pk_value_on_save(obj)
-        _prepare_related_fields(obj, "bulk_create")
+        obj._prepare_related_fields_for_save(operation_name="bulk_create")
         values.extend([prepare(obj, True) for prepare in preparers])
     behind = None if keys else _sending_behind(connection)
     if behind is not None:
@@ -714,38 +714,6 @@ def _json_insert_plan(model: type[Model], connection) -> tuple[str, frozenset[st
     table = quote(opts.db_table)
     return (f"INSERT INTO {table} ({listed}) SELECT {listed} "
             f"FROM json_populate_recordset(NULL::{table}, %s::json)", frozenset(columns))
-
-
-def _prepare_related_fields(obj: Model, operation_name: str) -> None:
-    """`Model._prepare_related_fields_for_save(operation_name)`: refuse a related object not
-    saved yet, take the key of one saved since it was assigned. Django's walks every field of
-    the model to find its relations; this walks the relations, found once per model."""
-    relations, private = _relations_of(type(obj))
-    if private:
-        obj._prepare_related_fields_for_save(operation_name=operation_name)
-        return
-    for field in relations:
-        if not field.is_cached(obj):
-            continue  # no instance assigned: nothing to check
-        related = getattr(obj, field.name, None)
-        if not related:
-            continue
-        if not related._is_pk_set():
-            if not field.remote_field.multiple:
-                field.remote_field.delete_cached_value(related)
-            raise ValueError(f"{operation_name}() prohibited to prevent data loss due to unsaved "
-                             f"related object '{field.name}'.")
-        if getattr(obj, field.attname) in field.empty_values:
-            setattr(obj, field.name, related)  # saved after it was assigned: its key now
-        if getattr(related, field.target_field.attname) != getattr(obj, field.attname):
-            field.delete_cached_value(obj)
-
-
-@cache
-def _relations_of(model: type[Model]) -> tuple[tuple, bool]:
-    """(the model's concrete relation fields, whether it has private ones: generic keys)."""
-    return (tuple(f for f in model._meta.concrete_fields if f.is_relation),
-            any(f.is_relation for f in model._meta.private_fields))
 
 
 def _no_answer(cursor) -> None:
@@ -889,7 +857,7 @@ def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str 
         if loaded is not None:
             fields = _changed_since_read(obj, fields, loaded)
     sql, columns, guards = _update_plan(model, connection, tuple(fields), guarded)
-    _prepare_related_fields(obj, "save")
+    obj._prepare_related_fields_for_save(operation_name="save")
     values = [prepare(obj, False) for prepare in _preparers(columns, connection)]
     values.append(model._meta.pk.get_db_prep_value(obj.pk, connection))
     if guards:
