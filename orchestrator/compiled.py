@@ -311,15 +311,16 @@ def writes_behind(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
 
 def commit_behind(connection) -> bool:
     """COMMIT with the writes a `writes_behind` block left for it, in one pipeline: True when
-    it did; False when none are waiting (the caller commits as usual)."""
+    it did; False when the caller is to commit as usual (none waiting, or a driver that cannot
+    send the COMMIT in a pipeline: the writes are sent first)."""
     behind = _behind_of(connection)
     if behind is None:
         return False
     if not behind.pending or connection.connection is None:
         behind.end()
         return False
-    behind.collect(commit=True)
-    return True
+    behind.collect(commit=_BEGINS_BEHIND)
+    return _BEGINS_BEHIND
 
 
 def forget_behind(connection) -> None:
@@ -416,7 +417,7 @@ class _Behind:
                 if sql is not None:
                     last = kept.take(sql)
                     last.execute(sql, params)
-                if commit and _BEGINS_BEHIND:  # as psycopg sends it, answered with the others
+                if commit:  # as psycopg sends it, answered with the others
                     driver.wait(driver._exec_command(b"COMMIT"))
             finally:
                 try:
@@ -427,9 +428,6 @@ class _Behind:
         for (cursor, then), (queued_sql, _, _, _) in zip(pending, queued, strict=True):
             then(cursor)
             kept.give(queued_sql, cursor)
-        if commit and not _BEGINS_BEHIND:
-            with connection.wrap_database_errors:
-                driver.commit()
         if last is None:
             return None, -1
         answer = (last.fetchall() if fetch else None), last.rowcount
