@@ -278,6 +278,8 @@ def writes_behind(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     the same pipeline, so a step's ledger entries cost no round trip of their own. A failure
     of theirs fails that statement, or the COMMIT, as a database error, and the transaction
     rolls back, as if it had been raised at the block's end; a rollback takes them back unsent.
+    Only an engine whose COMMIT sends them (`commits_behind`) is left any: with another
+    (Django's own, named by a settings module) they are sent at the block's end.
 
     Anywhere else every write is answered at once, as without this block: SQLite,
     `STEPWISE_DB_PIPELINE` off, a connection whose statements are logged or wrapped (query
@@ -306,7 +308,7 @@ def writes_behind(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
         behind.collect()
         raise
     behind.in_block = False
-    behind.collect(keep_for_commit=True)
+    behind.collect(keep_for_commit=getattr(connection, "commits_behind", False))
 
 
 def commit_behind(connection) -> bool:

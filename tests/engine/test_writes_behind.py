@@ -8,6 +8,7 @@ PostgreSQL only (psycopg's pipeline mode); elsewhere the block writes at once, w
 tests check on every backend.
 """
 import threading
+from functools import partial
 
 import pytest
 from django.db import DatabaseError, IntegrityError, connection, transaction
@@ -354,6 +355,31 @@ def test_a_write_left_for_the_commit_that_fails_fails_the_commit_and_nothing_sta
     with transaction.atomic():  # the connection goes on
         insert_json_rows(Event, [event_row(run, "after")])
     assert kinds_stored(run) == ["after"]
+
+
+@postgresql
+def test_with_an_engine_whose_commit_sends_nothing_held_the_writes_go_at_the_blocks_end(run, monkeypatch):
+    """Django's own PostgreSQL engine (a settings module naming it instead of `DATABASE_URL`)
+    commits without the writes left for it: they must not be left, or the COMMIT would pass
+    them by and the next transaction would send them."""
+    from django.db import connections
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    wrapper = connections["default"]
+    monkeypatch.setattr(wrapper, "_commit", partial(DatabaseWrapper._commit, wrapper))
+    monkeypatch.setattr(wrapper, "commits_behind", False, raising=False)
+
+    def write():
+        with transaction.atomic():
+            StepRun.objects.filter(run=run, name="a").update(lease_owner="w1")
+            with writes_behind():
+                insert_json_rows(Event, [event_row(run, "sent.at.block.end")])
+            assert nothing_left_behind()
+
+    trips, _ = round_trips(write)
+
+    assert trips == 4  # BEGIN; the UPDATE; the INSERT at the block's end; COMMIT
+    assert kinds_stored(run) == ["sent.at.block.end"]
 
 
 @postgresql
