@@ -6,6 +6,7 @@ each level's warning goes out once for its own run, limit and period, how a call
 ledger. Driven through the services a dispatch, a worker and an operator call; the clock is the
 engine's, set by the test.
 """
+import sys
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -105,6 +106,31 @@ def test_a_month_counts_the_whole_month_and_a_day_only_today(team, estimate, at)
     error = Run.objects.get(pk=fourth.pk).error
     assert (error["level"], error["committed_usd"]) == ("team.month", "0.200000")
     assert Reservation.objects.filter(run=first).exists()
+
+
+def test_the_levels_are_those_at_the_moment_of_the_reservation_not_a_later_reading(team, estimate, monkeypatch):
+    """A reservation checks the limits in force, and the day they count, at its own moment
+    (`at`), however far the clock moves while it reads them. The clock here reads a second
+    before midnight for the reservation and after midnight for anyone else: a new, generous
+    limit starts at midnight, and a new day would count nothing yet."""
+    monkeypatch.setattr(clock, "_source", lambda: NOON)
+    start(team, [agent("think")])  # 0.10 today
+    budget_limit_create(team=team, actor=SETUP, daily_usd=Decimal("0.15"),
+                        effective_from=datetime(2026, 11, 3, tzinfo=UTC))
+    budget_limit_create(team=team, actor=SETUP, daily_usd=Decimal("100"),
+                        effective_from=datetime(2026, 11, 4, tzinfo=UTC))
+    before_midnight = datetime(2026, 11, 3, 23, 59, 59, tzinfo=UTC)
+    after_midnight = datetime(2026, 11, 4, 0, 0, 1, tzinfo=UTC)
+
+    def moving() -> datetime:
+        reader = sys._getframe(2).f_code.co_name  # the caller of clock.now()
+        return before_midnight if reader == "budget_reserve" else after_midnight
+
+    monkeypatch.setattr(clock, "_source", moving)
+    refused = start(team, [agent("think")])
+
+    error = Run.objects.get(pk=refused.pk).error
+    assert (error["level"], error["committed_usd"]) == ("team.day", "0.100000")
 
 
 def test_a_workflows_day_counts_its_own_runs_not_the_teams_other_workflows(team, estimate, at):
