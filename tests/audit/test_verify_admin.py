@@ -184,3 +184,10 @@ def test_a_superuser_may_verify(client, ask):
 def test_verify_is_a_post(client, auditor):
     client.force_login(auditor)
     assert client.get(VERIFY).status_code == 405
+
+
+def test_the_verifications_list_opens_for_an_auditor_with_its_button(client, auditor, ask):
+    ask(auditor)
+    client.force_login(auditor)
+    page = client.get("/admin/audit/ledgerverification/").content.decode()
+    assert "Verify ledger" in page and "waiting for the audit worker" in page
