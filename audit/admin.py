@@ -1,5 +1,6 @@
 """Browsing the ledger in the admin: a read-only list, each entry, and a run's timeline;
-and verifying it (*Verify ledger*, `LedgerVerificationAdmin`).
+verifying it (*Verify ledger*, `LedgerVerificationAdmin`) and exporting it (*Export ledger*,
+`LedgerExportAdmin`).
 
 No one may add, change or delete an entry here, superusers included; there are no actions.
 Who may look is `audit.access.can_read_ledger` (the `auditors` group and superusers), not the
@@ -9,18 +10,25 @@ entries alone (`audit.timeline`).
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
 from orchestrator.admin_display import ReadOnlyAdminMixin, pretty_json
-from orchestrator.errors import Forbidden
+from orchestrator.errors import Forbidden, NotAllowed
 
 from .access import can_read_ledger
-from .models import AuditEntry, LedgerVerification
+from .models import AuditEntry, LedgerExport, LedgerVerification
 from .timeline import intact, run_timeline
-from .verification import ledger_verification_request
+from .verification import ledger_export_open, ledger_export_request, ledger_verification_request
 
 
 class TextInputFilter(admin.SimpleListFilter):
@@ -206,3 +214,62 @@ class LedgerVerificationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                           messages.INFO)
         return HttpResponseRedirect(
             reverse("admin:audit_ledgerverification_change", args=[verification.pk]))
+
+
+@admin.register(LedgerExport)
+class LedgerExportAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The auditors' exports of the whole ledger: *Export ledger* asks for one
+    (`audit.verification.ledger_export_request`, which decides who may), the `audit` queue
+    writes it, and its page offers the file and its manifest once it is done."""
+
+    list_display = ["id", "state", "format", "entries", "requested_by_label", "created_at",
+                    "finished_at", "downloads"]
+    fields = readonly_fields = ["state", "format", "entries", "requested_by_label", "created_at",
+                                "finished_at", "result", "downloads"]
+    actions = None
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return can_read_ledger(request.user)
+
+    def has_module_permission(self, request) -> bool:
+        return can_read_ledger(request.user)
+
+    @admin.display(description="download")
+    def downloads(self, export: LedgerExport) -> str:
+        if export.state != LedgerExport.State.DONE:
+            return "-"
+        url = reverse("admin:audit_ledgerexport_download", args=[export.pk])
+        return format_html('<a href="{}">{}</a> · <a href="{}?manifest=1">manifest</a>', url,
+                           export.file.rsplit("/", 1)[-1], url)
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [path("export/", wrap(self.export_view), name="audit_ledgerexport_export"),
+                path("<int:export_id>/download/", wrap(self.download_view),
+                     name="audit_ledgerexport_download"),
+                *super().get_urls()]
+
+    def export_view(self, request):
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        try:
+            export = ledger_export_request(actor=request.user, fmt=request.POST.get("format", "jsonl"))
+        except Forbidden as exc:
+            raise PermissionDenied(str(exc)) from exc
+        except ValueError as exc:
+            return HttpResponseBadRequest(str(exc))
+        self.message_user(request, "The ledger is being exported; this page shows when it is ready.",
+                          messages.INFO)
+        return HttpResponseRedirect(reverse("admin:audit_ledgerexport_change", args=[export.pk]))
+
+    def download_view(self, request, export_id):
+        try:
+            name, handle = ledger_export_open(actor=request.user, export_id=export_id,
+                                              manifest=bool(request.GET.get("manifest")))
+        except Forbidden as exc:
+            raise PermissionDenied(str(exc)) from exc
+        except LedgerExport.DoesNotExist as exc:
+            raise Http404(f"no export {export_id}") from exc
+        except NotAllowed as exc:
+            return HttpResponse(str(exc), status=409)
+        return FileResponse(handle, as_attachment=True, filename=name)

@@ -166,3 +166,40 @@ class LedgerVerification(models.Model):
     @property
     def finished(self) -> bool:
         return self.state in self.FINISHED
+
+
+class LedgerExport(models.Model):
+    """One export of the ledger asked for by an auditor (admin → *Export ledger*), written by
+    the `audit` queue's worker (it signs the manifest's checkpoint) into the shared storage
+    (`STORAGES["artifacts"]`, under `audit-exports/`), from where the auditor downloads it."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        ERROR = "error"
+
+    FINISHED = (State.DONE, State.ERROR)
+
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                     on_delete=models.SET_NULL, related_name="+")
+    requested_by_label = models.CharField(max_length=200)
+    format = models.CharField(max_length=8, default="jsonl")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    entries = models.BigIntegerField(null=True, blank=True)
+    file = models.CharField(max_length=255, blank=True, help_text="Its name in the storage.")
+    manifest = models.CharField(max_length=255, blank=True)
+    result = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "ledger export"
+
+    def __str__(self) -> str:
+        return f"export {self.pk} ({self.state})"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in self.FINISHED

@@ -5,13 +5,14 @@ Both run on the `audit` queue, so only the worker that holds the signing key con
 "stepwise-audit-checkpoint") and sent once with `at_start` when a worker consuming `audit`
 becomes ready and when beat starts, so a checkpoint is written at start rather than one
 interval later; several processes sending it at once is harmless (the head is signed once
-more at most). `verify` runs an auditor's verification (`audit.verification`).
+more at most). `verify` runs an auditor's verification and `export` an auditor's export
+(`audit.verification`).
 """
 from celery import shared_task
 from celery.signals import beat_init, worker_ready
 
 from .anchoring import checkpoint_if_due
-from .verification import ledger_verification_run
+from .verification import ledger_export_run, ledger_verification_run
 
 QUEUE = "audit"
 CHECKPOINT = "audit.tasks.checkpoint"
@@ -26,6 +27,11 @@ def checkpoint(at_start: bool = False) -> None:
 @shared_task(name="audit.tasks.verify", ignore_result=True)
 def verify(verification_id: int) -> None:
     ledger_verification_run(verification_id=verification_id)
+
+
+@shared_task(name="audit.tasks.export", ignore_result=True)
+def export(export_id: int) -> None:
+    ledger_export_run(export_id=export_id)
 
 
 @worker_ready.connect

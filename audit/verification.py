@@ -1,5 +1,5 @@
 """Verifying the whole ledger: the one check `manage.py audit_verify` and the admin's
-*Verify ledger* both run, and the auditor's verification job.
+*Verify ledger* both run; and the auditor's jobs, a verification and an export.
 
 `ledger_check` walks the chain (`audit.chain`), then compares it with the signed checkpoints
 (`audit.anchoring`): it passes only when the chain is intact, matches every checkpoint, and
@@ -11,26 +11,37 @@ checked here); the task `audit.tasks.verify` runs it on the `audit` queue, where
 key is (`ledger_verification_run`), and keeps its row up to date as it goes, so the admin can
 show its progress, its result and when it ran.
 
-This module reads the ledger; the only entry it appends is the request's.
+An export (`ledger_export_request`, the same people) is written by `audit.tasks.export` on the
+`audit` queue as `manage.py audit_export` writes one — the whole ledger and its manifest with
+a signed checkpoint — into the storage every process shares (`STORAGES["artifacts"]`, under
+`audit-exports/`), from where `ledger_export_open` hands it to an auditor.
+
+This module reads the ledger; the only entries it appends are the requests'.
 """
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 from celery import current_app
 from django.core.exceptions import ImproperlyConfigured
+from django.core.files import File
+from django.core.files.storage import storages
 from django.db import transaction
 
 from orchestrator.authz import label
 from orchestrator.clock import now
-from orchestrator.errors import Forbidden
+from orchestrator.errors import Forbidden, NotAllowed
 
 from .access import can_read_ledger
 from .anchoring import ledger_anchor_check
 from .chain import Report, verify_ledger
-from .models import AuditEntry, LedgerVerification, SubjectType
+from .export import FORMATS, export_range
+from .models import AuditEntry, LedgerExport, LedgerVerification, SubjectType
 from .services import audit_record
 from .triggers import missing_guards
 
@@ -141,3 +152,81 @@ def ledger_verification_run(*, verification_id: int) -> LedgerVerification | Non
                     finished_at=now(), stage="", result=check.message, warnings=check.warnings,
                     entries_checked=check.report.count)
     return rows.first()
+
+
+# --- the auditor's export ---------------------------------------------------------------------
+
+EXPORT_STORAGE = "artifacts"
+EXPORT_PREFIX = "audit-exports"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def ledger_export_request(*, actor, fmt: str = "jsonl") -> LedgerExport:
+    """Ask for an export of the whole ledger (JSON Lines or CSV) and its manifest.
+
+    Raises Forbidden unless `actor` reads the ledger (auditors and superusers), ValueError
+    for an unknown format.
+    """
+    if not can_read_ledger(actor):
+        raise Forbidden("only auditors and superusers may export the audit ledger")
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}")
+    with transaction.atomic():
+        export = LedgerExport.objects.create(requested_by=actor, requested_by_label=label(actor)[:200],
+                                             format=fmt, created_at=now())
+        audit_record(action="audit.export_requested", actor=label(actor),
+                     subject_type=SubjectType.LEDGER, subject_id="audit_entry", outcome="requested",
+                     payload={"export": export.pk, "format": fmt})
+        transaction.on_commit(lambda: current_app.send_task(
+            "audit.tasks.export", [export.pk], queue="audit"))
+    return export
+
+
+def ledger_export_run(*, export_id: int) -> LedgerExport | None:
+    """Write a requested export into the shared storage; a finished one is left as it is."""
+    with transaction.atomic():
+        export = LedgerExport.objects.select_for_update().filter(pk=export_id).first()
+        if export is None or export.finished:
+            return export
+        export.state = LedgerExport.State.RUNNING
+        export.save(update_fields=["state"])
+    rows = LedgerExport.objects.filter(pk=export.pk)
+    storage = storages[EXPORT_STORAGE]
+    started = now()
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            path = Path(directory) / f"audit-ledger-{started:%Y%m%dT%H%M%SZ}.{export.format}"
+            # Every entry: from before the first to just after now (the clock may stand still).
+            result = export_range(start=_EPOCH, end=started + timedelta(seconds=1),
+                                  fmt=export.format, path=path)
+            names = []
+            for written in (result.path, result.manifest_path):
+                with written.open("rb") as handle:
+                    names.append(storage.save(f"{EXPORT_PREFIX}/{export.pk}/{written.name}",
+                                              File(handle, name=written.name)))
+    except (ImproperlyConfigured, OSError, BotoCoreError, ClientError) as exc:
+        rows.update(state=LedgerExport.State.ERROR, finished_at=now(),
+                    result=f"{WHAT}: could not be exported: {exc}")
+    else:
+        manifest = result.manifest
+        rows.update(state=LedgerExport.State.DONE, finished_at=now(), entries=manifest["count"],
+                    file=names[0], manifest=names[1],
+                    result=(f"{manifest['count']} entries, sequences {manifest['first_sequence']}.."
+                            f"{manifest['last_sequence']}; verify with `manage.py audit_verify "
+                            f"--export {result.path.name}` beside its manifest"))
+    return rows.first()
+
+
+def ledger_export_open(*, actor, export_id: int, manifest: bool = False) -> tuple[str, File]:
+    """(file name, open file) of a finished export, or of its manifest.
+
+    Raises Forbidden unless `actor` reads the ledger, LedgerExport.DoesNotExist, and
+    NotAllowed while the export is not done.
+    """
+    if not can_read_ledger(actor):
+        raise Forbidden("only auditors and superusers may read the audit ledger's exports")
+    export = LedgerExport.objects.get(pk=export_id)
+    if export.state != LedgerExport.State.DONE:
+        raise NotAllowed(f"export {export.pk} is {export.state}, not done")
+    name = export.manifest if manifest else export.file
+    return name.rsplit("/", 1)[-1], storages[EXPORT_STORAGE].open(name, "rb")

@@ -2,7 +2,7 @@
 decides, a member is refused), run by the task on the `audit` queue, its row updated as it goes,
 and its page reloading until the result is there, with its time."""
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from audit import chain
@@ -22,22 +22,6 @@ LEDGER = "/admin/audit/auditentry/"
 
 def page(verification: LedgerVerification) -> str:
     return f"/admin/audit/ledgerverification/{verification.pk}/change/"
-
-
-@pytest.fixture
-def auditor():
-    """A compliance reviewer: a staff account in `auditors`, with no model permission."""
-    user = User.objects.create_user("auditor", is_staff=True)
-    user.groups.add(Group.objects.get_or_create(name="auditors")[0])
-    return user
-
-
-@pytest.fixture
-def member(requester):
-    """A team member with a staff account, but not an auditor."""
-    requester.is_staff = True
-    requester.save()
-    return requester
 
 
 @pytest.fixture
