@@ -26,7 +26,7 @@ from orchestrator.admin_display import ReadOnlyAdminMixin, pretty_json
 from orchestrator.errors import Forbidden, NotAllowed
 
 from .access import can_read_ledger
-from .models import AuditEntry, LedgerExport, LedgerVerification
+from .models import AuditEntry, CheckpointRecord, LedgerExport, LedgerVerification
 from .timeline import intact, run_timeline
 from .verification import ledger_export_open, ledger_export_request, ledger_verification_request
 
@@ -273,3 +273,21 @@ class LedgerExportAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         except NotAllowed as exc:
             return HttpResponse(str(exc), status=409)
         return FileResponse(handle, as_attachment=True, filename=name)
+
+
+@admin.register(CheckpointRecord)
+class CheckpointRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The checkpoints the database notes as written, newest first: when the ledger was last
+    anchored, and where. The signed files in the store are what `audit_verify` trusts."""
+
+    list_display = ["sequence", "created_at", "reason", "key_id", "name", "store"]
+    list_filter = ["reason"]
+    fields = readonly_fields = ["name", "sequence", "hash", "created_at", "reason", "key_id", "store"]
+    actions = None
+    show_full_result_count = False
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return can_read_ledger(request.user)
+
+    def has_module_permission(self, request) -> bool:
+        return can_read_ledger(request.user)

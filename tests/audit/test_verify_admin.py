@@ -175,3 +175,14 @@ def test_the_verifications_list_opens_for_an_auditor_with_its_button(client, aud
     client.force_login(auditor)
     page = client.get("/admin/audit/ledgerverification/").content.decode()
     assert "Verify ledger" in page and "waiting for the audit worker" in page
+
+
+def test_the_checkpoints_written_are_listed_for_an_auditor_and_hidden_from_a_member(
+        client, auditor, member):
+    record(1)
+    call_command("audit_checkpoint")
+    [name] = [path.name for path in checkpoint_files()]
+    client.force_login(auditor)
+    assert name in client.get("/admin/audit/checkpointrecord/").content.decode()
+    client.force_login(member)
+    assert client.get("/admin/audit/checkpointrecord/").status_code == 403
