@@ -146,6 +146,11 @@ def ledger_verification_run(*, verification_id: int) -> LedgerVerification | Non
     except (ImproperlyConfigured, OSError, BotoCoreError, ClientError) as exc:
         rows.update(state=LedgerVerification.State.ERROR, finished_at=now(), stage="",
                     result=f"{WHAT}: could not be checked: {exc}")
+    except Exception as exc:
+        # Not left "running" for ever; the task's failure is logged with its traceback.
+        rows.update(state=LedgerVerification.State.ERROR, finished_at=now(), stage="",
+                    result=f"{WHAT}: the verification failed: {type(exc).__name__}: {exc}")
+        raise
     else:
         rows.update(state=(LedgerVerification.State.PASSED if check.ok
                            else LedgerVerification.State.FAILED),
@@ -207,6 +212,10 @@ def ledger_export_run(*, export_id: int) -> LedgerExport | None:
     except (ImproperlyConfigured, OSError, BotoCoreError, ClientError) as exc:
         rows.update(state=LedgerExport.State.ERROR, finished_at=now(),
                     result=f"{WHAT}: could not be exported: {exc}")
+    except Exception as exc:
+        rows.update(state=LedgerExport.State.ERROR, finished_at=now(),
+                    result=f"{WHAT}: the export failed: {type(exc).__name__}: {exc}")
+        raise
     else:
         manifest = result.manifest
         rows.update(state=LedgerExport.State.DONE, finished_at=now(), entries=manifest["count"],

@@ -186,3 +186,17 @@ def test_the_checkpoints_written_are_listed_for_an_auditor_and_hidden_from_a_mem
     assert name in client.get("/admin/audit/checkpointrecord/").content.decode()
     client.force_login(member)
     assert client.get("/admin/audit/checkpointrecord/").status_code == 403
+
+
+def test_a_verification_that_crashes_is_an_error_not_left_running(auditor, ask, monkeypatch):
+    record(1)
+    ask(auditor)
+
+    def crash(**kwargs):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(chain, "verify_rows", lambda rows, **kwargs: crash())
+    with pytest.raises(RuntimeError):
+        verify(LedgerVerification.objects.get().pk)
+    verification = LedgerVerification.objects.get()
+    assert verification.state == "error" and "RuntimeError: the database went away" in verification.result
