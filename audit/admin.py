@@ -1,22 +1,34 @@
-"""Browsing the ledger in the admin: a read-only list, each entry, and a run's timeline.
+"""Browsing the ledger in the admin: a read-only list, each entry, and a run's timeline;
+verifying it (*Verify ledger*, `LedgerVerificationAdmin`) and exporting it (*Export ledger*,
+`LedgerExportAdmin`).
 
 No one may add, change or delete an entry here, superusers included; there are no actions.
-Who may look is `audit.access.can_read_ledger` (the `auditors` group and staff), not the
+Who may look is `audit.access.can_read_ledger` (the `auditors` group and superusers), not the
 model permissions. The timeline page (`…/auditentry/run/<run id>/`) explains one run from its
 entries alone (`audit.timeline`).
 """
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
 from orchestrator.admin_display import ReadOnlyAdminMixin, pretty_json
+from orchestrator.errors import Forbidden, NotAllowed
 
 from .access import can_read_ledger
-from .models import AuditEntry
+from .models import AuditEntry, CheckpointRecord, LedgerExport, LedgerVerification
 from .timeline import intact, run_timeline
+from .verification import ledger_export_open, ledger_export_request, ledger_verification_request
 
 
 class TextInputFilter(admin.SimpleListFilter):
@@ -137,3 +149,145 @@ class AuditEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             "policy_pretty": pretty_json(timeline.policy) if timeline.started else "",
         }
         return TemplateResponse(request, "audit/run_timeline.html", context)
+
+
+@admin.register(LedgerVerification)
+class LedgerVerificationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The auditors' verifications of the whole ledger: *Verify ledger* asks for one
+    (`audit.verification.ledger_verification_request`, which decides who may), the `audit`
+    queue runs it, and its page shows the progress, reloading until it has finished."""
+
+    list_display = ["id", "state_shown", "progress", "requested_by_label", "created_at",
+                    "finished_at", "result_short"]
+    list_filter = ["state"]
+    fields = readonly_fields = ["state_shown", "progress", "stage", "requested_by_label",
+                                "allow_missing_checkpoint", "created_at", "started_at",
+                                "finished_at", "result", "warnings_shown"]
+    actions = None
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return can_read_ledger(request.user)
+
+    def has_module_permission(self, request) -> bool:
+        return can_read_ledger(request.user)
+
+    @admin.display(description="state")
+    def state_shown(self, verification: LedgerVerification) -> str:
+        colour = {"passed": "#2e7d32", "failed": "#ba2121", "error": "#ba2121"}.get(verification.state)
+        if colour is None:
+            return verification.get_state_display()
+        return format_html('<strong style="color: {}">{}</strong>', colour,
+                           verification.get_state_display())
+
+    @admin.display(description="progress")
+    def progress(self, verification: LedgerVerification) -> str:
+        total = verification.entries_total
+        if verification.state == LedgerVerification.State.QUEUED:
+            return "waiting for the audit worker"
+        if not total:
+            return f"{verification.entries_checked} entries"
+        percent = min(100, 100 * verification.entries_checked // total)
+        return f"{verification.entries_checked} of {total} entries ({percent}%)"
+
+    @admin.display(description="result")
+    def result_short(self, verification: LedgerVerification) -> str:
+        return verification.result if len(verification.result) <= 160 else verification.result[:157] + "..."
+
+    @admin.display(description="warnings")
+    def warnings_shown(self, verification: LedgerVerification) -> str:
+        return "; ".join(verification.warnings) or "-"
+
+    def get_urls(self):
+        verify = self.admin_site.admin_view(self.verify_view)
+        return [path("verify/", verify, name="audit_ledgerverification_verify"), *super().get_urls()]
+
+    def verify_view(self, request):
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        try:
+            verification = ledger_verification_request(
+                actor=request.user,
+                allow_missing_checkpoint=bool(request.POST.get("allow_missing_checkpoint")))
+        except Forbidden as exc:
+            raise PermissionDenied(str(exc)) from exc
+        self.message_user(request, "The ledger is being verified; this page follows its progress.",
+                          messages.INFO)
+        return HttpResponseRedirect(
+            reverse("admin:audit_ledgerverification_change", args=[verification.pk]))
+
+
+@admin.register(LedgerExport)
+class LedgerExportAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The auditors' exports of the whole ledger: *Export ledger* asks for one
+    (`audit.verification.ledger_export_request`, which decides who may), the `audit` queue
+    writes it, and its page offers the file and its manifest once it is done."""
+
+    list_display = ["id", "state", "format", "entries", "requested_by_label", "created_at",
+                    "finished_at", "downloads"]
+    fields = readonly_fields = ["state", "format", "entries", "requested_by_label", "created_at",
+                                "finished_at", "result", "downloads"]
+    actions = None
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return can_read_ledger(request.user)
+
+    def has_module_permission(self, request) -> bool:
+        return can_read_ledger(request.user)
+
+    @admin.display(description="download")
+    def downloads(self, export: LedgerExport) -> str:
+        if export.state != LedgerExport.State.DONE:
+            return "-"
+        url = reverse("admin:audit_ledgerexport_download", args=[export.pk])
+        return format_html('<a href="{}">{}</a> · <a href="{}?manifest=1">manifest</a>', url,
+                           export.file.rsplit("/", 1)[-1], url)
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [path("export/", wrap(self.export_view), name="audit_ledgerexport_export"),
+                path("<int:export_id>/download/", wrap(self.download_view),
+                     name="audit_ledgerexport_download"),
+                *super().get_urls()]
+
+    def export_view(self, request):
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        try:
+            export = ledger_export_request(actor=request.user, fmt=request.POST.get("format", "jsonl"))
+        except Forbidden as exc:
+            raise PermissionDenied(str(exc)) from exc
+        except ValueError as exc:
+            return HttpResponseBadRequest(str(exc))
+        self.message_user(request, "The ledger is being exported; this page shows when it is ready.",
+                          messages.INFO)
+        return HttpResponseRedirect(reverse("admin:audit_ledgerexport_change", args=[export.pk]))
+
+    def download_view(self, request, export_id):
+        try:
+            name, handle = ledger_export_open(actor=request.user, export_id=export_id,
+                                              manifest=bool(request.GET.get("manifest")))
+        except Forbidden as exc:
+            raise PermissionDenied(str(exc)) from exc
+        except LedgerExport.DoesNotExist as exc:
+            raise Http404(f"no export {export_id}") from exc
+        except NotAllowed as exc:
+            return HttpResponse(str(exc), status=409)
+        return FileResponse(handle, as_attachment=True, filename=name)
+
+
+@admin.register(CheckpointRecord)
+class CheckpointRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The checkpoints the database notes as written, newest first: when the ledger was last
+    anchored, and where. The signed files in the store are what `audit_verify` trusts."""
+
+    list_display = ["sequence", "created_at", "reason", "key_id", "name", "store"]
+    list_filter = ["reason"]
+    fields = readonly_fields = ["name", "sequence", "hash", "created_at", "reason", "key_id", "store"]
+    actions = None
+    show_full_result_count = False
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return can_read_ledger(request.user)
+
+    def has_module_permission(self, request) -> bool:
+        return can_read_ledger(request.user)

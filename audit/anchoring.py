@@ -6,46 +6,50 @@ cannot rewrite it. Whoever can write to the database can drop the triggers, edit
 recompute every digest and hash after it and restore the triggers, or delete the newest
 entries: either way the chain is consistent again and `verify_ledger` passes. A checkpoint
 records the head — sequence, hash, time — signed with an Ed25519 key the database does not
-hold (`audit.signing`), in a file outside the database (AUDIT_CHECKPOINT_DIR). Each hash
-covers every entry before it, so one checkpoint vouches for the whole chain up to its
-sequence: a rewritten history no longer reaches the signed hash, and a truncated tail no
-longer reaches the signed sequence.
+hold (`audit.signing`), in a checkpoint store outside the database (`audit.stores`: a
+directory or an S3 bucket with object lock). Each hash covers every entry before it, so one
+checkpoint vouches for the whole chain up to its sequence: a rewritten history no longer
+reaches the signed hash, and a truncated tail no longer reaches the signed sequence.
 
-- `checkpoint_write(reason=...)` signs the current head and writes it (beat, through
-  `audit.tasks.checkpoint`, every AUDIT_CHECKPOINT_INTERVAL_S; `audit_export`, whose manifest
-  carries it; `manage.py audit_checkpoint`).
-- `checkpoints_read()` reads the directory and checks every signature.
-- `ledger_anchor_check(report)` compares a chain that `chain.verify_ledger` walked with them.
+- `checkpoint_write(reason=...)` signs the current head, writes it to the store and notes it
+  in the database (`CheckpointRecord`); `checkpoint_if_due()` does so when one is due: at
+  start (when the head moved since the last one), then every AUDIT_CHECKPOINT_INTERVAL_S or
+  every AUDIT_CHECKPOINT_ENTRIES entries, whichever comes first (`audit.tasks.checkpoint`,
+  polled by beat); `audit_export` writes one for its manifest; `manage.py audit_checkpoint`.
+- `checkpoints_read()` reads the store and checks every signature.
+- `ledger_anchor_check(report)` compares a chain that `chain.verify_ledger` walked with them,
+  and says which checkpoint is expected and missing: one the database notes as written that
+  the store no longer holds, or entries older than the interval allows that none covers.
 
-A checkpoint file (`checkpoint-<sequence>-<time>.json`):
+A checkpoint file (`checkpoint-<sequence>-<time>-<random>.json`):
 
     {"format": "stepwise-audit-checkpoint/1", "sequence": 1234, "hash": "<64 hex>",
      "created_at": "2026-01-31T12:00:00.000000+00:00", "reason": "schedule",
      "key_id": "ed25519:<16 hex>", "signature": "<base64>"}
 
-The signature is Ed25519 over the canonical JSON of the first five fields. Entries newer
-than the latest checkpoint are not anchored yet: the interval is the window.
+The signature is Ed25519 over the canonical JSON of the first five fields.
 
-This module reads the ledger and writes checkpoint files; it must not change the ledger.
+This module reads the ledger, writes checkpoint files and their records; it must not change
+the ledger.
 """
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import dataclass
-from pathlib import Path
+import secrets
+from dataclasses import dataclass, field
+from datetime import timedelta
 
 from django.conf import settings
 
 from orchestrator.clock import now
 
 from . import chain, signing
-from .models import AuditEntry
+from .models import AuditEntry, CheckpointRecord
+from .stores import CheckpointStore, checkpoint_store
 
 FORMAT = "stepwise-audit-checkpoint/1"
 SIGNED_FIELDS = ("format", "sequence", "hash", "created_at", "reason")
 FIELDS = (*SIGNED_FIELDS, "key_id", "signature")
-GLOB = "checkpoint-*.json"
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class Checkpoint:
     reason: str
     key_id: str
     signature: str
-    path: Path | None = None
+    file: str | None = None  # its name in the checkpoint store
 
     @staticmethod
     def signed_text(sequence: int, hash: str, created_at: str, reason: str) -> bytes:
@@ -69,7 +73,7 @@ class Checkpoint:
                 "signature": self.signature}
 
     @classmethod
-    def from_document(cls, document: object, path: Path | None = None) -> Checkpoint:
+    def from_document(cls, document: object, file: str | None = None) -> Checkpoint:
         """Raises ValueError when `document` is not a checkpoint of this format."""
         if not isinstance(document, dict) or document.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} document")
@@ -80,11 +84,11 @@ class Checkpoint:
             raise ValueError("sequence is not an integer")
         return cls(document["sequence"], str(document["hash"]), str(document["created_at"]),
                    str(document["reason"]), str(document["key_id"]), str(document["signature"]),
-                   path)
+                   file)
 
     @property
     def name(self) -> str:
-        return self.path.name if self.path else f"checkpoint at sequence {self.sequence}"
+        return self.file or f"checkpoint at sequence {self.sequence}"
 
     def describe(self) -> str:
         return f"checkpoint {self.name} (signed {self.created_at} by {self.key_id})"
@@ -101,69 +105,77 @@ class Checkpoint:
         return None
 
 
-def checkpoint_dir() -> Path:
-    return Path(settings.AUDIT_CHECKPOINT_DIR)
+def checkpoint_write(*, reason: str, store: CheckpointStore | None = None) -> Checkpoint | None:
+    """Sign the ledger's current head, write it to the checkpoint store, record it; return it.
 
-
-def _latest_file(directory: Path) -> Checkpoint | None:
-    # File names start with the zero-padded sequence, so the last name is the newest head.
-    for path in sorted(directory.glob(GLOB), reverse=True):
-        try:
-            return Checkpoint.from_document(json.loads(path.read_text(encoding="utf-8")), path)
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-def checkpoint_write(*, reason: str, skip_if_unchanged: bool = False) -> Checkpoint | None:
-    """Sign the ledger's current head and write it to AUDIT_CHECKPOINT_DIR; return it.
-
-    Returns None when the ledger is empty. With `skip_if_unchanged`, returns the newest
-    checkpoint instead of writing one when it already records this head (the schedule).
-    Raises ImproperlyConfigured when no signing key is configured.
+    Returns None when the ledger is empty. Raises ImproperlyConfigured when no signing key is
+    configured, and the store's own errors (OSError, botocore's) when it cannot be written.
     """
     chain.seal_pending()
     head = chain.chain_head()
     if head is None:
         return None
-    directory = checkpoint_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    if skip_if_unchanged:
-        latest = _latest_file(directory)
-        if latest is not None and (latest.sequence, latest.hash) == head:
-            return latest
+    store = store or checkpoint_store()
     created = now()
     created_at = chain.timestamp_text(created)
     key_id, signature = signing.sign(Checkpoint.signed_text(head[0], head[1], created_at, reason))
-    path = directory / f"checkpoint-{head[0]:012d}-{created:%Y%m%dT%H%M%S%fZ}.json"
-    checkpoint = Checkpoint(head[0], head[1], created_at, reason, key_id, signature, path)
-    # Written whole under a temporary name, then renamed: a reader never sees half a file.
-    temporary = path.with_name(f".{path.name}.tmp")
-    with temporary.open("w", encoding="utf-8") as handle:
-        handle.write(json.dumps(checkpoint.document(), indent=2) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    # The zero-padded sequence first, so the last name is the newest head; the random part
+    # keeps two processes checkpointing the same head at once from writing one name.
+    name = f"checkpoint-{head[0]:012d}-{created:%Y%m%dT%H%M%S%fZ}-{secrets.token_hex(3)}.json"
+    checkpoint = Checkpoint(head[0], head[1], created_at, reason, key_id, signature, name)
+    store.write(name, (json.dumps(checkpoint.document(), indent=2) + "\n").encode())
+    # Noted after the file is stored: a note always names a file that was written.
+    CheckpointRecord.objects.create(name=name, sequence=head[0], hash=head[1], created_at=created,
+                                    reason=reason[:32], key_id=key_id, store=store.describe()[:255])
     return checkpoint
 
 
-def checkpoints_read(directory: Path | None = None) -> tuple[list[Checkpoint], list[str]]:
-    """The trusted checkpoints of `directory` (sorted by sequence), and every file refused.
+def checkpoint_due(*, at_start: bool = False) -> bool:
+    """Whether the head needs a checkpoint now: it moved since the newest one and, unless
+    `at_start`, AUDIT_CHECKPOINT_ENTRIES entries were added or AUDIT_CHECKPOINT_INTERVAL_S
+    passed since it. Read from the database's notes, so polling it never lists the store."""
+    head = chain.chain_head()
+    if head is None:
+        return False
+    latest = (CheckpointRecord.objects.order_by("-sequence", "-created_at")
+              .values_list("sequence", "hash", "created_at").first())
+    if latest is None:
+        return True
+    if (latest[0], latest[1]) == head:
+        return False
+    if at_start or head[0] - latest[0] >= settings.AUDIT_CHECKPOINT_ENTRIES:
+        return True
+    return now() - latest[2] >= timedelta(seconds=settings.AUDIT_CHECKPOINT_INTERVAL_S)
+
+
+def checkpoint_if_due(*, reason: str = "schedule", at_start: bool = False) -> Checkpoint | None:
+    """`checkpoint_write` when `checkpoint_due`; else None."""
+    if not checkpoint_due(at_start=at_start):
+        return None
+    return checkpoint_write(reason=reason)
+
+
+def checkpoints_read(store: CheckpointStore | None = None) -> tuple[list[Checkpoint], list[str]]:
+    """The trusted checkpoints of the store (sorted by sequence), and every file refused.
 
     A file that is not a checkpoint, is signed by an unknown key or whose signature does not
-    verify is refused with its reason: in the checkpoint directory, that is itself a finding.
+    verify is refused with its reason: in the checkpoint store, that is itself a finding.
     """
-    directory = directory or checkpoint_dir()
-    paths = sorted(directory.glob(GLOB)) if directory.is_dir() else []
-    if not paths:
-        return [], []
+    _names, valid, problems = _read(store or checkpoint_store())
+    return valid, problems
+
+
+def _read(store: CheckpointStore) -> tuple[list[str], list[Checkpoint], list[str]]:
+    names = store.names()
+    if not names:
+        return [], [], []
     keys = signing.trusted_keys()
     valid, problems = [], []
-    for path in paths:
+    for name in names:
         try:
-            checkpoint = Checkpoint.from_document(json.loads(path.read_text(encoding="utf-8")), path)
+            checkpoint = Checkpoint.from_document(json.loads(store.read(name).decode("utf-8")), name)
         except (OSError, ValueError) as exc:
-            problems.append(f"{path.name} is not a readable checkpoint ({exc})")
+            problems.append(f"{name} is not a readable checkpoint ({exc})")
             continue
         problem = checkpoint.problem(keys)
         if problem:
@@ -171,7 +183,7 @@ def checkpoints_read(directory: Path | None = None) -> tuple[list[Checkpoint], l
         else:
             valid.append(checkpoint)
     valid.sort(key=lambda c: (c.sequence, c.created_at))
-    return valid, problems
+    return names, valid, problems
 
 
 @dataclass(frozen=True)
@@ -180,12 +192,15 @@ class AnchorReport:
 
     checked: int                       # checkpoints compared with entries in the ledger
     latest: Checkpoint | None          # the newest checkpoint the ledger matches
-    problems: list[str]
+    problems: list[str]                # the ledger contradicts a checkpoint (or one is forged)
     predating: int = 0                 # checkpoints of entries pruned since
+    # A checkpoint expected and not found (removed from the store, or never written).
+    missing: list[str] = field(default_factory=list)
+    store: str = ""
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.missing
 
 
 def _hashes_at(sequences: list[int]) -> dict[int, str]:
@@ -196,18 +211,24 @@ def _hashes_at(sequences: list[int]) -> dict[int, str]:
     return found
 
 
+def _span(first: int, last: int) -> str:
+    return f"entry {first}" if first == last else f"entries {first}..{last}"
+
+
 def _entries(first: int, last: int) -> str:
-    return f"entry {first} was" if first == last else f"entries {first}..{last} were"
+    return f"{_span(first, last)} {'was' if first == last else 'were'}"
 
 
-def ledger_anchor_check(report: chain.Report, directory: Path | None = None) -> AnchorReport:
+def ledger_anchor_check(report: chain.Report, store: CheckpointStore | None = None) -> AnchorReport:
     """Compare the ledger, whose chain `report` found intact, with its signed checkpoints.
 
     Finds a truncated tail (a checkpoint's sequence lies beyond the ledger's head) and a
     rewritten history (the entry at a checkpoint's sequence has another hash); for a rewrite
     it names the newest checkpoint the ledger still matches, which bounds where it happened.
+    Then says which checkpoints are expected and missing (`missing`).
     """
-    checkpoints, problems = checkpoints_read(directory)
+    store = store or checkpoint_store()
+    names, checkpoints, problems = _read(store)
     head = report.head_sequence or 0
     first = report.first_sequence or head + 1
     beyond = [c for c in checkpoints if c.sequence > head]
@@ -232,5 +253,35 @@ def ledger_anchor_check(report: chain.Report, directory: Path | None = None) -> 
             f"history was rewritten: the entry at sequence {bad.sequence} has hash "
             f"{str(actual.get(bad.sequence))[:16]}... but {bad.describe()} signed "
             f"{bad.hash[:16]}...; {where}")
+    covered = matched[-1].sequence if matched else first - 1
+    # A file present but refused (forged, unreadable) is one of `problems`, not missing.
+    missing = _missing(store, set(names), first=first, head=head, covered=covered)
     return AnchorReport(len(within), matched[-1] if matched and not problems else None, problems,
-                        predating=len([c for c in checkpoints if c.sequence < first]))
+                        predating=len([c for c in checkpoints if c.sequence < first]),
+                        missing=missing, store=store.describe())
+
+
+def _missing(store: CheckpointStore, present: set[str], *, first: int, head: int,
+             covered: int) -> list[str]:
+    where = store.describe()
+    missing = [
+        f"{name}, the checkpoint of sequence {sequence} written {chain.timestamp_text(created)} to "
+        f"{written}, is missing from {where} (it was removed, or the store is not the one it "
+        "was written to)"
+        for name, sequence, created, written in CheckpointRecord.objects
+        .filter(sequence__gte=first).order_by("sequence", "created_at")
+        .values_list("name", "sequence", "created_at", "store").iterator()
+        if name not in present]
+    if head and covered < head:
+        oldest = (AuditEntry.objects.filter(sequence__gt=covered).order_by("sequence")
+                  .values_list("sequence", "created_at").first())
+        window = settings.AUDIT_CHECKPOINT_INTERVAL_S + settings.AUDIT_CHECKPOINT_GRACE_S
+        if oldest is not None and now() - oldest[1] > timedelta(seconds=window):
+            missing.append(
+                f"{_span(oldest[0], head)} {'is' if oldest[0] == head else 'are'} covered by no "
+                f"signed checkpoint in {where}, and entry {oldest[0]} was recorded at "
+                f"{chain.timestamp_text(oldest[1])}, more than {window:g} s ago "
+                "(AUDIT_CHECKPOINT_INTERVAL_S + AUDIT_CHECKPOINT_GRACE_S): its checkpoint was "
+                "removed, or none is being written (is the audit worker running, with the "
+                "signing key?)")
+    return missing

@@ -25,7 +25,7 @@ This module must not decide what is recorded (services) or what is hidden (redac
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -230,8 +230,11 @@ def checkpoints() -> dict[int, str]:
     return found
 
 
-def verify_ledger() -> Report:
-    """Walk the whole ledger in the database. A pruned prefix is anchored by its checkpoint."""
+def verify_ledger(*, progress: Callable[[int], None] | None = None) -> Report:
+    """Walk the whole ledger in the database. A pruned prefix is anchored by its checkpoint.
+
+    `progress(count)` is called with the number of entries read, every `PROGRESS_EVERY`.
+    """
     seal_pending()
     unsealed = AuditEntry.objects.filter(sequence__isnull=True).values_list("id", flat=True).first()
     if unsealed is not None:
@@ -248,10 +251,24 @@ def verify_ledger() -> Report:
             entry_id = AuditEntry.objects.values_list("id", flat=True).get(sequence=first)
             return Report(0, None, None, None, Break(
                 first, entry_id, f"entries 1..{first - 1} are missing and no prune checkpoint covers them"))
-    return verify_rows(_rows(), anchor=anchor, start=first)
+    return verify_rows(_rows(progress), anchor=anchor, start=first)
 
 
-def _rows() -> Iterator[dict]:
-    queryset = AuditEntry.objects.filter(sequence__isnull=False).order_by("sequence")
-    for entry in queryset.iterator(chunk_size=2000):
-        yield {"id": entry.id, **entry_row(entry)}
+PROGRESS_EVERY = 2000
+
+
+def _rows(progress: Callable[[int], None] | None = None) -> Iterator[dict]:
+    # Read in pages by sequence rather than through one open cursor, so that a caller may
+    # write (its progress) on the same connection between two pages.
+    sealed = AuditEntry.objects.filter(sequence__isnull=False).order_by("sequence")
+    count, last = 0, None
+    while True:
+        page = list((sealed if last is None else sealed.filter(sequence__gt=last))[:PROGRESS_EVERY])
+        for entry in page:
+            yield {"id": entry.id, **entry_row(entry)}
+        count += len(page)
+        if len(page) < PROGRESS_EVERY:
+            return
+        last = page[-1].sequence
+        if progress is not None:
+            progress(count)

@@ -12,6 +12,7 @@ ledger; schema changes are hand-written in migrations (see 0001 for the pattern)
 """
 import json
 
+from django.conf import settings
 from django.db import models
 from django.db.models import F
 
@@ -101,3 +102,104 @@ class AuditEntry(KeywordInit, models.Model):
     def data(self) -> dict:
         """The redacted payload, parsed."""
         return json.loads(self.payload)
+
+
+class CheckpointRecord(models.Model):
+    """That a signed checkpoint was written, and where: the database's note of it, not the
+    checkpoint (the file in the checkpoint store is, and only its signature is trusted).
+
+    `audit_verify` fails when a checkpoint recorded here, of an entry still in the ledger, is
+    missing from its store (`audit.anchoring`); the schedule reads the newest one to decide
+    whether a checkpoint is due without listing the store.
+    """
+
+    name = models.CharField(max_length=255, unique=True, help_text="The file's name in the store.")
+    sequence = models.BigIntegerField(db_index=True)
+    hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(help_text="When it was signed (the signed time).")
+    reason = models.CharField(max_length=32)
+    key_id = models.CharField(max_length=64)
+    store = models.CharField(max_length=255, help_text="Where it was written.")
+
+    class Meta:
+        ordering = ["-sequence", "-created_at"]
+        verbose_name = "ledger checkpoint"
+
+    def __str__(self) -> str:
+        return f"checkpoint of sequence {self.sequence} ({self.name})"
+
+
+class LedgerVerification(models.Model):
+    """One verification of the whole ledger asked for by an auditor (admin → *Verify ledger*),
+    run on the `audit` queue; the row is its progress and its result."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        PASSED = "passed"
+        FAILED = "failed"   # the ledger does not verify: `result` says why
+        ERROR = "error"     # it could not be checked (no key, the store unreachable)
+
+    FINISHED = (State.PASSED, State.FAILED, State.ERROR)
+
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="+")
+    requested_by_label = models.CharField(max_length=200)
+    allow_missing_checkpoint = models.BooleanField(default=False)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    entries_total = models.BigIntegerField(null=True, blank=True)
+    entries_checked = models.BigIntegerField(default=0)
+    stage = models.CharField(max_length=64, blank=True)
+    result = models.TextField(blank=True)
+    warnings = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "ledger verification"
+
+    def __str__(self) -> str:
+        return f"verification {self.pk} ({self.state})"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in self.FINISHED
+
+
+class LedgerExport(models.Model):
+    """One export of the ledger asked for by an auditor (admin → *Export ledger*), written by
+    the `audit` queue's worker (it signs the manifest's checkpoint) into the shared storage
+    (`STORAGES["artifacts"]`, under `audit-exports/`), from where the auditor downloads it."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        ERROR = "error"
+
+    FINISHED = (State.DONE, State.ERROR)
+
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                     on_delete=models.SET_NULL, related_name="+")
+    requested_by_label = models.CharField(max_length=200)
+    format = models.CharField(max_length=8, default="jsonl")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    entries = models.BigIntegerField(null=True, blank=True)
+    file = models.CharField(max_length=255, blank=True, help_text="Its name in the storage.")
+    manifest = models.CharField(max_length=255, blank=True)
+    result = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "ledger export"
+
+    def __str__(self) -> str:
+        return f"export {self.pk} ({self.state})"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in self.FINISHED

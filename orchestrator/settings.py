@@ -305,10 +305,12 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"queue": "orchestrator", "expires": 30},
     },
     # Its own queue, so only the worker that holds the signing key consumes it (docs/security.md).
+    # A poll: the task signs the head when a checkpoint is due (AUDIT_CHECKPOINT_INTERVAL_S or
+    # AUDIT_CHECKPOINT_ENTRIES, whichever comes first; docs/audit.md#checkpoints).
     "stepwise-audit-checkpoint": {
         "task": "audit.tasks.checkpoint",
-        "schedule": float(os.environ.get("AUDIT_CHECKPOINT_INTERVAL_S", "300")),
-        "options": {"queue": "audit", "expires": 60},
+        "schedule": float(os.environ.get("AUDIT_CHECKPOINT_POLL_S", "5")),
+        "options": {"queue": "audit", "expires": 30},
     },
 }
 
@@ -551,9 +553,25 @@ AUDIT_SIGNING_KEY_FILE = os.environ.get("AUDIT_SIGNING_KEY_FILE", "") or (
 # Public keys (base64 of the raw 32 bytes, comma separated) trusted besides the signing key's
 # own: the keys that signed older checkpoints, kept after a rotation.
 AUDIT_VERIFY_KEYS = deployment.env_list("AUDIT_VERIFY_KEYS")
-# Where checkpoints are written (every AUDIT_CHECKPOINT_INTERVAL_S, default 300, by beat; and
-# by audit_export); put it where the database's users cannot write.
+# A checkpoint is signed when the audit worker starts, then every AUDIT_CHECKPOINT_INTERVAL_S
+# (STEPWISE_CHECKPOINT_S) or every AUDIT_CHECKPOINT_ENTRIES entries, whichever comes first.
+AUDIT_CHECKPOINT_INTERVAL_S = float(os.environ.get("STEPWISE_CHECKPOINT_S")
+                                    or os.environ.get("AUDIT_CHECKPOINT_INTERVAL_S") or 60)
+AUDIT_CHECKPOINT_ENTRIES = int(os.environ.get("AUDIT_CHECKPOINT_ENTRIES", "1000"))
+# audit_verify fails when entries older than the interval plus this are covered by no checkpoint.
+AUDIT_CHECKPOINT_GRACE_S = float(os.environ.get("AUDIT_CHECKPOINT_GRACE_S", "60"))
+# Where checkpoints are kept: this directory, or with AUDIT_CHECKPOINT_S3_BUCKET an S3 bucket
+# created with object lock (audit/stores.py). Keep either off the database's host.
 AUDIT_CHECKPOINT_DIR = Path(os.environ.get("AUDIT_CHECKPOINT_DIR", VAR_DIR / "audit-checkpoints"))
+if os.environ.get("AUDIT_CHECKPOINT_S3_BUCKET"):
+    STORAGES["audit_checkpoints"] = {"BACKEND": "audit.stores.LockedS3Storage", "OPTIONS": {
+        "bucket_name": os.environ["AUDIT_CHECKPOINT_S3_BUCKET"],
+        "location": os.environ.get("AUDIT_CHECKPOINT_S3_PREFIX", "audit-checkpoints"),
+        "endpoint_url": os.environ.get("AUDIT_CHECKPOINT_S3_ENDPOINT") or None,
+        "region_name": os.environ.get("AUDIT_CHECKPOINT_S3_REGION") or None,
+        "retain_days": int(os.environ.get("AUDIT_CHECKPOINT_S3_RETAIN_DAYS", "0")),
+        "lock_mode": os.environ.get("AUDIT_CHECKPOINT_S3_LOCK_MODE", "COMPLIANCE"),
+        "default_acl": None, "querystring_auth": False, "file_overwrite": True}}
 
 # --- request size limits (docs/limits.md) -----------------------------------------------------
 # The largest API request body, in bytes. Our parsers refuse a larger one with 413 in the

@@ -8,6 +8,7 @@ would (dropping or disabling them), inside the test's transaction, so it is roll
 from contextlib import contextmanager
 
 import pytest
+from django.contrib.auth.models import Group, User
 from django.db import connection
 
 from approvals.models import ApprovalRequest
@@ -90,3 +91,19 @@ def triggers_bypassed():
 def tamper(sql: str, params=()) -> None:
     with triggers_bypassed(), connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+@pytest.fixture
+def auditor():
+    """A compliance reviewer: a staff account in `auditors`, with no model permission."""
+    user = User.objects.create_user("auditor", is_staff=True)
+    user.groups.add(Group.objects.get_or_create(name="auditors")[0])
+    return user
+
+
+@pytest.fixture
+def member(requester):
+    """A team member with a staff account, but not an auditor."""
+    requester.is_staff = True
+    requester.save()
+    return requester

@@ -120,14 +120,17 @@ def test_deleting_the_newest_entries_fails_audit_verify_as_a_truncated_tail(tmp_
     assert checkpoint_files()[-1].name in message
 
 
-def test_beat_runs_a_thin_task_that_checkpoints_the_head_when_it_moved():
+def test_beat_polls_a_thin_task_that_checkpoints_the_head_every_interval_or_n_entries(
+        settings, move_clock):
     entry = settings.CELERY_BEAT_SCHEDULE["stepwise-audit-checkpoint"]
     assert entry["task"] == "audit.tasks.checkpoint" and entry["options"]["queue"] == "audit"
+    assert entry["schedule"] < settings.AUDIT_CHECKPOINT_INTERVAL_S
     celery_app.loader.import_default_modules()  # what a worker does at start: autodiscovery
     task = celery_app.tasks["audit.tasks.checkpoint"]
+    settings.AUDIT_CHECKPOINT_INTERVAL_S, settings.AUDIT_CHECKPOINT_ENTRIES = 60, 5
     entries = record(2)
 
-    task()
+    task()  # never checkpointed: due at once
     task()  # the head did not move: nothing new to sign
     assert len(checkpoint_files()) == 1
     written = json.loads(checkpoint_files()[0].read_text())
@@ -135,8 +138,23 @@ def test_beat_runs_a_thin_task_that_checkpoints_the_head_when_it_moved():
     assert written["reason"] == "schedule" and written["key_id"].startswith("ed25519:")
 
     record(1)
-    task()
+    move_clock(59)
+    task()  # one entry, 59 s: not due yet
+    assert len(checkpoint_files()) == 1
+    move_clock(60)
+    task()  # the interval
     assert len(checkpoint_files()) == 2
+
+    record(5)
+    task()  # N entries, before the interval
+    assert len(checkpoint_files()) == 3
+
+    record(1)
+    task(at_start=True)  # at start: whenever the head moved
+    assert len(checkpoint_files()) == 4
+    assert json.loads(checkpoint_files()[-1].read_text())["reason"] == "start"
+    task(at_start=True)
+    assert len(checkpoint_files()) == 4
 
     delete_newest(1)
     with pytest.raises(CommandError, match="the tail was truncated"):
