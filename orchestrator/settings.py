@@ -418,8 +418,8 @@ STEPWISE_BUDGET_WARN_AT = os.environ.get("STEPWISE_BUDGET_WARN_AT", "0.8")
 STEPWISE_EVENT_SOURCES = json.loads(os.environ["STEPWISE_EVENT_SOURCES"]) if os.environ.get(
     "STEPWISE_EVENT_SOURCES") else ({} if PRODUCTION else {
         "rabbitmq": "amqp://guest:guest@127.0.0.1:5672//", "redis": "redis://127.0.0.1:6379/0"})
-# Admission control: unfinished runs a team may have before its triggers are held back (a
-# TeamQuota row overrides it per team).
+# The cap on a team's unfinished runs, on every start path, when its budget limit sets none
+# (budgets.services.budget_admit; 0: no cap).
 STEPWISE_TEAM_MAX_LIVE_RUNS = int(os.environ.get("STEPWISE_TEAM_MAX_LIVE_RUNS", "200"))
 # The consumer re-reads its triggers this often, so a change in the admin needs no restart.
 STEPWISE_CONSUMER_RELOAD_S = float(os.environ.get("STEPWISE_CONSUMER_RELOAD_S", "5"))

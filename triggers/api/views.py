@@ -34,7 +34,9 @@ _STATUS = {
     "started": 202, "queued": 202, "duplicate": 200, "ignored": 200, "invalid": 400,
     "unauthorized": 401, "not_found": 404, "too_large": 413,
 }
-_REFUSED = {"disabled": 409}  # other refusals (rate, quota, queue_full): 429
+# A key refused when its held firing was admitted stays refused: 409. Other refusals (rate,
+# concurrent_runs, budget, queue_full): 429 with Retry-After, as every start path answers.
+_REFUSED = {"disabled": 409, "refused_at_admission": 409}
 
 
 def outcome_answer(outcome: FireOutcome, request) -> tuple[int, dict, dict]:
@@ -85,7 +87,7 @@ class TriggerViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveM
     parser_classes = [JSONBodyParser]
 
     def get_queryset(self):
-        triggers = Trigger.objects.select_related("team", "workflow", "created_by")
+        triggers = Trigger.objects.select_related("team", "workflow", "created_by", "updated_by")
         return visible(triggers, self.request.user).order_by("team__slug", "name")
 
     @extend_schema(request=s.TriggerWriteSerializer,
