@@ -421,6 +421,12 @@ STEPWISE_EVENT_SOURCES = json.loads(os.environ["STEPWISE_EVENT_SOURCES"]) if os.
 # The cap on a team's unfinished runs, on every start path, when its budget limit sets none
 # (budgets.services.budget_admit; 0: no cap).
 STEPWISE_TEAM_MAX_LIVE_RUNS = int(os.environ.get("STEPWISE_TEAM_MAX_LIVE_RUNS", "200"))
+# Run starts a person, and an API token, may ask for through the API, the builder and API
+# triggers (orchestrator/api/throttling.py; DRF's "<n>/<sec|min|hour|day>", empty: no limit).
+STEPWISE_RUN_START_RATES = {
+    "run_start.person": os.environ.get("STEPWISE_RUN_START_RATE_PERSON", "120/min") or None,
+    "run_start.token": os.environ.get("STEPWISE_RUN_START_RATE_TOKEN", "120/min") or None,
+}
 # The consumer re-reads its triggers this often, so a change in the admin needs no restart.
 STEPWISE_CONSUMER_RELOAD_S = float(os.environ.get("STEPWISE_CONSUMER_RELOAD_S", "5"))
 # Hold each acknowledgement this long after the event's run is committed. Zero in real use;

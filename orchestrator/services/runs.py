@@ -20,7 +20,14 @@ from ..clock import now
 from ..compiled import insert_rows
 from ..definitions.limits import run_input_problems
 from ..definitions.mandatory_gates import weakened_gates
-from ..errors import Forbidden, IdempotencyConflict, InputInvalid, NotAllowed, ServiceError
+from ..errors import (
+    BudgetExceeded,
+    Forbidden,
+    IdempotencyConflict,
+    InputInvalid,
+    NotAllowed,
+    ServiceError,
+)
 from ..events import event_record
 from ..hashing import digest_of
 from ..models import Event, Run, StepRun, WorkflowVersion
@@ -29,6 +36,7 @@ from ..provenance import of_start as provenance_of_start
 from ..secret_inputs import seal_for, secret_paths, split
 from ..selectors import definition_of, lock_run
 from ..states import RUN_CANCELLABLE, RUN_LIVE, STOPPED_BY_RUN_END, RunState, StepState
+from .admission import start_refusal_record
 from .budget_gate import duration_denial, run_pause_for_budget
 from .kinds import handler_for
 from .scheduling import run_advance, run_ended_notify, run_settle_cancel, steps_stop
@@ -65,8 +73,9 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     With `idempotency_key`, the same key and input return the existing run; the same key with
     another input raises IdempotencyConflict. Raises InputInvalid (and creates nothing) when
     the input does not satisfy the workflow's input_schema, Forbidden without the permission,
-    BudgetExceeded when a team's or workflow's budget refuses a new run (not a child run: it is
-    part of its parent's).
+    BudgetExceeded when a team's or workflow's budget refuses a new run — its cap on unfinished
+    runs or its spent period (not a child run: it is part of its parent's) —, audited once
+    per window (`admission`).
     Check `run._created` to tell a new run from a replay.
 
     `trigger` is the kind of entry point ("api", "sub_workflow", "schedule", "webhook", ...);
@@ -113,6 +122,11 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
             run = _create(version, stored_input, actor, created_by, idempotency_key,
                           request_digest, parent_step, trigger, origin, secrets,
                           (callback_url, callback_secret), provenance)
+    except BudgetExceeded as refused:
+        start_refusal_record(limit=refused.detail["level"], actor=actor, team=team.slug,
+                             path=provenance["path"], problems=refused.problems,
+                             retry_after_s=refused.retry_after_s)
+        raise
     except IntegrityError:
         existing = idempotency_key and _idempotent_replay(team.id, idempotency_key, request_digest)
         if not existing:

@@ -17,6 +17,7 @@ from orchestrator.api.errors import ServiceErrorsMixin, error_body, valid_data
 from orchestrator.api.parsers import JSONBodyParser
 from orchestrator.api.permissions import team_for_write
 from orchestrator.api.serializers import ErrorsSerializer
+from orchestrator.api.throttling import RUN_START_THROTTLES, RunStartThrottleMixin
 from orchestrator.authz import visible
 
 from ..models import EventDeadLetter, Trigger
@@ -79,8 +80,8 @@ def webhook(request, trigger_id):
     return JsonResponse(answer, status=code, headers=headers)
 
 
-class TriggerViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
-                     viewsets.GenericViewSet):
+class TriggerViewSet(ServiceErrorsMixin, RunStartThrottleMixin, mixins.ListModelMixin,
+                     mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Triggers of your teams. Creating and changing them needs trigger.manage."""
 
     serializer_class = s.TriggerSerializer
@@ -156,8 +157,9 @@ class TriggerViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveM
                    403: _ERRORS, 409: _ERRORS, 429: _ERRORS},
         description="Fire a programmatic (`api`) trigger: the body is the payload its input "
         "template reads. 202 with the run (or `queued` when admission control holds it), 200 "
-        "for a key already fired, 429 with Retry-After past its rate or its team's quota.")
-    @action(detail=True, methods=["post"])
+        "for a key already fired, 429 with Retry-After past its rate, the team's cap on "
+        "unfinished runs, or the person's or token's rate of run starts.")
+    @action(detail=True, methods=["post"], throttle_classes=RUN_START_THROTTLES)
     def fire(self, request, pk=None):
         trigger = self.get_object()
         key = request.headers.get("Idempotency-Key") or str(uuid.uuid4())
@@ -167,6 +169,9 @@ class TriggerViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveM
                                    actor=request.user)
         code, answer, headers = outcome_answer(outcome, request)
         return Response(answer, status=code, headers=headers)
+
+    def start_path(self, request) -> str:
+        return "api_trigger"
 
     @extend_schema(responses=s.FiringSerializer(many=True))
     @action(detail=True, methods=["get"])

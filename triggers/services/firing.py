@@ -39,6 +39,7 @@ from orchestrator.provenance import (
     merged,
     person_entry,
 )
+from orchestrator.services.admission import refusal_audit_once
 from orchestrator.services.runs import input_problems, run_start, version_start_refusal
 
 from ..mapping import MappingFailed, event_matches, input_from_event
@@ -90,13 +91,23 @@ def trigger_audit(trigger: Trigger, *, action: str, actor: str, outcome: str, pa
                  idempotency_key=idempotency_key)
 
 
+# Refusals that a flood repeats: audited once per trigger, reason and window (admission.py).
+ADMISSION_REASONS = frozenset({"rate", "concurrent_runs", "budget", "queue_full"})
+
+
 def refusal(trigger: Trigger, *, key: str, reason: str, problems: list[dict], actor: str,
             origin: dict | None = None, retry_after_s: int | None = None,
             status: str = "refused") -> FireOutcome:
-    """Record (audit) that a firing was refused, and say so. In the caller's transaction."""
-    trigger_audit(trigger, action="trigger.refused", actor=actor, outcome=reason,
-                  payload={"key": key, "reason": reason, "problems": problems,
-                           "origin": origin or {}})
+    """Record (audit) that a firing was refused, and say so. In the caller's transaction.
+    A refusal by admission (ADMISSION_REASONS) is audited once per window."""
+    payload = {"key": key, "reason": reason, "problems": problems, "origin": origin or {}}
+    if reason in ADMISSION_REASONS:
+        refusal_audit_once(limit=reason, subject=f"trigger:{trigger.id}", write=lambda window: (
+            trigger_audit(trigger, action="trigger.refused", actor=actor, outcome=reason,
+                          payload={**payload, **window})))
+    else:
+        trigger_audit(trigger, action="trigger.refused", actor=actor, outcome=reason,
+                      payload=payload)
     return FireOutcome(status, reason=reason, problems=problems, retry_after_s=retry_after_s)
 
 
@@ -215,9 +226,10 @@ def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
     try:
         run = _start(trigger, key=key, run_input=run_input, origin=origin, actor=actor)
     except BudgetExceeded as refused:  # admitted a moment ago, refused now: a race for the cap
+        # run_start audited it (once per window); say so as every admission refusal.
         reason = "concurrent_runs" if refused.detail["level"].endswith("concurrent_runs") else "budget"
-        return refusal(trigger, key=key, reason=reason, actor=who, origin=origin,
-                       retry_after_s=refused.retry_after_s, problems=refused.problems)
+        return FireOutcome("refused", reason=reason, problems=refused.problems,
+                           retry_after_s=refused.retry_after_s)
     firing = Firing.objects.create(trigger=trigger, key=key, state=Firing.State.STARTED, run=run,
                                    origin=origin, started_at=now(), fired_by=_person(actor))
     return FireOutcome("started", run=run, firing=firing)
