@@ -19,6 +19,7 @@ is refused there: that cell checks the refusal instead.
 import json
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path as FilePath
 
 import pytest
 from django.test import override_settings
@@ -40,6 +41,7 @@ from triggers.signatures import sign
 
 pytestmark = pytest.mark.django_db
 
+ROOT = FilePath(__file__).resolve().parents[2]
 SOURCES = {"rabbitmq": "amqp://guest:guest@127.0.0.1:5672//"}
 ROLES = [Role.MEMBER, Role.EDITOR, Role.OPERATOR, Role.OWNER]
 PATHS = ["api", "builder", "api_trigger", "schedule", "webhook", "queue", "child"]
@@ -172,6 +174,27 @@ def approve(user, approval):
 
 
 CELLS = [(path, role) for path in PATHS for role in ROLES]
+# The `path` each recorded in the run's provenance (the rows of docs/permissions.md's tables).
+RECORDED = {"api": "api", "builder": "builder", "api_trigger": "api_trigger",
+            "schedule": "schedule", "webhook": "webhook", "queue": "queue",
+            "child": "sub_workflow"}
+
+
+def doc_table(marker: str) -> dict[str, list[str]]:
+    """A table of docs/permissions.md between its markers: {path: [the other cells]}."""
+    text = (ROOT / "docs" / "permissions.md").read_text()
+    table = text.split(f"<!-- {marker}:start -->")[1].split(f"<!-- {marker}:end -->")[0]
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in table.strip().splitlines()[2:]]
+    return {row[0].strip("`"): row[1:] for row in rows}
+
+
+PROVENANCE_DOC = doc_table("provenance-matrix")
+ADMISSION_DOC = doc_table("admission-matrix")
+
+
+def test_the_documented_tables_have_every_path_the_matrix_drives():
+    assert set(PROVENANCE_DOC) == set(ADMISSION_DOC) == set(RECORDED.values())
 
 
 # --- (a) whoever set the run in motion does not approve it ------------------------------------
@@ -193,7 +216,11 @@ def test_a_the_person_who_set_the_run_in_motion_cannot_approve_it(path, role, te
 
     assert started(answer), getattr(answer, "content", answer)
     run = way.gated_runs().get()
-    assert person.pk in {p["user"] for p in run.provenance["people"]}, run.provenance
+    recorded = RECORDED[path]
+    assert run.provenance["path"] == recorded
+    mine = [p for p in run.provenance["people"] if p["user"] == person.pk]
+    documented = PROVENANCE_DOC[recorded][1]
+    assert [p["as"] for p in mine] == [documented.split(" (")[0]], (run.provenance, documented)
     approval = ApprovalRequest.objects.get(run=run)
     refused = approve(person, approval)
     assert refused.status_code == 403, refused.content
@@ -236,7 +263,8 @@ def refusal_shape(answer) -> tuple[int, str, list[dict]]:
     return 429, str(answer.retry_after_s or ""), answer.problems
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", [p for p in PATHS if ADMISSION_DOC[RECORDED[p]][0] == "yes"
+                                  or p == "child"])
 def test_c_the_team_cap_refuses_every_path_the_same_way(path, team, frozen):
     person = person_with(team, Role.OWNER)
     way = path_for(path, team, person, frozen)
@@ -255,7 +283,9 @@ def test_c_the_team_cap_refuses_every_path_the_same_way(path, team, frozen):
 
 def test_c_a_child_run_is_not_admitted_again_nor_counted(team, frozen):
     """A parent admitted under the cap starts its child even at the cap: the child is part of
-    the parent's run, and refusing it would fail the parent for holding its own place."""
+    the parent's run, and refusing it would fail the parent for holding its own place. (On the
+    `child` path above, the parent is what the cap refuses.)"""
+    assert ADMISSION_DOC["sub_workflow"] == ["no", "none"]
     person = person_with(team, Role.MEMBER)
     budget_limit_create(team=team, actor=SETUP, max_concurrent_runs=1)
 
@@ -265,17 +295,21 @@ def test_c_a_child_run_is_not_admitted_again_nor_counted(team, frozen):
     assert Run.objects.filter(version__workflow__name="gated", parent_step__isnull=False).count() == 1
 
 
-RATED = ["api", "builder", "api_trigger", "webhook", "schedule", "queue"]
+RATED = [(path, rate) for path in PATHS
+         for rate in ADMISSION_DOC[RECORDED[path]][1].split(", ") if rate != "none"]
 
 
-@pytest.mark.parametrize("path", RATED)
-def test_c_the_rate_limit_refuses_every_path_the_same_way(path, team, frozen, settings):
-    """A person's and a token's run starts (API, builder, API trigger) and a trigger's own rate
-    (schedule, webhook, queue event): the same 429 with Retry-After and errors shape."""
-    settings.STEPWISE_RUN_START_RATES = {"run_start.person": "1/min", "run_start.token": None}
+@pytest.mark.parametrize("path, rate", RATED)
+def test_c_the_rate_limit_refuses_every_path_the_same_way(path, rate, team, frozen, settings):
+    """Each rate the documented table names, alone: a person's and a token's run starts (API,
+    builder, API trigger) and a trigger's own (schedule, webhook, queue event, API trigger) —
+    the same 429 with Retry-After and errors shape."""
+    settings.STEPWISE_RUN_START_RATES = {
+        "run_start.person": "1/min" if rate == "person" else None,
+        "run_start.token": "1/min" if rate == "token" else None}
     person = person_with(team, Role.OWNER)
     way = path_for(path, team, person, frozen)
-    way.set_up(max_per_minute=1)
+    way.set_up(max_per_minute=1 if rate == "trigger" else 60)
     assert started(way.start())
 
     answer = way.start()
@@ -283,8 +317,10 @@ def test_c_the_rate_limit_refuses_every_path_the_same_way(path, team, frozen, se
     status, retry, errors = refusal_shape(answer)
     assert status == 429 and retry.isdigit() and 1 <= int(retry) <= 60, (status, retry)
     assert len(errors) == 1 and errors[0]["path"] == ""
-    assert ("1 runs in the last 60 seconds" in errors[0]["message"]
-            or "started 1 runs in the last minute" in errors[0]["message"]), errors
+    expected = {"person": "this person started 1 runs in the last 60 seconds",
+                "token": "this API token started 1 runs in the last 60 seconds",
+                "trigger": "started 1 runs in the last minute (max_per_minute 1)"}[rate]
+    assert expected in errors[0]["message"], errors
 
 
 @pytest.mark.parametrize("path", ["api", "child"])
