@@ -290,7 +290,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("STEPWISE_REAP_INTERVAL_S", "2")),
         "options": {"queue": "orchestrator", "expires": 10},
     },
-    # Firings held back by a trigger's rate or its team's quota start when they may
+    # Firings held back by a trigger's rate or its team's cap start when they may
     # (triggers/services/firing.py, docs/triggers.md#admission-control).
     "stepwise-trigger-admit": {
         "task": "triggers.tasks.admit_queued",
