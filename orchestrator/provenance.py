@@ -58,13 +58,6 @@ def of_child(parent_provenance: dict, *, parent_run_id, created_by=None) -> dict
             "parent_path": parent_provenance.get("path", "")}
 
 
-def with_person(provenance: dict, user, role: str) -> dict:
-    """`provenance` with one more person who set the run in motion (a later fork or redrive's
-    requester)."""
-    return {**provenance, "people": merged([*provenance.get("people", []),
-                                            person_entry(user, role)])}
-
-
 def people_ids(provenance: dict | None) -> set[int]:
     return {entry["user"] for entry in (provenance or {}).get("people") or []}
 
