@@ -4,8 +4,8 @@ still holds — the one place these rules are written (docs/permissions.md#appro
 * Deciding (approve, reject, edit the parameters, revoke) is for members of the request's
   current approvers group who belong to the run's team, in any role; a superuser may decide too.
   Being staff, an operator or an owner is not enough.
-* Separation of duties: whoever started the run, or last edited the parameters, may not approve
-  it — unless the gate relaxes that up to the request's tier (`self_approval_up_to`). It binds
+* Separation of duties: whoever set the run in motion (every person of its provenance:
+  `orchestrator.provenance`), or last edited the parameters, may not approve it — unless the gate relaxes that up to the request's tier (`self_approval_up_to`). It binds
   superusers like anyone.
 * An approval holds while enough of its approvers still could approve (active, in the team, in
   the group they approved for); the guarded steps check it right before they run.
@@ -18,6 +18,7 @@ from django.db.models import Q, QuerySet
 
 from orchestrator.authz import Actor, System, role_in, teams_visible_to, visible
 from orchestrator.errors import Forbidden
+from orchestrator.provenance import describe, people_ids
 from orchestrator.risk import RANK
 from orchestrator.selectors import spec_of
 
@@ -55,13 +56,17 @@ def self_approval_allowed(approval: ApprovalRequest) -> bool:
 
 
 def require_separation(user: Actor, approval: ApprovalRequest) -> None:
-    """Raise Forbidden if `user` started the run or last edited the parameters (and the gate
-    does not relax that at this tier)."""
+    """Raise Forbidden if `user` set the run in motion — started it, or is one of the people
+    of its provenance (who fired, created or last changed the trigger that started it, or set
+    its parent in motion) — or last edited the parameters (and the gate does not relax that at
+    this tier)."""
     if self_approval_allowed(approval):
         return
-    if approval.run.created_by_id == user.pk:
-        raise Forbidden("you started this run, so someone else must approve it "
-                        "(separation of duties)")
+    run = approval.run
+    if run.created_by_id == user.pk or user.pk in people_ids(run.provenance):
+        how = describe(run.provenance)
+        raise Forbidden(f"you started this run or set it in motion{f' ({how})' if how else ''}, "
+                        "so someone else must approve it (separation of duties)")
     if approval.edited_by_id == user.pk:
         raise Forbidden("you edited these parameters, so someone else must approve them "
                         "(separation of duties)")

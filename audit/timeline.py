@@ -115,8 +115,11 @@ def explain(entry: AuditEntry, data: dict) -> str:
         origin = data.get("origin") or {}
         if origin.get("name"):  # a trigger started it: which one, and for which event
             via = f" trigger '{origin['name']}' ({origin.get('key', '')})"
+        people = (data.get("provenance") or {}).get("people") or []
+        moved = ("; set in motion by " + ", ".join(f"{p['username']} ({p['as']})" for p in people)
+                 if people else "")
         return (f"Started by {who} via {data.get('trigger', '?')}{via}: workflow {entry.workflow} "
-                f"v{entry.workflow_version} (definition {_short(entry.definition_digest)}){key}.")
+                f"v{entry.workflow_version} (definition {_short(entry.definition_digest)}){key}{moved}.")
     if a == "step.ready":
         after = ", ".join(data.get("after") or []) or "nothing"
         cond = f"; its condition `{data['when']}` held" if data.get("when") else ""

@@ -36,7 +36,10 @@ class BudgetLimit(models.Model):
                                       validators=[MinValueValidator(Decimal(0))],
                                       help_text="Spend per UTC calendar month (empty: no limit).")
     max_concurrent_runs = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Unfinished runs at once (empty: no limit).")
+        null=True, blank=True,
+        help_text="Unfinished runs at once, on every start path (API, builder, triggers); child "
+                  "runs do not count. Empty: a team's is STEPWISE_TEAM_MAX_LIVE_RUNS, a "
+                  "workflow's none.")
     warn_at = models.DecimalField(max_digits=4, decimal_places=3, default=Decimal("0.8"),
                                   validators=[MinValueValidator(Decimal(0)), MaxValueValidator(Decimal(1))],
                                   help_text="Alert once when this fraction of a limit is committed.")

@@ -12,8 +12,8 @@ before it is dispatched.
   writers), so two dispatches racing for the last of a budget cannot both pass. It returns a
   `Denial` naming the level and the figures, and writes nothing, when a limit would be crossed.
 - `budget_settle` records what a call cost; `budget_release` frees what never ran.
-- `budget_admit` refuses a new run past a team's or workflow's concurrent-run cap or spent
-  period (`BudgetExceeded`); `budget_limit_create` records a limit and `model_price_create` a
+- `budget_admit` refuses a new run past a team's or workflow's concurrent-run cap (the one
+  cap on a team's unfinished runs, on every start path) or spent period (`BudgetExceeded`); `budget_limit_create` records a limit and `model_price_create` a
   model's price, each audited.
 
 Callers (the engine's services) pause the run and alert on a denial; nothing here changes a
@@ -464,25 +464,25 @@ def budget_denial(*, run, definition: dict, spec: dict) -> dict | None:
 # --- team caps on new runs ----------------------------------------------------------------
 
 
-def budget_admit(*, team: Team, workflow: Workflow) -> None:
-    """May a new run of `workflow` start? In the transaction that creates it; the limit rows
-    stay locked until it commits, so two starts cannot both take the last slot.
+def budget_admit(*, team: Team, workflow: Workflow, lock: bool = True) -> None:
+    """May a new run of `workflow` start? The one admission of every start path (the API,
+    the builder, every trigger kind; a child run is part of its parent's and is not admitted
+    again). In the transaction that creates it; with `lock` the limit rows stay locked until
+    it commits, so two starts cannot both take the last slot.
+
+    The team's cap on unfinished runs is its limit's `max_concurrent_runs`, else
+    STEPWISE_TEAM_MAX_LIVE_RUNS (0: none); a workflow's limit may cap it lower. Only runs
+    started by a path count (not child runs).
 
     Raises BudgetExceeded for a concurrent-run cap reached or a day's or month's limit spent.
     """
     at = now()
-    for row in limits_in_force(team_id=team.id, workflow_id=workflow.id, at=at, lock=True):
+    team_capped = False
+    for row in limits_in_force(team_id=team.id, workflow_id=workflow.id, at=at, lock=lock):
         scope = f"workflow '{workflow.name}'" if row.workflow_id else f"team '{team.slug}'"
         if row.max_concurrent_runs is not None:
-            runs = Run.objects.filter(team_id=team.id).exclude(state__in=RUN_TERMINAL)
-            if row.workflow_id:
-                runs = runs.filter(version__workflow_id=row.workflow_id)
-            live = runs.count()
-            if live >= row.max_concurrent_runs:
-                raise BudgetExceeded(
-                    f"{scope} has {live} unfinished runs; its limit is {row.max_concurrent_runs}",
-                    detail={"level": f"{row.scope}.concurrent_runs", "limit": row.max_concurrent_runs,
-                            "current": live}, retry_after_s=30)
+            team_capped = team_capped or not row.workflow_id
+            _refuse_past_cap(team, row.workflow_id, row.max_concurrent_runs, scope, row.scope)
         for period, cap in (("day", row.daily_usd), ("month", row.monthly_usd)):
             if cap is None:
                 continue
@@ -492,6 +492,31 @@ def budget_admit(*, team: Team, workflow: Workflow) -> None:
                     f"{scope} has committed ${spent:.2f} this {period}; its limit is ${cap:.2f}",
                     detail={"level": f"{row.scope}.{period}", "limit_usd": usd(cap),
                             "committed_usd": usd(spent)}, retry_after_s=3600)
+    default_cap = settings.STEPWISE_TEAM_MAX_LIVE_RUNS
+    if not team_capped and default_cap:
+        _refuse_past_cap(team, None, default_cap, f"team '{team.slug}'", "team")
+
+
+def admission_refusal(*, team: Team, workflow: Workflow) -> BudgetExceeded | None:
+    """What `budget_admit` would refuse now, read without locking, or None: how a trigger
+    decides to hold a firing instead of starting it (run_start still admits it for real)."""
+    try:
+        budget_admit(team=team, workflow=workflow, lock=False)
+    except BudgetExceeded as refused:
+        return refused
+    return None
+
+
+def _refuse_past_cap(team: Team, workflow_id: int | None, cap: int, scope: str, level: str) -> None:
+    runs = Run.objects.filter(team_id=team.id, parent_step__isnull=True).exclude(state__in=RUN_TERMINAL)
+    if workflow_id:
+        runs = runs.filter(version__workflow_id=workflow_id)
+    live = runs.count()
+    if live >= cap:
+        raise BudgetExceeded(
+            f"{scope} has {live} unfinished runs; its limit is {cap}",
+            detail={"level": f"{level}.concurrent_runs", "limit": cap, "current": live},
+            retry_after_s=30)
 
 
 # --- limits, recorded ---------------------------------------------------------------------

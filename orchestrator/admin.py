@@ -40,6 +40,7 @@ from .models import (
     Workflow,
     WorkflowVersion,
 )
+from .provenance import describe
 from .services.gallery import template_instantiate
 from .services.operators import dead_letter_redrive
 from .services.runs import run_cancel
@@ -268,6 +269,7 @@ class EventInline(ReadOnlyInline):
 
 
 _RUN_FIELDS = ["id", "live_page", "team", "version", "state", "trigger", "started_by_trigger", "created_by",
+               "set_in_motion_by",
                "idempotency_key",
                "parent_step", "created_at", "started_at", "finished_at", "progressed_at",
                "cost_usd", "budget", "tokens_in", "tokens_out", "input_pretty", "output_pretty",
@@ -324,6 +326,11 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="input")
     def input_pretty(self, run: Run) -> str:
         return pretty_json(run.input)
+
+    @admin.display(description="set in motion by")
+    def set_in_motion_by(self, run: Run) -> str:
+        # Everyone separation of duties refuses as the run's approver (orchestrator/provenance.py).
+        return describe(run.provenance) or "-"
 
     @admin.display(description="started by trigger")
     def started_by_trigger(self, run: Run) -> str:

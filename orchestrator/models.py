@@ -193,6 +193,9 @@ class Run(CachedStateFieldsMixin, models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # Who set the run in motion, on whatever path (orchestrator/provenance.py): written once
+    # by run_start; separation of duties refuses every person it names as an approver.
+    provenance = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

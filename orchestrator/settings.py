@@ -290,7 +290,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("STEPWISE_REAP_INTERVAL_S", "2")),
         "options": {"queue": "orchestrator", "expires": 10},
     },
-    # Firings held back by a trigger's rate or its team's quota start when they may
+    # Firings held back by a trigger's rate or its team's cap start when they may
     # (triggers/services/firing.py, docs/triggers.md#admission-control).
     "stepwise-trigger-admit": {
         "task": "triggers.tasks.admit_queued",
@@ -420,9 +420,15 @@ STEPWISE_BUDGET_WARN_AT = os.environ.get("STEPWISE_BUDGET_WARN_AT", "0.8")
 STEPWISE_EVENT_SOURCES = json.loads(os.environ["STEPWISE_EVENT_SOURCES"]) if os.environ.get(
     "STEPWISE_EVENT_SOURCES") else ({} if PRODUCTION else {
         "rabbitmq": "amqp://guest:guest@127.0.0.1:5672//", "redis": "redis://127.0.0.1:6379/0"})
-# Admission control: unfinished runs a team may have before its triggers are held back (a
-# TeamQuota row overrides it per team).
+# The cap on a team's unfinished runs, on every start path, when its budget limit sets none
+# (budgets.services.budget_admit; 0: no cap).
 STEPWISE_TEAM_MAX_LIVE_RUNS = int(os.environ.get("STEPWISE_TEAM_MAX_LIVE_RUNS", "200"))
+# Run starts a person, and an API token, may ask for through the API, the builder and API
+# triggers (orchestrator/api/throttling.py; DRF's "<n>/<sec|min|hour|day>", empty: no limit).
+STEPWISE_RUN_START_RATES = {
+    "run_start.person": os.environ.get("STEPWISE_RUN_START_RATE_PERSON", "120/min") or None,
+    "run_start.token": os.environ.get("STEPWISE_RUN_START_RATE_TOKEN", "120/min") or None,
+}
 # The consumer re-reads its triggers this often, so a change in the admin needs no restart.
 STEPWISE_CONSUMER_RELOAD_S = float(os.environ.get("STEPWISE_CONSUMER_RELOAD_S", "5"))
 # Hold each acknowledgement this long after the event's run is committed. Zero in real use;

@@ -1,4 +1,5 @@
-"""Admin screens for triggers, their firings, event dead letters and team quotas.
+"""Admin screens for triggers, their firings and event dead letters (a team's cap on
+unfinished runs is its budget limit's, on the budgets' admin page).
 
 Creating or changing a trigger here goes through `trigger_create` / `trigger_update`, the same
 services as the API, which check `trigger.manage` and audit the change; the form only shows
@@ -26,7 +27,7 @@ from orchestrator.clock import now
 from orchestrator.errors import Forbidden, NotAllowed, ServiceError
 from orchestrator.models import Workflow
 
-from .models import EventDeadLetter, Firing, TeamQuota, Trigger, TriggerKind
+from .models import EventDeadLetter, Firing, Trigger, TriggerKind
 from .services.config import (
     EDITABLE,
     KIND_FIELDS,
@@ -78,7 +79,8 @@ class TriggerAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
     form = TriggerForm
     actions = ["enable_selected", "disable_selected", "rotate_secret"]
     readonly_fields = ["webhook_url", "secret_fingerprint", "previous_secret_until", "next_slots",
-                       "last_slot", "recent_firings", "created_by", "created_at", "updated_at"]
+                       "last_slot", "recent_firings", "created_by", "updated_by", "revision",
+                       "created_at", "updated_at"]
 
     def get_fieldsets(self, request, obj=None):
         head = ["team", "kind"] if obj is None else []
@@ -93,7 +95,8 @@ class TriggerAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
                 kind_sections.append((f"{TriggerKind(kind).label.split(':')[0]} settings",
                                       {"fields": shown}))
         tail = [("History", {"fields": ["recent_firings", "created_by", "created_at",
-                                        "updated_at"]})] if obj is not None else []
+                                        "updated_by", "updated_at", "revision"]})
+                ] if obj is not None else []
         common = [name for name in COMMON_FIELDS if name not in ADMISSION_FIELDS]
         return [(None, {"fields": [*head, *common]}),
                 ("Admission control", {"fields": ADMISSION_FIELDS}),
@@ -244,8 +247,8 @@ class FiringAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ["state", "trigger__kind"]
     list_select_related = ["trigger__team", "run"]
     search_fields = ["key", "trigger__name", "run__id"]
-    fields = readonly_fields = ["trigger", "key", "state", "run", "origin", "input", "fired_by",
-                                "created_at", "started_at"]
+    fields = readonly_fields = ["trigger", "key", "state", "run", "refusal", "origin", "input",
+                                "fired_by", "created_at", "started_at"]
 
 
 @admin.register(EventDeadLetter)
@@ -297,11 +300,3 @@ class EventDeadLetterAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.Model
                 reasons = "; ".join(p.get("message", "") for p in outcome.problems)
                 self.message_user(request, f"dead letter {letter_id} still cannot start a run "
                                   f"({outcome.reason}): {reasons}", messages.WARNING)
-
-
-@admin.register(TeamQuota)
-class TeamQuotaAdmin(admin.ModelAdmin):
-    """How many unfinished runs a team may have before its triggers are held back: for
-    superusers (model permissions), like teams themselves."""
-
-    list_display = ["team", "max_live_runs"]

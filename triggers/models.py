@@ -1,4 +1,4 @@
-"""Triggers, their firings, the dead letters of queue events, and team quotas: rows only.
+"""Triggers, their firings and the dead letters of queue events: rows only.
 
 A `Trigger` belongs to a team and names the workflow it starts. Every time it fires, a `Firing`
 row records the firing's key (the schedule's slot, the webhook's delivery id, the message's id,
@@ -27,10 +27,10 @@ class TriggerKind(models.TextChoices):
 
 
 class WhenLimited(models.TextChoices):
-    """What happens to a firing past the trigger's rate or the team's quota."""
+    """What happens to a firing past the trigger's rate or the team's cap on unfinished runs."""
 
     REFUSE = "refuse", "refuse it (429 to a webhook, a dead letter for a queue event)"
-    QUEUE = "queue", "hold it and start it when the rate and the quota allow"
+    QUEUE = "queue", "hold it and start it when the rate and the team's cap allow"
 
 
 class MissedSlots(models.TextChoices):
@@ -107,6 +107,12 @@ class Trigger(models.Model):
     stream = models.CharField(max_length=200, blank=True, help_text="Redis: the stream key.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                    on_delete=models.SET_NULL, related_name="+")
+    # Who last changed its settings or rotated its secret, and how many times it was changed:
+    # with created_by, the people a run it starts names as having set it in motion.
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+    revision = models.PositiveIntegerField(
+        default=1, help_text="1 when created; one more at every change of settings or secret.")
     created_at = models.DateTimeField(default=now)
     updated_at = models.DateTimeField(default=now)
 
@@ -133,6 +139,7 @@ class Firing(models.Model):
     class State(models.TextChoices):
         QUEUED = "queued", "queued: held by admission control"
         STARTED = "started"
+        REFUSED = "refused", "refused when admitted (the reason says why)"
 
     trigger = models.ForeignKey(Trigger, on_delete=models.PROTECT, related_name="firings")
     key = models.CharField(max_length=200, help_text='"slot:<time>", "delivery:<id>", '
@@ -146,6 +153,8 @@ class Firing(models.Model):
     fired_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                  on_delete=models.SET_NULL, related_name="+",
                                  help_text="The person who fired a programmatic trigger.")
+    refusal = models.JSONField(null=True, blank=True,
+                               help_text='Why a held firing was refused: {"reason", "problems"}.')
     created_at = models.DateTimeField(default=now)
     started_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
@@ -191,16 +200,3 @@ class EventDeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.trigger.name} {self.key}: {self.reason_class}"
-
-
-class TeamQuota(models.Model):
-    """How many unfinished runs a team may have before its triggers are held back.
-
-    Without a row, STEPWISE_TEAM_MAX_LIVE_RUNS applies.
-    """
-
-    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="trigger_quota")
-    max_live_runs = models.PositiveIntegerField()
-
-    def __str__(self) -> str:
-        return f"{self.team}: at most {self.max_live_runs} unfinished runs"

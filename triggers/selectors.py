@@ -6,11 +6,10 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from orchestrator.authz import System
-from orchestrator.models import Run, WorkflowVersion
+from orchestrator.models import WorkflowVersion
 from orchestrator.selectors import version_to_start
-from orchestrator.states import RUN_TERMINAL
 
-from .models import TeamQuota, Trigger, TriggerKind
+from .models import Trigger, TriggerKind
 
 
 def trigger_actor(trigger: Trigger) -> System:
@@ -24,15 +23,6 @@ def version_to_run(trigger: Trigger) -> WorkflowVersion | None:
     if trigger.workflow_version:
         return trigger.workflow.versions.filter(number=trigger.workflow_version).first()
     return version_to_start(team=trigger.team, name=trigger.workflow.name)
-
-
-def team_live_runs(team_id: int) -> int:
-    return Run.objects.filter(team_id=team_id).exclude(state__in=RUN_TERMINAL).count()
-
-
-def team_quota(team_id: int) -> int:
-    quota = TeamQuota.objects.filter(team_id=team_id).values_list("max_live_runs", flat=True).first()
-    return quota if quota is not None else settings.STEPWISE_TEAM_MAX_LIVE_RUNS
 
 
 def webhook_trigger(trigger_id) -> Trigger | None:

@@ -17,6 +17,7 @@ from budgets.serializers import RunBudgetSerializer
 from ..executors import ATTEMPT_META_FIELDS
 from ..models import DeadLetter, Run, StepAttempt, StepRun, Workflow, WorkflowVersion
 from ..progress import latest_event_of, run_progress
+from ..provenance import describe
 
 
 def _absolute(serializer: serializers.Serializer, path: str) -> str:
@@ -271,6 +272,37 @@ class StepRunSerializer(serializers.ModelSerializer):
                 "url": _absolute(self, reverse("api:approval-detail", args=[approval_id]))}
 
 
+class ProvenancePersonSerializer(serializers.Serializer):
+    user = serializers.IntegerField()
+    username = serializers.CharField()
+    # "as" is a Python keyword: declared under another name, renamed in the schema.
+    as_ = serializers.CharField(help_text='"started it", "fired the trigger", "created the '
+                                          'trigger", "last changed the trigger"')
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["as"] = fields.pop("as_")
+        return fields
+
+
+class ProvenanceTriggerSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    kind = serializers.CharField()
+    revision = serializers.IntegerField(help_text="The trigger's revision when it fired.")
+
+
+class ProvenanceSerializer(serializers.Serializer):
+    """Who set a run in motion: every person separation of duties refuses as its approver."""
+
+    path = serializers.CharField(help_text="api, builder, api_trigger, schedule, webhook, queue, "
+                                           "sub_workflow")
+    people = ProvenancePersonSerializer(many=True)
+    trigger = ProvenanceTriggerSerializer(required=False)
+    parent_run = serializers.UUIDField(required=False)
+    summary = serializers.CharField(help_text="The same, in words.")
+
+
 class RunSerializer(serializers.ModelSerializer):
     """A run in a list, or as the answer to start/cancel."""
 
@@ -279,13 +311,20 @@ class RunSerializer(serializers.ModelSerializer):
     version = serializers.IntegerField(source="version.number", read_only=True)
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     created_by = _username("Who started it; null if the engine did or the user was deleted.")
+    provenance = serializers.SerializerMethodField()
     duration_s = serializers.SerializerMethodField()
 
     class Meta:
         model = Run
         fields = ["id", "url", "workflow", "version", "team", "state", "trigger", "created_by",
-                  "created_at", "started_at", "finished_at", "duration_s", "cost_usd",
-                  "tokens_in", "tokens_out"]
+                  "provenance", "created_at", "started_at", "finished_at", "duration_s",
+                  "cost_usd", "tokens_in", "tokens_out"]
+
+    @extend_schema_field(ProvenanceSerializer)
+    def get_provenance(self, run: Run) -> dict:
+        """Who set the run in motion, on which path (docs/permissions.md#provenance)."""
+        return {"path": "", "people": [], **(run.provenance or {}),
+                "summary": describe(run.provenance)}
 
     def get_duration_s(self, run: Run) -> float | None:
         """Seconds from start to finish; null until the run has finished."""

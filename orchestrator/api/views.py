@@ -30,6 +30,7 @@ from ..definitions import DefinitionInvalid, parse_definition_text
 from ..errors import NotAllowed
 from ..models import DeadLetter, Event, Run, StepRun, Workflow, WorkflowVersion
 from ..progress import LONG_POLL_MAX_S, wait_for_event
+from ..provenance import of_start as provenance_of_start
 from ..selectors import latest_version, runs_with_version
 from ..services.kinds.human_gate import (
     approval_edit,
@@ -58,6 +59,7 @@ from .errors import ServiceErrorsMixin, error_body, errors_of, problems_body, va
 from .filters import ApprovalFilter, DeadLetterFilter, RunFilter, WorkflowFilter
 from .parsers import JSONBodyParser, TextYAMLParser, YAMLParser
 from .permissions import team_for_write
+from .throttling import RUN_START_THROTTLES, RunStartThrottleMixin
 
 _ERRORS = OpenApiResponse(s.ErrorsSerializer, description="Every problem, each with its path.")
 _DEFINITION_BODY = {
@@ -85,7 +87,7 @@ def read_definition(request) -> tuple[object, str | None]:
     return data, team
 
 
-class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
+class WorkflowViewSet(ServiceErrorsMixin, RunStartThrottleMixin, viewsets.GenericViewSet):
     """Workflows of your teams, addressed by name (add `?team=` if two teams share a name)."""
 
     lookup_field = "name"
@@ -247,6 +249,11 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
                 description="Replaying a request with the same key and body returns the same "
                 "run; the same key with another body is a 409.",
             ),
+            OpenApiParameter(
+                "via", str, enum=["api", "builder"],
+                description="Where the person started it, for the run's provenance: the "
+                "builder's Run says `builder`; the start is the same.",
+            ),
         ],
         responses={
             202: OpenApiResponse(s.RunSerializer, description="The run was created and started."),
@@ -254,14 +261,16 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
             400: _ERRORS,
             409: _ERRORS,
             429: OpenApiResponse(s.ErrorsSerializer, description=(
-                "The team's or the workflow's budget refuses a new run now (its concurrent-run "
-                "cap, or its day's or month's limit); Retry-After says when to ask again.")),
+                "The team's or the workflow's budget refuses a new run now (its cap on "
+                "unfinished runs, or its day's or month's limit), or the person or token "
+                "started as many runs as its rate allows; Retry-After says when to ask again.")),
         },
         description="Start a run of the published version (or of `version`; one that drops or "
         "weakens a mandatory gate of the published version only for an owner). 409 when the "
         "workflow is archived or has no published version.",
     )
-    @action(detail=True, methods=["post"], parser_classes=[JSONBodyParser])
+    @action(detail=True, methods=["post"], parser_classes=[JSONBodyParser],
+            throttle_classes=RUN_START_THROTTLES)
     def runs(self, request, name=None):
         workflow = self.get_object()
         body = valid_data(s.RunStartRequestSerializer(data=request.data))
@@ -270,6 +279,7 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
             actor=request.user, idempotency_key=request.headers.get("Idempotency-Key"),
             trigger="api", callback_url=body.get("callback_url", ""),
             callback_secret=body.get("callback_secret", ""),
+            provenance=provenance_of_start(request.user, path=self.start_path(request)),
         )
         return Response(s.RunSerializer(run, context=self.get_serializer_context()).data,
                         status=status.HTTP_202_ACCEPTED if run._created else status.HTTP_200_OK)
@@ -292,6 +302,11 @@ class WorkflowViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
         estimate = run_estimate(version=version, run_input=body["input"])
         return Response(RunEstimateSerializer({**estimate.__dict__, "within_budget": estimate.within_budget,
                                                "steps": [e.__dict__ for e in estimate.steps]}).data)
+
+    def start_path(self, request) -> str:
+        """"builder" for the builder's Run (it says so in `?via=`), else "api": a label of the
+        provenance; both are the same start, checked and limited alike."""
+        return "builder" if request.query_params.get("via") == "builder" else "api"
 
     @staticmethod
     def _version_to_run(workflow: Workflow, number: int | None) -> WorkflowVersion:

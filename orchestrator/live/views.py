@@ -20,6 +20,7 @@ from ..errors import Forbidden, NotAllowed
 from ..models import Run, StepRun
 from ..operations import operations_snapshot
 from ..progress import run_snapshot
+from ..provenance import describe
 from ..selectors import runs_with_version
 from ..services.operators import run_resume, step_retry, step_skip
 from ..services.runs import run_cancel
@@ -71,6 +72,7 @@ def run_page(request, run_id, *, admin_context: dict) -> TemplateResponse:
         "title": f"Run {run.id}",
         "subtitle": f"{run.version.workflow.name} v{run.version.number}",
         "run": run,
+        "started_by": describe(run.provenance),
         "opts": Run._meta,
         "state_url": reverse("admin:orchestrator_run_state", args=[run.id]),
         "socket_path": f"/ws/runs/{run.id}/",

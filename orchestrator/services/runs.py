@@ -20,13 +20,23 @@ from ..clock import now
 from ..compiled import insert_rows
 from ..definitions.limits import run_input_problems
 from ..definitions.mandatory_gates import weakened_gates
-from ..errors import Forbidden, IdempotencyConflict, InputInvalid, NotAllowed, ServiceError
+from ..errors import (
+    BudgetExceeded,
+    Forbidden,
+    IdempotencyConflict,
+    InputInvalid,
+    NotAllowed,
+    ServiceError,
+)
 from ..events import event_record
 from ..hashing import digest_of
 from ..models import Event, Run, StepRun, WorkflowVersion
+from ..provenance import of_child as provenance_of_child
+from ..provenance import of_start as provenance_of_start
 from ..secret_inputs import seal_for, secret_paths, split
 from ..selectors import definition_of, lock_run
 from ..states import RUN_CANCELLABLE, RUN_LIVE, STOPPED_BY_RUN_END, RunState, StepState
+from .admission import start_refusal_record
 from .budget_gate import duration_denial, run_pause_for_budget
 from .kinds import handler_for
 from .scheduling import run_advance, run_ended_notify, run_settle_cancel, steps_stop
@@ -55,7 +65,7 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
               idempotency_key: str | None = None, parent_step: StepRun | None = None,
               trigger: str = "api", origin: dict | None = None,
               known_secrets: Collection[str] = (), callback_url: str = "",
-              callback_secret: str = "") -> Run:
+              callback_secret: str = "", provenance: dict | None = None) -> Run:
     """Create a run pinned to `version`, start it, and schedule its first steps.
 
     `actor` starts it (a person needs the run.start permission in the workflow's team);
@@ -63,8 +73,9 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     With `idempotency_key`, the same key and input return the existing run; the same key with
     another input raises IdempotencyConflict. Raises InputInvalid (and creates nothing) when
     the input does not satisfy the workflow's input_schema, Forbidden without the permission,
-    BudgetExceeded when a team's or workflow's budget refuses a new run (not a child run: it is
-    part of its parent's).
+    BudgetExceeded when a team's or workflow's budget refuses a new run — its cap on unfinished
+    runs or its spent period (not a child run: it is part of its parent's) —, audited once
+    per window (`admission`).
     Check `run._created` to tell a new run from a replay.
 
     `trigger` is the kind of entry point ("api", "sub_workflow", "schedule", "webhook", ...);
@@ -77,6 +88,10 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
 
     `callback_url` (with `callback_secret`, its signing key) is POSTed when the run waits or
     ends (docs/live.md#callbacks); a URL the team's egress policy refuses is InputInvalid.
+
+    `provenance` says who set the run in motion (`orchestrator.provenance`): a trigger passes
+    its own; by default it is the person `actor` on the path `trigger`, and a child run's is
+    its parent's. It is stored on the run and on its run.created event (so in the ledger).
     """
     team = version.workflow.team
     require(actor, Action.RUN_START, team=team)
@@ -96,11 +111,22 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     if refusal := version_start_refusal(version, actor):
         raise refusal
     created_by = actor if is_person(actor) else created_by
+    if parent_step is not None:
+        parent = parent_step.run
+        provenance = provenance_of_child(parent.provenance, parent_run_id=parent.id,
+                                         created_by=created_by)
+    elif provenance is None:
+        provenance = provenance_of_start(actor, path=trigger)
     try:
         with transaction.atomic():
             run = _create(version, stored_input, actor, created_by, idempotency_key,
                           request_digest, parent_step, trigger, origin, secrets,
-                          (callback_url, callback_secret))
+                          (callback_url, callback_secret), provenance)
+    except BudgetExceeded as refused:
+        start_refusal_record(limit=refused.detail["level"], actor=actor, team=team.slug,
+                             path=provenance["path"], problems=refused.problems,
+                             retry_after_s=refused.retry_after_s)
+        raise
     except IntegrityError:
         existing = idempotency_key and _idempotent_replay(team.id, idempotency_key, request_digest)
         if not existing:
@@ -146,7 +172,7 @@ def _idempotent_replay(team_id: int, key: str, request_digest: str) -> Run | Non
 
 
 def _create(version, input, actor, created_by, idempotency_key, request_digest, parent_step,
-            trigger, origin, secrets, callback) -> Run:
+            trigger, origin, secrets, callback, provenance) -> Run:
     if parent_step is None:
         budget_admit(team=version.workflow.team, workflow=version.workflow)
     # Created and started in one INSERT: no other transaction sees the row before it commits,
@@ -154,7 +180,7 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
     run = Run(
         team=version.workflow.team, version=version, input=input, created_by=created_by,
         idempotency_key=idempotency_key or None, request_digest=request_digest,
-        parent_step=parent_step, trigger=trigger,
+        parent_step=parent_step, trigger=trigger, provenance=provenance,
     )
     run.start()
     max_duration = (version.normalized.get("budget") or {}).get("max_duration_s")
@@ -172,6 +198,7 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
     created = {"workflow": version.workflow.name, "version": version.number, "trigger": trigger}
     if origin:
         created["origin"] = origin
+    created["provenance"] = provenance
     # Written first, in the scheduler's INSERT of events (and its ledger entries), in this order.
     started = [Event(run=run, kind="run.created", actor=who, payload=created),
                Event(run=run, kind="run.running", actor=who)]

@@ -642,7 +642,7 @@
   async function confirmRun() {
     let input;
     try { input = JSON.parse($("run-input").value || "{}"); } catch (e) { $("run-error").textContent = `Not JSON: ${e.message}`; return; }
-    const url = `${data.urls.workflows}${encodeURIComponent(saved.name)}/runs/?team=${encodeURIComponent(data.team)}`;
+    const url = `${data.urls.workflows}${encodeURIComponent(saved.name)}/runs/?team=${encodeURIComponent(data.team)}&via=builder`;
     const { status: code, body } = await call("POST", url, JSON.stringify({ input, version: saved.number }));
     if (code !== 202 && code !== 200) {
       const list = body && Array.isArray(body.errors) ? body.errors : [{ path: "", message: `the server answered ${code}` }];

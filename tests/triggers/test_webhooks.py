@@ -9,9 +9,10 @@ import time
 import pytest
 
 from audit.models import AuditEntry
+from budgets.services import budget_limit_create
 from orchestrator.models import Event, Run
 from tests.factories import SETUP
-from triggers.models import Firing, TeamQuota
+from triggers.models import Firing
 from triggers.services.config import trigger_update
 from triggers.signatures import sign
 
@@ -162,14 +163,24 @@ def test_past_its_rate_a_queueing_trigger_holds_the_firing_and_starts_it_when_it
     assert Run.objects.count() == 2
 
 
-def test_a_team_over_its_quota_gets_no_new_run(client, hook, team):
+def test_a_team_at_its_cap_of_unfinished_runs_gets_no_new_run(client, hook, team):
+    """The cap is the team's budget limit (budgets' `max_concurrent_runs`), the same one the
+    API's start meets."""
     trigger, secret = hook
-    TeamQuota.objects.create(team=team, max_live_runs=1)
+    budget_limit_create(team=team, actor=SETUP, max_concurrent_runs=1)
     assert deliver(client, trigger, secret, delivery="d-1").status_code == 202
     refused = deliver(client, trigger, secret, delivery="d-2")
-    assert refused.status_code == 429
-    assert "quota" in refused.json()["errors"][0]["message"]
+    assert refused.status_code == 429 and refused["Retry-After"] == "30"
+    assert refused.json()["errors"][0]["message"] == "team 'support' has 1 unfinished runs; its limit is 1"
     assert Run.objects.count() == 1
+
+
+def test_the_team_cap_without_a_limit_is_the_setting(client, hook, settings):
+    trigger, secret = hook
+    settings.STEPWISE_TEAM_MAX_LIVE_RUNS = 1
+    assert deliver(client, trigger, secret, delivery="d-1").status_code == 202
+    refused = deliver(client, trigger, secret, delivery="d-2")
+    assert refused.status_code == 429 and "its limit is 1" in refused.json()["errors"][0]["message"]
 
 
 def test_a_rotated_secret_works_at_once_and_the_old_one_only_for_the_grace_period(

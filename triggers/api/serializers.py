@@ -26,6 +26,7 @@ class TriggerSerializer(serializers.ModelSerializer):
     workflow = serializers.CharField(source="workflow.name", read_only=True)
     webhook_url = serializers.SerializerMethodField()
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:
         model = Trigger
@@ -35,7 +36,7 @@ class TriggerSerializer(serializers.ModelSerializer):
                   "catch_up_max", "last_slot", "webhook_url", "secret_fingerprint",
                   "previous_secret_until", "replay_window_s", "max_body_bytes", "source",
                   "exchange", "binding_key", "queue", "stream", "created_by", "created_at",
-                  "updated_at"]
+                  "updated_by", "updated_at", "revision"]
 
     def get_webhook_url(self, trigger: Trigger) -> str | None:
         """POST signed deliveries here (webhook triggers only)."""
@@ -84,8 +85,8 @@ class FiringSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Firing
-        fields = ["id", "key", "state", "run", "run_url", "origin", "fired_by", "created_at",
-                  "started_at"]
+        fields = ["id", "key", "state", "run", "run_url", "refusal", "origin", "fired_by",
+                  "created_at", "started_at"]
 
 
 class FireOutcomeSerializer(serializers.Serializer):

@@ -17,6 +17,7 @@ from orchestrator.api.errors import ServiceErrorsMixin, error_body, valid_data
 from orchestrator.api.parsers import JSONBodyParser
 from orchestrator.api.permissions import team_for_write
 from orchestrator.api.serializers import ErrorsSerializer
+from orchestrator.api.throttling import RUN_START_THROTTLES, RunStartThrottleMixin
 from orchestrator.authz import visible
 
 from ..models import EventDeadLetter, Trigger
@@ -34,7 +35,9 @@ _STATUS = {
     "started": 202, "queued": 202, "duplicate": 200, "ignored": 200, "invalid": 400,
     "unauthorized": 401, "not_found": 404, "too_large": 413,
 }
-_REFUSED = {"disabled": 409}  # other refusals (rate, quota, queue_full): 429
+# A key refused when its held firing was admitted stays refused: 409. Other refusals (rate,
+# concurrent_runs, budget, queue_full): 429 with Retry-After, as every start path answers.
+_REFUSED = {"disabled": 409, "refused_at_admission": 409}
 
 
 def outcome_answer(outcome: FireOutcome, request) -> tuple[int, dict, dict]:
@@ -77,15 +80,15 @@ def webhook(request, trigger_id):
     return JsonResponse(answer, status=code, headers=headers)
 
 
-class TriggerViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
-                     viewsets.GenericViewSet):
+class TriggerViewSet(ServiceErrorsMixin, RunStartThrottleMixin, mixins.ListModelMixin,
+                     mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Triggers of your teams. Creating and changing them needs trigger.manage."""
 
     serializer_class = s.TriggerSerializer
     parser_classes = [JSONBodyParser]
 
     def get_queryset(self):
-        triggers = Trigger.objects.select_related("team", "workflow", "created_by")
+        triggers = Trigger.objects.select_related("team", "workflow", "created_by", "updated_by")
         return visible(triggers, self.request.user).order_by("team__slug", "name")
 
     @extend_schema(request=s.TriggerWriteSerializer,
@@ -154,8 +157,9 @@ class TriggerViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveM
                    403: _ERRORS, 409: _ERRORS, 429: _ERRORS},
         description="Fire a programmatic (`api`) trigger: the body is the payload its input "
         "template reads. 202 with the run (or `queued` when admission control holds it), 200 "
-        "for a key already fired, 429 with Retry-After past its rate or its team's quota.")
-    @action(detail=True, methods=["post"])
+        "for a key already fired, 429 with Retry-After past its rate, the team's cap on "
+        "unfinished runs, or the person's or token's rate of run starts.")
+    @action(detail=True, methods=["post"], throttle_classes=RUN_START_THROTTLES)
     def fire(self, request, pk=None):
         trigger = self.get_object()
         key = request.headers.get("Idempotency-Key") or str(uuid.uuid4())
@@ -165,6 +169,9 @@ class TriggerViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveM
                                    actor=request.user)
         code, answer, headers = outcome_answer(outcome, request)
         return Response(answer, status=code, headers=headers)
+
+    def start_path(self, request) -> str:
+        return "api_trigger"
 
     @extend_schema(responses=s.FiringSerializer(many=True))
     @action(detail=True, methods=["get"])

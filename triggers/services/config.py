@@ -210,13 +210,13 @@ def trigger_update(*, trigger_id, actor: Actor, changes: dict) -> Trigger:
             name in changed for name in SCHEDULE_FIELDS))
         if trigger.kind == TriggerKind.SCHEDULE and restarted:
             trigger.schedule_anchor, trigger.last_slot = now(), None
-        trigger.updated_at = now()
+        _changed_by(trigger, actor)
         trigger.save()
         _sync_beat(trigger)
         action = ("trigger.enabled" if changed.keys() == {"enabled"} and trigger.enabled else
                   "trigger.disabled" if changed.keys() == {"enabled"} else "trigger.updated")
         trigger_audit(trigger, action=action, actor=label(actor), outcome=action.split(".")[1],
-                      payload={"changed": changed})
+                      payload={"changed": changed, "revision": trigger.revision})
     return trigger
 
 
@@ -236,7 +236,7 @@ def webhook_secret_rotate(*, trigger_id, actor: Actor) -> tuple[Trigger, str]:
         trigger.previous_secret_until = now() + ROTATION_GRACE
         trigger.secret_ciphertext = sealing.seal(secret)
         trigger.secret_fingerprint = signatures.fingerprint(secret)
-        trigger.updated_at = now()
+        _changed_by(trigger, actor)
         trigger.save()
         trigger_audit(trigger, action="trigger.secret_rotated", actor=label(actor),
                       outcome="rotated", payload={
@@ -244,6 +244,16 @@ def webhook_secret_rotate(*, trigger_id, actor: Actor) -> tuple[Trigger, str]:
                           "previous_fingerprint": old_fingerprint,
                           "previous_valid_until": trigger.previous_secret_until.isoformat()})
     return trigger, secret
+
+
+def _changed_by(trigger: Trigger, actor: Actor) -> None:
+    """Record a change: the runs the trigger starts from now on name this person among
+    those who set them in motion (`firing.trigger_provenance`). The engine changing a
+    trigger leaves the last person in place."""
+    trigger.updated_at = now()
+    trigger.revision += 1
+    if person(actor) is not None:
+        trigger.updated_by = person(actor)
 
 
 def triggers_reseal() -> int:

@@ -7,12 +7,15 @@ its own transaction with the trigger row locked (`trigger_lock`):
    webhook): **one run per key, ever** — and the run's idempotency key repeats it;
 2. the filter decides whether the event concerns the trigger at all;
 3. the input template builds the run input, checked against the workflow's input schema;
-4. admission: past the trigger's `max_per_minute`, or while its team has as many unfinished
-   runs as its quota, the firing is refused or held (`when_limited`), never started;
-5. `orchestrator.services.runs.run_start` — the same service as the REST API — starts it.
+4. admission: past the trigger's `max_per_minute`, or while `budgets.services.budget_admit`
+   refuses a new run (the team's cap on unfinished runs, the same on every start path, or a
+   spent budget), the firing is refused or held (`when_limited`), never started;
+5. `orchestrator.services.runs.run_start` — the same service as the REST API — starts it, with
+   the trigger's provenance: the people who created and last changed it (and who fired it).
 
 Refusals write an audit entry. Held firings are started by `queued_firings_admit` (beat, every
-2 s), oldest first, as the rate and the quota allow.
+2 s), oldest first, as the rate and the team's cap allow; the person who fired one must still
+be allowed to start runs in the team then, or it is refused (recorded on the firing).
 """
 from __future__ import annotations
 
@@ -23,16 +26,25 @@ from datetime import timedelta
 from django.db import transaction
 
 from audit.services import audit_record
-from orchestrator.authz import Action, Actor, System, label, require
+from budgets.services import admission_refusal
+from orchestrator.authz import Action, Actor, System, label, may, require
 from orchestrator.clock import now
 from orchestrator.definitions.limits import run_input_problems
 from orchestrator.errors import BudgetExceeded, Forbidden, InputInvalid, NotAllowed
 from orchestrator.models import Run
+from orchestrator.provenance import (
+    FIRED,
+    TRIGGER_CHANGED,
+    TRIGGER_CREATED,
+    merged,
+    person_entry,
+)
+from orchestrator.services.admission import refusal_audit_once
 from orchestrator.services.runs import input_problems, run_start, version_start_refusal
 
 from ..mapping import MappingFailed, event_matches, input_from_event
 from ..models import Firing, Trigger, TriggerKind, WhenLimited
-from ..selectors import team_live_runs, team_quota, trigger_actor, version_to_run
+from ..selectors import trigger_actor, version_to_run
 
 RATE_WINDOW = timedelta(seconds=60)
 ADMIT_BATCH = 50  # firings one trigger admits per sweep, so one trigger cannot hog it
@@ -44,8 +56,8 @@ class FireOutcome:
 
     `status`: started (a new run), duplicate (the key had fired: its run, or its held firing),
     queued (held by admission control), ignored (the filter said no), invalid (the event did
-    not make a valid input: `problems`), refused (`reason`: rate, quota, queue_full, disabled,
-    or the webhook's signature reasons), not_found.
+    not make a valid input: `problems`), refused (`reason`: rate, concurrent_runs, budget,
+    queue_full, disabled, refused_at_admission, or the webhook's signature reasons), not_found.
     """
 
     status: str
@@ -66,7 +78,7 @@ def trigger_lock(trigger_id) -> Trigger:
     IMMEDIATE transactions serialize writers instead): firings of one trigger are admitted one
     at a time, so two of them never both take the last place under its rate."""
     return Trigger.objects.select_for_update(of=("self",)).select_related(
-        "team", "workflow").get(id=trigger_id)
+        "team", "workflow", "created_by", "updated_by").get(id=trigger_id)
 
 
 def trigger_audit(trigger: Trigger, *, action: str, actor: str, outcome: str, payload: dict,
@@ -79,13 +91,23 @@ def trigger_audit(trigger: Trigger, *, action: str, actor: str, outcome: str, pa
                  idempotency_key=idempotency_key)
 
 
+# Refusals that a flood repeats: audited once per trigger, reason and window (admission.py).
+ADMISSION_REASONS = frozenset({"rate", "concurrent_runs", "budget", "queue_full"})
+
+
 def refusal(trigger: Trigger, *, key: str, reason: str, problems: list[dict], actor: str,
             origin: dict | None = None, retry_after_s: int | None = None,
             status: str = "refused") -> FireOutcome:
-    """Record (audit) that a firing was refused, and say so. In the caller's transaction."""
-    trigger_audit(trigger, action="trigger.refused", actor=actor, outcome=reason,
-                  payload={"key": key, "reason": reason, "problems": problems,
-                           "origin": origin or {}})
+    """Record (audit) that a firing was refused, and say so. In the caller's transaction.
+    A refusal by admission (ADMISSION_REASONS) is audited once per window."""
+    payload = {"key": key, "reason": reason, "problems": problems, "origin": origin or {}}
+    if reason in ADMISSION_REASONS:
+        refusal_audit_once(limit=reason, subject=f"trigger:{trigger.id}", write=lambda window: (
+            trigger_audit(trigger, action="trigger.refused", actor=actor, outcome=reason,
+                          payload={**payload, **window})))
+    else:
+        trigger_audit(trigger, action="trigger.refused", actor=actor, outcome=reason,
+                      payload=payload)
     return FireOutcome(status, reason=reason, problems=problems, retry_after_s=retry_after_s)
 
 
@@ -106,16 +128,30 @@ def _limit(trigger: Trigger) -> _Limit | None:
         wait = (oldest + RATE_WINDOW - moment).total_seconds() if oldest else 1
         return _Limit("rate", f"trigger '{trigger.name}' started {count} runs in the last minute "
                       f"(max_per_minute {trigger.max_per_minute})", max(1, math.ceil(wait)))
-    live, quota = team_live_runs(trigger.team_id), team_quota(trigger.team_id)
-    if live >= quota:
-        return _Limit("quota", f"team '{trigger.team.slug}' has {live} unfinished runs "
-                      f"(its quota is {quota})", 30)
+    if refused := admission_refusal(team=trigger.team, workflow=trigger.workflow):
+        reason = "concurrent_runs" if refused.detail["level"].endswith("concurrent_runs") else "budget"
+        return _Limit(reason, str(refused), refused.retry_after_s or 30)
     return None
 
 
 def _origin(trigger: Trigger, key: str, extra: dict) -> dict:
     return {"trigger": str(trigger.id), "name": trigger.name, "kind": trigger.kind, "key": key,
             **extra}
+
+
+def trigger_provenance(trigger: Trigger, *, fired_by=None) -> dict:
+    """Who set a run of `trigger` in motion (orchestrator/provenance.py): the person who fired
+    it (an api trigger), and whoever created it or last changed its settings or secret — a
+    schedule, a webhook or a queue event runs what they set up."""
+    people = [person_entry(fired_by, FIRED)] if fired_by is not None else []
+    if trigger.created_by is not None:
+        people.append(person_entry(trigger.created_by, TRIGGER_CREATED))
+    if trigger.updated_by is not None:
+        people.append(person_entry(trigger.updated_by, TRIGGER_CHANGED))
+    return {"path": "api_trigger" if trigger.kind == TriggerKind.API else trigger.kind,
+            "people": merged(people),
+            "trigger": {"id": str(trigger.id), "name": trigger.name, "kind": trigger.kind,
+                        "revision": trigger.revision}}
 
 
 def _start(trigger: Trigger, *, key: str, run_input: dict, origin: dict, actor: Actor) -> Run:
@@ -125,7 +161,8 @@ def _start(trigger: Trigger, *, key: str, run_input: dict, origin: dict, actor: 
                            [{"path": "workflow_version", "message": "no such version"}])
     return run_start(version=version, input=run_input, actor=actor,
                      idempotency_key=f"trigger:{trigger.id}:{key}", trigger=trigger.kind,
-                     origin=_origin(trigger, key, origin))
+                     origin=_origin(trigger, key, origin),
+                     provenance=trigger_provenance(trigger, fired_by=_person(actor)))
 
 
 def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
@@ -139,6 +176,9 @@ def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
     """
     actor = actor or trigger_actor(trigger)
     existing = Firing.objects.filter(trigger=trigger, key=key).select_related("run").first()
+    if existing is not None and existing.state == Firing.State.REFUSED:
+        return FireOutcome("refused", firing=existing, reason="refused_at_admission",
+                           problems=existing.refusal["problems"])
     if existing is not None:
         return FireOutcome("duplicate", run=existing.run, firing=existing)
     who = label(actor)
@@ -185,9 +225,11 @@ def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
                        problems=[{"path": "", "message": limit.message}])
     try:
         run = _start(trigger, key=key, run_input=run_input, origin=origin, actor=actor)
-    except BudgetExceeded as refused:  # the team's budget: refused like its run quota
-        return refusal(trigger, key=key, reason="budget", actor=who, origin=origin,
-                       retry_after_s=refused.retry_after_s, problems=refused.problems)
+    except BudgetExceeded as refused:  # admitted a moment ago, refused now: a race for the cap
+        # run_start audited it (once per window); say so as every admission refusal.
+        reason = "concurrent_runs" if refused.detail["level"].endswith("concurrent_runs") else "budget"
+        return FireOutcome("refused", reason=reason, problems=refused.problems,
+                           retry_after_s=refused.retry_after_s)
     firing = Firing.objects.create(trigger=trigger, key=key, state=Firing.State.STARTED, run=run,
                                    origin=origin, started_at=now(), fired_by=_person(actor))
     return FireOutcome("started", run=run, firing=firing)
@@ -199,7 +241,11 @@ def _person(actor: Actor):
 
 def queued_firings_admit() -> int:
     """Start held firings, oldest first per trigger, as each trigger's rate and its team's
-    quota allow. Returns how many started. Called by beat (`triggers.tasks.admit_queued`)."""
+    cap allow. Returns how many started. Called by beat (`triggers.tasks.admit_queued`).
+
+    A firing is started for the person who fired it (an api trigger) only if that person may
+    still start runs in the team; otherwise, like a firing whose input the workflow no longer
+    accepts, it is refused: kept in state `refused` with the reason, and audited."""
     started = 0
     trigger_ids = (Firing.objects.filter(state=Firing.State.QUEUED)
                    .values_list("trigger_id", flat=True).distinct())
@@ -222,20 +268,33 @@ def _admit_one(trigger_id) -> int | None:
             return None
         actor = firing.fired_by or trigger_actor(trigger)
         try:
+            if trigger.kind == TriggerKind.API and firing.fired_by is None:
+                raise Forbidden("the person who fired it no longer exists")
+            if not may(actor, Action.RUN_START, team=trigger.team):
+                raise Forbidden(f"{label(actor)} may no longer start runs in team "
+                                f"'{trigger.team.slug}' (docs/permissions.md)")
             run = _start(trigger, key=firing.key, run_input=firing.input, origin=firing.origin,
                          actor=actor)
         except BudgetExceeded:
             return None  # held until the team's budget lets it start (its period, a run ending)
         except (InputInvalid, Forbidden, NotAllowed) as error:
-            # The workflow (or the person's role) changed while it waited: it cannot start.
-            firing.delete()
-            refusal(trigger, key=firing.key, reason="invalid_at_admission", actor=label(actor),
-                    origin=firing.origin, problems=error.problems)
+            # The workflow, or the person's place in the team, changed while it waited.
+            _refuse_held(trigger, firing, error, actor=label(actor))
             return 0
         firing.state, firing.run, firing.started_at, firing.input = (
             Firing.State.STARTED, run, now(), None)
         firing.save(update_fields=["state", "run", "started_at", "input"])
     return 1
+
+
+def _refuse_held(trigger: Trigger, firing: Firing, error: Exception, *, actor: str) -> None:
+    problems = error.problems
+    firing.state, firing.input = Firing.State.REFUSED, None
+    firing.refusal = {"reason": "refused_at_admission", "error": type(error).__name__,
+                      "problems": problems}
+    firing.save(update_fields=["state", "input", "refusal"])
+    refusal(trigger, key=firing.key, reason="refused_at_admission", actor=actor,
+            origin=firing.origin, problems=problems)
 
 
 def trigger_fire_api(*, trigger_id, payload: object, key: str, actor: Actor) -> FireOutcome:
