@@ -29,7 +29,11 @@ def backend_env(backend: str, *, keep: bool = False):
     var_dir = Path(tempfile.mkdtemp(prefix=f"stepwise-bench-{backend}-"))
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
     env.update(STEPWISE_VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="orchestrator.settings",
-               CELERY_SKIP_CHECKS="1", DJANGO_DEBUG="0", PYTHONUNBUFFERED="1")
+               CELERY_SKIP_CHECKS="1", DJANGO_DEBUG="0", PYTHONUNBUFFERED="1",
+               # The bench measures capacity: no start rate per person or token, and no default
+               # cap on a team's unfinished runs (its scale phases hold thousands).
+               STEPWISE_RUN_START_RATE_PERSON="", STEPWISE_RUN_START_RATE_TOKEN="",
+               STEPWISE_TEAM_MAX_LIVE_RUNS="0")
     try:
         if backend == "postgres":
             _pg_recreate()

@@ -40,6 +40,10 @@ FAULTS = {
     "duplicate_delivery": 18, "reordered_delivery": 14, "clock_jump": 9,
 }
 MAX_IN_FLIGHT = 20  # runs not yet settled: the next wave waits below it
+# The soak paces its own starts (MAX_IN_FLIGHT) and checks faults, not admission: the web process
+# it starts lifts the per-person and per-token start rates and the default cap on unfinished runs.
+UNLIMITED_STARTS = {"STEPWISE_RUN_START_RATE_PERSON": "", "STEPWISE_RUN_START_RATE_TOKEN": "",
+                    "STEPWISE_TEAM_MAX_LIVE_RUNS": "0"}
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
@@ -68,7 +72,8 @@ class Soak:
         self.people = workload.setup(self.sink.url)
         logs = self.root / "logs"
         logs.mkdir(exist_ok=True)
-        base = {**os.environ, "CELERY_SKIP_CHECKS": "1", "STEPWISE_LEASE_S": str(LEASE_S),
+        base = {**os.environ, **UNLIMITED_STARTS, "CELERY_SKIP_CHECKS": "1",
+                "STEPWISE_LEASE_S": str(LEASE_S),
                 "STEPWISE_REDISPATCH_AFTER_S": "5", "STEPWISE_BEAT_LEASE_S": "4",
                 "STEPWISE_EGRESS": self.egress,
                 "CELERY_BROKER_URL": self.redis.url, "REDIS_URL": self.redis.url}
