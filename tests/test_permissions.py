@@ -349,6 +349,30 @@ def test_setting_a_teams_budget_limit(team, who):
     assert BudgetLimit.objects.filter(team=team).exists() is allowed("budget.manage", who)
 
 
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_setting_and_removing_a_mandatory_gate_policy(team, who, surface):
+    from orchestrator.models import GatePolicy
+    from orchestrator.services.gate_policies import gate_policy_create
+
+    user = persona(team, who)
+    if surface == "api":
+        response = client_for(user).post("/api/v1/gate-policies/", {
+            "tool": "email.send", "team": team.slug}, format="json")
+        assert response.status_code == (201 if allowed("workflow.policy", who)
+                                        else 400 if who == "staff" else 403)
+    else:
+        admin_client(user).post("/admin/orchestrator/gatepolicy/add/", {
+            "team": str(team.id), "tool": "email.send", "required_approvals": "1"})
+    assert GatePolicy.objects.filter(team=team).exists() is allowed("workflow.policy", who)
+    kept = gate_policy_create(team=team, actor=SETUP, tool="payments.*")
+    if surface == "api":
+        client_for(user).delete(f"/api/v1/gate-policies/{kept.id}/")
+    else:
+        admin_client(user).post(f"/admin/orchestrator/gatepolicy/{kept.id}/delete/", {"post": "yes"})
+    assert GatePolicy.objects.filter(pk=kept.pk).exists() is not allowed("workflow.policy", who)
+
+
 # --- approvals: the group, the team, separation of duties --------------------------------------
 
 APPROVAL_PERSONAS = ("approver", "starter", "member", "operator", "outside_approver", "staff",
