@@ -14,6 +14,7 @@ from django.test import Client
 
 from approvals.models import ApprovalRequest
 from orchestrator.authz import GRANTS, Action
+from orchestrator.errors import Forbidden
 from orchestrator.models import DeadLetter, Role, Run, StepRun, StepState
 from orchestrator.retry import StepError
 from orchestrator.services.kinds.human_gate import approval_grant
@@ -219,6 +220,22 @@ def test_starting_a_run(team, starter, who):
     response = api.post("/api/v1/workflows/support-reply/runs/", {"input": {
         "ticket_id": "T-1", "body": "hi", "customer_email": "a@example.com"}}, format="json")
     assert response.status_code == (202 if allowed("run.start", who) else refused_code(who))
+
+
+@pytest.mark.parametrize("who", [*PERSONAS, "removed"])
+def test_run_start_itself_refuses_whoever_may_not_start_runs(team, who):
+    """The service decides, not the paths that reach it already filtered: every entry point
+    (API, builder, triggers, a queued firing admitted later) relies on this check."""
+    version, _ = workflow_save(team=team, definition=FAILING, actor=SETUP)
+    user = persona(team, "member" if who == "removed" else who)
+    if who == "removed":
+        user.team_memberships.all().delete()
+    if who != "removed" and allowed("run.start", who):
+        assert run_start(version=version, input={}, actor=user).created_by == user
+    else:
+        with pytest.raises(Forbidden):
+            run_start(version=version, input={}, actor=user)
+        assert not Run.objects.exists()
 
 
 @pytest.mark.parametrize("surface", ["api", "admin"])
