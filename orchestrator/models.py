@@ -83,6 +83,10 @@ class Workflow(models.Model):
         "off: saved versions are drafts until someone publishes one.")
     archived_at = models.DateTimeField(null=True, blank=True,
                                        help_text="Archived: no new runs start.")
+    gates_unguarded = models.JSONField(
+        default=list, blank=True, help_text="What gate policies set since the published version "
+        "was published find unguarded in it ([{path, message}]): its runs are refused until an "
+        "owner publishes it again (waiving) or a fixed version.")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["team", "name"], name="workflow_name_per_team")]

@@ -48,7 +48,17 @@ def definition_gate_problems(definition: dict, *, team_id: int, workflow_id: int
 
 
 def version_gate_problems(version: WorkflowVersion) -> list[Problem]:
-    """The policy problems of `version` that no owner waived for it."""
+    """The policy problems of `version` that no owner waived for it.
+
+    For the published version they are read from its workflow (`gates_unguarded`, kept by the
+    services that change policies or publish), so a run of it costs no query for policies."""
+    workflow = version.workflow
+    if workflow.active_version_id == version.id:
+        return [Problem(p["path"], p["message"]) for p in workflow.gates_unguarded or []]
+    return _unwaived(version)
+
+
+def _unwaived(version: WorkflowVersion) -> list[Problem]:
     workflow = version.workflow
     problems = definition_gate_problems(version.normalized, team_id=workflow.team_id,
                                         workflow_id=workflow.id)
@@ -84,6 +94,7 @@ def gate_policy_create(*, team: Team, actor: Actor, tool: str, target: str = "",
         audit_record(action="gate_policy.created", outcome="created", actor=label(actor),
                      subject_type="gate_policy", subject_id=policy.id, team=team.slug,
                      workflow=workflow.name if workflow else "", payload=_described(policy))
+        _refresh_published(team.id, workflow.id if workflow else None)
     return policy
 
 
@@ -101,20 +112,30 @@ def gate_policy_delete(*, policy_id: int, actor: Actor) -> None:
                      workflow=policy.workflow.name if policy.workflow_id else "",
                      payload=_described(policy))
         policy.delete()
+        _refresh_published(policy.team_id, policy.workflow_id)
 
 
 def published_gate_problems(policy: GatePolicy) -> dict[str, list[dict]]:
-    """The published versions a policy finds unguarded (workflow name -> problems): runs of
-    them are refused until an owner publishes them again, waiving, or a fixed version."""
-    workflows = Workflow.objects.filter(team_id=policy.team_id, active_version__isnull=False)
-    if policy.workflow_id:
-        workflows = workflows.filter(pk=policy.workflow_id)
-    found = {}
-    for workflow in workflows.select_related("active_version"):
-        problems = version_gate_problems(workflow.active_version)
-        if problems:
-            found[workflow.name] = [{"path": p.path, "message": p.message} for p in problems]
-    return found
+    """The published versions of the policy's scope that the policies find unguarded
+    (workflow name -> problems): runs of them are refused until an owner publishes them again,
+    waiving, or a fixed version."""
+    return {w.name: w.gates_unguarded for w in _scope(policy.team_id, policy.workflow_id)
+            if w.gates_unguarded}
+
+
+def _scope(team_id: int, workflow_id: int | None):
+    workflows = Workflow.objects.filter(team_id=team_id, active_version__isnull=False)
+    return workflows.filter(pk=workflow_id) if workflow_id else workflows
+
+
+def _refresh_published(team_id: int, workflow_id: int | None) -> None:
+    """Record on each workflow of the scope what the policies now in force find unguarded in
+    its published version (in the caller's transaction)."""
+    for workflow in _scope(team_id, workflow_id).select_for_update().select_related("active_version"):
+        found = [{"path": p.path, "message": p.message} for p in _unwaived(workflow.active_version)]
+        if found != workflow.gates_unguarded:
+            workflow.gates_unguarded = found
+            workflow.save(update_fields=["gates_unguarded"])
 
 
 def _described(policy: GatePolicy) -> dict:

@@ -122,7 +122,8 @@ def _publish(workflow: Workflow, version: WorkflowVersion, actor: Actor, *, savi
                                 *({"path": p.path, "message": p.message} for p in unguarded)]
         version.save(update_fields=["gates_waived"])
     workflow.active_version = version
-    workflow.save(update_fields=["active_version"])
+    workflow.gates_unguarded = []  # none left: every one was refused or waived just now
+    workflow.save(update_fields=["active_version", "gates_unguarded"])
     audit_record(action="workflow.published", outcome="waived" if waived else "published",
                  actor=label(actor), subject_type="workflow", subject_id=workflow.id,
                  workflow=workflow.name, workflow_version=version.number,

@@ -17,6 +17,7 @@ from orchestrator.models import GatePolicy, Role, Run, StepState, Workflow
 from orchestrator.services.gate_policies import gate_policy_create
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_publish, workflow_save
+from tests.api.published import assert_documented
 from tests.conftest import client_for
 from tests.factories import SETUP, member
 
@@ -132,6 +133,7 @@ def test_starting_a_send_early_draft_by_number_is_refused_but_for_an_owner(
                                          format="json")
         assert response.status_code == 403
         assert f"version.{ATTACK_PATH}" in paths(response)
+        assert_documented(client_for(user), response, "POST", "/api/v1/workflows/{name}/runs/")
     assert not Run.objects.exists()
     run = run_start(version=gated.versions.get(number=2), input={"to": "c@customer.com"}, actor=owner)
     assert run.version.number == 2
@@ -177,6 +179,8 @@ def test_only_an_owner_sets_a_gate_policy_and_it_is_audited(team, editor, owner)
     assert refused.status_code == 403 and not GatePolicy.objects.exists()
     created = client_for(owner).post("/api/v1/gate-policies/", body, format="json")
     assert created.status_code == 201, created.json()
+    assert_documented(client_for(owner), created, "POST", "/api/v1/gate-policies/")
+    assert_documented(client_for(editor), refused, "POST", "/api/v1/gate-policies/")
     assert created.json()["tool"] == "email.*" and created.json()["workflow"] is None
     entry = AuditEntry.objects.filter(action="gate_policy.created").latest("id")
     assert (entry.actor, entry.data["tool"], entry.data["scope"]) == ("user:owner", "email.*", "team")
@@ -287,11 +291,24 @@ def test_a_policy_set_after_publishing_stops_runs_until_an_owner_publishes_again
     assert started.status_code == 202
 
 
+def test_removing_the_policy_lets_the_published_version_run_again(team, editor, owner,
+                                                                 support_member):
+    version, _ = workflow_save(team=team, definition=with_steps(SEND_EARLY, base=UNMARKED),
+                               actor=editor)
+    set_ = policy(team, owner, tool="email.send")
+    start = {"input": {"to": "c@customer.com"}}
+    url = f"/api/v1/workflows/{version.workflow.name}/runs/"
+    assert client_for(support_member).post(url, start, format="json").status_code == 403
+    assert client_for(owner).delete(f"/api/v1/gate-policies/{set_.id}/").status_code == 204
+    assert client_for(support_member).post(url, start, format="json").status_code == 202
+
+
 def test_a_child_run_of_an_unguarded_published_version_is_refused(team, editor, owner):
     """The parent's step starts the child's published version: it passes the same check."""
     child, _ = workflow_save(team=team, definition={**with_steps(SEND_EARLY, base=UNMARKED),
                                                     "name": "child-reply"}, actor=editor)
     policy(team, owner, tool="email.send")
+    child = Workflow.objects.get(pk=child.workflow_id).active_version  # as the parent reads it
     with pytest.raises(Forbidden) as refused:
         run_start(version=child, input={"to": "c@customer.com"}, actor=SETUP)
     assert refused.value.problems[0]["path"] == f"version.{ATTACK_PATH}"
