@@ -289,6 +289,7 @@ def performed_actions(definition: dict, url_params: UrlParams = _urls_named_url)
         elif step.get("type") == "map" and isinstance(step.get("item"), dict):
             if step["item"].get("type") == "tool":
                 add(name, (*at, "item"), step["item"])
+                add(name, (*at, "item", "compensate"), step["item"].get("compensate"))
         elif step.get("type") == "loop" and isinstance(step.get("body"), list):
             for position, body_step in enumerate(step["body"]):
                 if isinstance(body_step, dict) and body_step.get("type") == "tool":
@@ -337,13 +338,14 @@ def _routed_around(name: str, old: dict, before: dict, after: dict, url_params: 
     if not guarded:
         return []
     sure_before = _sure_ancestors(before)
-    unguarded_before = {(c.step, c.path, c.tool) for c in calls_before
+    # By step and tool, not path: moving a step in the list changes its path, not what it does.
+    unguarded_before = {(c.step, c.tool) for c in calls_before
                         if name not in sure_before.get(c.step, frozenset())}
     problems = []
     for call in performed_actions(after, url_params):
         if call.step in guarded_names or name in sure_after.get(call.step, frozenset()):
             continue
-        if (call.step, call.path, call.tool) in unguarded_before:
+        if (call.step, call.tool) in unguarded_before:
             continue
         like = next((g for g in guarded if _same_action(g, call)), None)
         if like is not None:

@@ -322,7 +322,8 @@ def test_map_items_loop_bodies_and_compensations_perform_actions():
 
     definition = {"steps": [
         {"name": "each", "type": "map", "over": "input.xs",
-         "item": {"type": "tool", "tool": "email.send", "params": {"to": "{{ item }}"}}},
+         "item": {"type": "tool", "tool": "email.send", "params": {"to": "{{ item }}"},
+                  "compensate": {"tool": "email.send", "params": {"to": "ops@X.org"}}}},
         {"name": "again", "type": "loop", "body": [
             {"name": "pay", "type": "tool", "tool": "payments.charge", "params": {}}]},
         {"name": "book", "type": "tool", "tool": "core.echo", "params": {},
@@ -333,6 +334,7 @@ def test_map_items_loop_bodies_and_compensations_perform_actions():
              for c in performed_actions(definition)]
     assert found == [
         ("each", "steps[0].item.tool", "email.send", [], True),
+        ("each", "steps[0].item.compensate.tool", "email.send", ["x.org"], False),
         ("again", "steps[1].body[0].tool", "payments.charge", [], False),
         ("book", "steps[2].tool", "core.echo", [], False),
         ("book", "steps[2].compensate.tool", "sql.execute", ["billing"], False),
