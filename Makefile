@@ -23,7 +23,8 @@ export STEPWISE_EXAMPLE_RABBITMQ_PASSWORD
 # `make mutate` goes on where this one stopped. Not part of `make test`.
 MUTATE_MODULES ?= orchestrator.scheduler orchestrator.states orchestrator.models \
 	orchestrator.services.effects orchestrator.leases orchestrator.services.kinds.worker \
-	budgets.services audit.chain orchestrator.risk orchestrator.definitions.proposals
+	budgets.services audit.chain orchestrator.risk orchestrator.definitions.proposals \
+	approvals.authority orchestrator.authz triggers.services orchestrator.egress orchestrator.live
 MUTATE_BUDGET_S ?= 600
 MUTATE_CHILDREN ?= 2
 

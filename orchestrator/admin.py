@@ -11,6 +11,7 @@ from functools import partial
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Max, QuerySet
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -31,6 +32,7 @@ from .models import (
     DeadLetter,
     Effect,
     Event,
+    GatePolicy,
     Run,
     StepAttempt,
     StepRun,
@@ -42,6 +44,7 @@ from .models import (
 )
 from .provenance import describe
 from .services.gallery import template_instantiate
+from .services.gate_policies import gate_policy_create, gate_policy_delete
 from .services.operators import dead_letter_redrive
 from .services.runs import run_cancel
 from .services.workflows import (
@@ -190,6 +193,57 @@ def _each(model_admin, request, queryset, service, done_label: str) -> None:
             model_admin.message_user(request, f"workflow {name}: {exc}", messages.ERROR)
     if done:
         model_admin.message_user(request, f"{done_label} {done} workflow(s).", messages.SUCCESS)
+
+
+@admin.register(GatePolicy)
+class GatePolicyAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
+    """Mandatory gate policies: owners add and remove them here, through the same services as
+    the API (`gate_policies`), never change one in place."""
+
+    list_display = ["tool", "target", "team", "workflow", "approvers", "required_approvals",
+                    "self_approval_up_to", "created_by", "created_at"]
+    list_filter = ["team"]
+    list_select_related = ["team", "workflow", "created_by"]
+    fields = ["team", "workflow", "tool", "target", "approvers", "required_approvals",
+              "self_approval_up_to"]
+    actions = None  # each removal goes through the service, one at a time
+
+    def has_add_permission(self, request) -> bool:
+        return teams_where(request.user, Action.WORKFLOW_POLICY).exists()
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        teams = teams_where(request.user, Action.WORKFLOW_POLICY)
+        return teams.filter(pk=obj.team_id).exists() if obj else teams.exists()
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        teams = teams_where(request.user, Action.WORKFLOW_POLICY)
+        if db_field.name == "team":
+            kwargs["queryset"] = teams
+        elif db_field.name == "workflow":
+            kwargs["queryset"] = Workflow.objects.filter(team__in=teams)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request, obj: GatePolicy, form, change) -> None:
+        try:
+            created = gate_policy_create(
+                team=obj.team, workflow=obj.workflow, actor=request.user, tool=obj.tool,
+                target=obj.target, approvers=obj.approvers,
+                required_approvals=obj.required_approvals,
+                self_approval_up_to=obj.self_approval_up_to)
+        except (Forbidden, InputInvalid) as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            raise PermissionDenied(str(exc)) from exc
+        obj.pk = created.pk
+
+    def delete_model(self, request, obj: GatePolicy) -> None:
+        try:
+            gate_policy_delete(policy_id=obj.pk, actor=request.user)
+        except (Forbidden, NotAllowed) as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            raise PermissionDenied(str(exc)) from exc
 
 
 class TemplateForm(forms.Form):

@@ -32,7 +32,8 @@ class Action(StrEnum):
     WORKFLOW_ARCHIVE = "workflow.archive"  # archive (no new runs) or restore a workflow
     # Publish a version that drops or weakens a mandatory gate (definitions/mandatory_gates.py).
     WORKFLOW_WAIVE_GATE = "workflow.waive_gate"
-    WORKFLOW_POLICY = "workflow.policy"  # whether saving a version publishes it
+    # Whether saving a version publishes it; the mandatory gate policies (services/gate_policies).
+    WORKFLOW_POLICY = "workflow.policy"
     RUN_START = "run.start"
     RUN_CANCEL = "run.cancel"
     RUN_RESUME = "run.resume"

@@ -83,6 +83,10 @@ class Workflow(models.Model):
         "off: saved versions are drafts until someone publishes one.")
     archived_at = models.DateTimeField(null=True, blank=True,
                                        help_text="Archived: no new runs start.")
+    gates_unguarded = models.JSONField(
+        default=list, blank=True, help_text="What gate policies set since the published version "
+        "was published find unguarded in it ([{path, message}]): its runs are refused until an "
+        "owner publishes it again (waiving) or a fixed version.")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["team", "name"], name="workflow_name_per_team")]
@@ -104,6 +108,9 @@ class WorkflowVersion(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    gates_waived = models.JSONField(
+        default=list, blank=True, help_text="The gate problems an owner waived when publishing "
+        "this version ([{path, message}]): runs of it may start in spite of exactly these.")
 
     class Meta:
         constraints = [
@@ -113,6 +120,40 @@ class WorkflowVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow.name} v{self.number}"
+
+
+class GatePolicy(models.Model):
+    """A mandatory gate policy: calls of a tool (a name or glob, optionally on a target) that
+    every version of the team's workflows (or of one workflow) must put behind a satisfying
+    human gate. Set by owners (`services.gate_policies`); checked by
+    `definitions.mandatory_gates.unguarded_actions` on publish and at every start."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="gate_policies")
+    workflow = models.ForeignKey(
+        Workflow, null=True, blank=True, on_delete=models.CASCADE, related_name="gate_policies",
+        help_text="Only this workflow (none: every workflow of the team).")
+    tool = models.CharField(max_length=100, help_text="A tool name or glob: email.send, payments.*")
+    target = models.CharField(
+        max_length=200, blank=True, help_text="Only calls going there (a glob over the named "
+        "connection, the recipients' domains, the URL's host); empty: every call.")
+    approvers = models.CharField(max_length=150, blank=True,
+                                 help_text="The group a satisfying gate names; empty: any group.")
+    required_approvals = models.PositiveSmallIntegerField(
+        default=1, help_text="A satisfying gate requires at least this many for every risk tier.")
+    self_approval_up_to = models.CharField(
+        max_length=10, blank=True, choices=[(t, t) for t in ("low", "medium", "high", "critical")],
+        help_text="The most self-approval a satisfying gate may allow; empty: none.")
+    created_at = models.DateTimeField(default=now)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["team", "workflow", "tool", "id"]
+        verbose_name_plural = "gate policies"
+
+    def __str__(self) -> str:
+        where = self.workflow.name if self.workflow_id else f"team {self.team}"
+        return f"{self.tool}{' on ' + self.target if self.target else ''} ({where})"
 
 
 class WorkflowVersionLayout(models.Model):

@@ -14,6 +14,7 @@ from django.test import Client
 
 from approvals.models import ApprovalRequest
 from orchestrator.authz import GRANTS, Action
+from orchestrator.errors import Forbidden
 from orchestrator.models import DeadLetter, Role, Run, StepRun, StepState
 from orchestrator.retry import StepError
 from orchestrator.services.kinds.human_gate import approval_grant
@@ -221,6 +222,22 @@ def test_starting_a_run(team, starter, who):
     assert response.status_code == (202 if allowed("run.start", who) else refused_code(who))
 
 
+@pytest.mark.parametrize("who", [*PERSONAS, "removed"])
+def test_run_start_itself_refuses_whoever_may_not_start_runs(team, who):
+    """The service decides, not the paths that reach it already filtered: every entry point
+    (API, builder, triggers, a queued firing admitted later) relies on this check."""
+    version, _ = workflow_save(team=team, definition=FAILING, actor=SETUP)
+    user = persona(team, "member" if who == "removed" else who)
+    if who == "removed":
+        user.team_memberships.all().delete()
+    if who != "removed" and allowed("run.start", who):
+        assert run_start(version=version, input={}, actor=user).created_by == user
+    else:
+        with pytest.raises(Forbidden):
+            run_start(version=version, input={}, actor=user)
+        assert not Run.objects.exists()
+
+
 @pytest.mark.parametrize("surface", ["api", "admin"])
 @pytest.mark.parametrize("who", PERSONAS)
 def test_cancelling_a_run_someone_else_started(team, starter, who, surface):
@@ -347,6 +364,30 @@ def test_setting_a_teams_budget_limit(team, who):
         "team": str(team.id), "monthly_usd": "100", "warn_at": "0.8",
         "effective_from_0": "2026-01-01", "effective_from_1": "00:00:00"})
     assert BudgetLimit.objects.filter(team=team).exists() is allowed("budget.manage", who)
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_setting_and_removing_a_mandatory_gate_policy(team, who, surface):
+    from orchestrator.models import GatePolicy
+    from orchestrator.services.gate_policies import gate_policy_create
+
+    user = persona(team, who)
+    if surface == "api":
+        response = client_for(user).post("/api/v1/gate-policies/", {
+            "tool": "email.send", "team": team.slug}, format="json")
+        assert response.status_code == (201 if allowed("workflow.policy", who)
+                                        else 400 if who == "staff" else 403)
+    else:
+        admin_client(user).post("/admin/orchestrator/gatepolicy/add/", {
+            "team": str(team.id), "tool": "email.send", "required_approvals": "1"})
+    assert GatePolicy.objects.filter(team=team).exists() is allowed("workflow.policy", who)
+    kept = gate_policy_create(team=team, actor=SETUP, tool="payments.*")
+    if surface == "api":
+        client_for(user).delete(f"/api/v1/gate-policies/{kept.id}/")
+    else:
+        admin_client(user).post(f"/admin/orchestrator/gatepolicy/{kept.id}/delete/", {"post": "yes"})
+    assert GatePolicy.objects.filter(pk=kept.pk).exists() is not allowed("workflow.policy", who)
 
 
 # --- approvals: the group, the team, separation of duties --------------------------------------

@@ -6,6 +6,7 @@ from rest_framework.routers import DefaultRouter
 from budgets.api import BudgetLimitViewSet, CostsView, ModelPriceViewSet
 from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 
+from .gate_policies import GatePolicyViewSet
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
 from .templates import TemplateViewSet
 from .tools import ToolViewSet
@@ -24,6 +25,7 @@ router.register("tools", ToolViewSet, basename="tool")
 router.register("budget-limits", BudgetLimitViewSet, basename="budgetlimit")
 router.register("model-prices", ModelPriceViewSet, basename="modelprice")
 router.register("templates", TemplateViewSet, basename="template")
+router.register("gate-policies", GatePolicyViewSet, basename="gatepolicy")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),

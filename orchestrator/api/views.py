@@ -199,8 +199,10 @@ class WorkflowViewSet(ServiceErrorsMixin, RunStartThrottleMixin, viewsets.Generi
     @extend_schema(parameters=[_TEAM_PARAM], request=None,
                    responses={200: s.WorkflowDetailSerializer, 403: _ERRORS, 409: _ERRORS},
                    description="Publish this version: runs and triggers start it from now on. "
-                   "A version that drops or weakens a mandatory gate of the published one needs "
-                   "an owner (403 listing each weakened gate by path).")
+                   "A version that drops or weakens a mandatory gate of the published one, or "
+                   "calls a tool a gate policy guards without a satisfying gate, needs an owner "
+                   "(403 listing each problem by path); publishing the published version again "
+                   "is how an owner waives what a policy set since finds unguarded in it.")
     @action(detail=True, methods=["post"], url_path=r"versions/(?P<number>[0-9]+)/publish",
             url_name="version-publish")
     def publish(self, request, name=None, number=None):
@@ -259,6 +261,7 @@ class WorkflowViewSet(ServiceErrorsMixin, RunStartThrottleMixin, viewsets.Generi
             202: OpenApiResponse(s.RunSerializer, description="The run was created and started."),
             200: OpenApiResponse(s.RunSerializer, description="A replay: the existing run."),
             400: _ERRORS,
+            403: _ERRORS,
             409: _ERRORS,
             429: OpenApiResponse(s.ErrorsSerializer, description=(
                 "The team's or the workflow's budget refuses a new run now (its cap on "
@@ -266,7 +269,8 @@ class WorkflowViewSet(ServiceErrorsMixin, RunStartThrottleMixin, viewsets.Generi
                 "started as many runs as its rate allows; Retry-After says when to ask again.")),
         },
         description="Start a run of the published version (or of `version`; one that drops or "
-        "weakens a mandatory gate of the published version only for an owner). 409 when the "
+        "weakens a mandatory gate of the published version, or calls a tool a gate policy guards "
+        "without a satisfying gate, only for an owner: 403 with the paths). 409 when the "
         "workflow is archived or has no published version.",
     )
     @action(detail=True, methods=["post"], parser_classes=[JSONBodyParser],

@@ -38,6 +38,7 @@ from ..selectors import definition_of, lock_run
 from ..states import RUN_CANCELLABLE, RUN_LIVE, STOPPED_BY_RUN_END, RunState, StepState
 from .admission import start_refusal_record
 from .budget_gate import duration_denial, run_pause_for_budget
+from .gate_policies import url_params, version_gate_problems
 from .kinds import handler_for
 from .scheduling import run_advance, run_ended_notify, run_settle_cancel, steps_stop
 
@@ -140,22 +141,26 @@ def version_start_refusal(version: WorkflowVersion, actor: Actor) -> ServiceErro
     """Why `actor` may not start a run of `version`, or None.
 
     An archived workflow starts nothing (NotAllowed). A version other than the published one
-    that drops or weakens a mandatory gate of the published one starts only for a person who
-    may waive that gate (Forbidden): no draft, old version or pinned trigger runs around it.
+    that drops or weakens a mandatory gate of the published one, or any version that calls a
+    tool a gate policy guards without a satisfying gate before it (and no owner waived that
+    when publishing it), starts only for a person who may waive gates (Forbidden): no draft,
+    old version, pinned trigger or policy set after publishing runs around it.
     """
     workflow = version.workflow
     if workflow.archived_at is not None:
         return NotAllowed(f"workflow '{workflow.name}' is archived: it starts no new runs",
                           [{"path": "workflow", "message": "archived"}])
     active = workflow.active_version
-    if active is None or active.id == version.id:
-        return None
-    weakened = weakened_gates(active.normalized, version.normalized)
-    if weakened and not (is_person(actor) and may(actor, Action.WORKFLOW_WAIVE_GATE, team=workflow.team)):
-        return Forbidden(
-            f"version {version.number} of '{workflow.name}' drops or weakens a mandatory gate of "
-            f"the published version {active.number}; only an owner may start it",
-            [{"path": f"version.{p.path}", "message": p.message} for p in weakened])
+    weakened = weakened_gates(active.normalized, version.normalized, url_params) \
+        if active is not None and active.id != version.id else []
+    problems = weakened + version_gate_problems(version)
+    if problems and not (is_person(actor) and may(actor, Action.WORKFLOW_WAIVE_GATE, team=workflow.team)):
+        what = (f"drops or weakens a mandatory gate of the published version {active.number}"
+                if weakened else "calls a tool a gate policy guards without a gate that "
+                "satisfies it")
+        return Forbidden(f"version {version.number} of '{workflow.name}' {what}; only an owner "
+                         "may start it", [{"path": f"version.{p.path}", "message": p.message}
+                                          for p in problems])
     return None
 
 

@@ -3,8 +3,9 @@ version runs and triggers start, archiving and restoring a workflow.
 
 Each is a permissioned, audited change (docs/permissions.md): saving needs workflow.save,
 publishing workflow.publish, archiving workflow.archive, the publish-on-save policy
-workflow.policy; making active a version that drops or
-weakens a mandatory gate (definitions/mandatory_gates.py) needs workflow.waive_gate as well.
+workflow.policy; making active a version that drops or weakens a mandatory gate
+(definitions/mandatory_gates.py), or calls a tool an owner's gate policy guards without a
+satisfying gate before it (services/gate_policies.py), needs workflow.waive_gate as well.
 """
 from django.conf import settings
 from django.db import transaction
@@ -22,6 +23,7 @@ from ..models import Team, Workflow, WorkflowVersion
 from ..selectors import version_to_start
 from ..tools.checks import definition_checker as connections_checker
 from ..tools.registry import tool_param_schemas
+from .gate_policies import url_params, version_gate_problems
 
 
 def definition_problems(definition: object, *, team: Team) -> list[Problem]:
@@ -90,25 +92,38 @@ def workflow_publish(*, workflow_id: int, number: int, actor: Actor) -> Workflow
         if version is None:
             raise NotAllowed(f"workflow '{workflow.name}' has no version {number}",
                              [{"path": "number", "message": f"no version {number}"}])
-        if workflow.active_version_id != version.id:
+        # Publishing the published version again is how an owner waives what a policy set
+        # since finds unguarded in it (its runs are refused until then).
+        if workflow.active_version_id != version.id or version_gate_problems(version):
             _publish(workflow, version, actor, saving=False)
     return workflow
 
 
 def _publish(workflow: Workflow, version: WorkflowVersion, actor: Actor, *, saving: bool) -> None:
-    """Make `version` active, in the caller's transaction, refusing a weakened gate to anyone
-    who may not waive one."""
+    """Make `version` active, in the caller's transaction, refusing a weakened gate or an
+    action a gate policy guards without its gate to anyone who may not waive one; an owner's
+    waiver of the policy problems is kept on the version, so its runs may start."""
     before = workflow.active_version
-    waived = weakened_gates(before.normalized, version.normalized) if before else []
+    weakened = weakened_gates(before.normalized, version.normalized, url_params) \
+        if before and before.id != version.id else []
+    unguarded = version_gate_problems(version)
+    waived = weakened + unguarded
     if waived and not may(actor, Action.WORKFLOW_WAIVE_GATE, team=workflow.team):
         how = ("an owner must save it, or save it with publishing on save turned off and have an "
                "owner publish it") if saving else "an owner must publish it"
-        raise Forbidden(
-            f"version {version.number} of '{workflow.name}' drops or weakens a mandatory gate of "
-            f"the published version {before.number}: {how} (docs/permissions.md)",
-            [{"path": p.path, "message": p.message} for p in waived])
+        what = (f"drops or weakens a mandatory gate of the published version {before.number}"
+                if weakened else "calls a tool a gate policy guards without a gate that "
+                "satisfies it")
+        raise Forbidden(f"version {version.number} of '{workflow.name}' {what}: {how} "
+                        "(docs/permissions.md)",
+                        [{"path": p.path, "message": p.message} for p in waived])
+    if unguarded:
+        version.gates_waived = [*(version.gates_waived or []),
+                                *({"path": p.path, "message": p.message} for p in unguarded)]
+        version.save(update_fields=["gates_waived"])
     workflow.active_version = version
-    workflow.save(update_fields=["active_version"])
+    workflow.gates_unguarded = []  # none left: every one was refused or waived just now
+    workflow.save(update_fields=["active_version", "gates_unguarded"])
     audit_record(action="workflow.published", outcome="waived" if waived else "published",
                  actor=label(actor), subject_type="workflow", subject_id=workflow.id,
                  workflow=workflow.name, workflow_version=version.number,
