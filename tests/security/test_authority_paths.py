@@ -6,8 +6,9 @@ signed webhook delivery, a queue event, and a child run of a parent started by t
 a person who is in the gate's approvers group and holds one of the team's roles. On each:
 
 (a) the person who set the run in motion cannot approve it (403), while another approver can;
-(b) a guarded action never runs before its gate — `test_b_*`, the place to extend once gates
-    guard actions (mandatory gates by action); today it checks the mandatory gate by step name;
+(b) a guarded action never runs before its gate: the mandatory gate holds the action it guards,
+    and a call of a tool an owner's gate policy guards, made by a step outside every gate,
+    starts on no path (docs/permissions.md#gate-policies);
 (c) the team's cap on unfinished runs and the rate limit refuse the same way: 429, Retry-After
     and `{"errors": [{"path", "message"}]}` over HTTP, the same problems and retry for a
     schedule's slot or a queue event (which have no HTTP answer); child runs are part of their
@@ -30,6 +31,7 @@ from budgets.services import budget_limit_create
 from orchestrator import clock
 from orchestrator.errors import Forbidden
 from orchestrator.models import Role, Run, StepRun
+from orchestrator.services.gate_policies import gate_policy_create
 from orchestrator.services.workflows import workflow_save
 from tests.conftest import client_for
 from tests.factories import SETUP, member
@@ -234,8 +236,7 @@ def test_a_the_person_who_set_the_run_in_motion_cannot_approve_it(path, role, te
 
 @pytest.mark.parametrize("path", PATHS)
 def test_b_a_guarded_action_never_runs_before_its_gate(path, team, frozen):
-    """Today: the mandatory gate guards its steps by name (`guards: [act]`). Extend this with
-    the gates by action (a tool or a target guarded wherever it appears) over the same paths."""
+    """The mandatory gate holds the step that performs the action it guards."""
     person = person_with(team, Role.OWNER)
     way = path_for(path, team, person, frozen)
     way.set_up()
@@ -246,6 +247,33 @@ def test_b_a_guarded_action_never_runs_before_its_gate(path, team, frozen):
     assert ApprovalRequest.objects.get(run=run).state == "pending"
     act = StepRun.objects.get(run=run, name="act")
     assert act.state in ("pending", "blocked") and act.started_at is None, act.state
+
+
+EARLY = {**GATED, "steps": [
+    *GATED["steps"],
+    {"name": "act_early", "type": "tool", "tool": "core.echo", "params": {"value": "early"}},
+]}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_b_a_call_a_gate_policy_guards_runs_on_no_path_outside_its_gate(path, team, frozen):
+    """`act_early` calls the tool an owner's policy guards, beside the gate rather than after
+    it, in the published version: the policy came after it was published. Whichever path
+    starts it, `act_early` never runs (a start answers a refusal, or its run never reaches it).
+    A person starts as an editor (an owner may waive gates, as when publishing); a trigger a
+    person set up (an owner here) starts as the trigger, which waives nothing."""
+    person = person_with(team, Role.OWNER if path in SET_UP else Role.EDITOR)
+    way = path_for(path, team, person, frozen)
+    way.set_up()
+    workflow_save(team=team, definition=EARLY, actor=SETUP)
+    gate_policy_create(team=team, actor=SETUP, tool="core.*")
+
+    way.start()
+
+    early = StepRun.objects.filter(run__version__workflow__name="gated", name="act_early")
+    assert not early.exclude(state__in=("pending", "blocked")).exists(), list(
+        early.values_list("state", flat=True))
+    assert not early.filter(started_at__isnull=False).exists()
 
 
 # --- (c) the team's cap and the rate limit refuse the same way --------------------------------
