@@ -48,10 +48,12 @@ MAX_TEMPLATE_CHARS = 64 * 1024  # the source of one template
 MAX_RENDER_CHARS = 1024 * 1024  # what one template renders to, and any string or list it builds
 MAX_INT_BITS = 4096  # integers a template or an expression computes (about 1,233 digits)
 MAX_RENDER_STEPS = 200_000  # loop iterations of one render, nested loops counted in full
+MAX_RENDER_SECONDS = 2.0  # one render's time, checked at every operation it performs
 TEMPLATE_CACHE_SIZE = 512  # compiled templates kept; each is at most MAX_TEMPLATE_CHARS of source
 
 # --- expressions (CEL) --------------------------------------------------------------------------
 MAX_EXPRESSION_CHARS = 4096
+MAX_EXPRESSION_DEPTH = 200  # levels of the syntax tree (each parenthesis adds about ten)
 MAX_EXPRESSION_COST = 10_000  # evaluation steps (AST nodes visited, macro iterations included)
 MAX_EXPRESSION_SECONDS = 0.5  # wall-clock backstop for one evaluation
 EXPRESSION_CACHE_SIZE = 1024
