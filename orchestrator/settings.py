@@ -567,6 +567,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = STEPWISE_MAX_REQUEST_BYTES
 #: largest value or output one render may build, and its time.
 STEPWISE_TEMPLATE_MAX_CHARS = int(os.environ.get("STEPWISE_TEMPLATE_MAX_CHARS", 1024 * 1024))
 STEPWISE_TEMPLATE_MAX_SECONDS = float(os.environ.get("STEPWISE_TEMPLATE_MAX_SECONDS", 2.0))
+REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"] = [
+    "orchestrator.api.renderers.JSONBodyRenderer",
+    "rest_framework.renderers.BrowsableAPIRenderer",
+]
 REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
     "orchestrator.api.parsers.JSONBodyParser",
     "orchestrator.api.parsers.FormBodyParser",

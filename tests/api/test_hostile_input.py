@@ -180,3 +180,97 @@ def test_a_diamond_of_calls_without_a_cycle_saves(api, team):
     response = api.post(WORKFLOWS, calling("top", "left", "right"), format="json")
 
     assert response.status_code == 201, response.content
+
+
+# --- text that is not valid Unicode -----------------------------------------------------------------------
+
+RUNS = "/api/v1/workflows/support-reply/runs/"
+
+
+def post_json(client, url, text: str):
+    return client.generic("POST", url, text, content_type="application/json")
+
+
+@pytest.mark.django_db
+def test_a_lone_surrogate_in_a_description_is_a_400_on_validate_and_save_and_stores_nothing(
+        api, viewer):
+    body = ('{"name": "uni", "description": "\\ud800", "input_schema": {"type": "object"}, '
+            '"steps": [{"name": "a", "type": "tool", "tool": "core.echo"}]}')
+
+    for response in (post_json(viewer, VALIDATE, body), post_json(api, WORKFLOWS, body)):
+        errors = assert_refused(response, "description")
+        assert "not valid Unicode" in errors[0]["message"]
+    yaml_text = body.replace('"description": "\\ud800"', '"description": "ok", "x-\\udc00": 1')
+    response = api.generic("POST", WORKFLOWS, yaml_text, content_type="application/yaml")
+    assert_refused(response, "")
+    assert not Workflow.objects.exists()
+
+
+@pytest.fixture
+def support(team):
+    from tests.factories import example_definition
+
+    version, _ = workflow_save(team=team, definition=example_definition("support"), actor=SETUP)
+    return version
+
+
+@pytest.mark.django_db
+def test_run_input_with_a_lone_surrogate_is_a_400_and_creates_no_run(api, support):
+    from orchestrator.models import Run
+
+    body = '{"input": {"ticket_id": "\\udfff", "body": "b", "customer_email": "e"}}'
+
+    errors = assert_refused(post_json(api, RUNS, body), "input.ticket_id")
+
+    assert "U+DFFF" in errors[0]["message"]
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_run_input_reaching_run_start_by_another_path_is_refused_with_its_path(support):
+    from orchestrator.errors import InputInvalid
+    from orchestrator.models import Run
+    from orchestrator.services.runs import run_start
+
+    with pytest.raises(InputInvalid) as refused:
+        run_start(version=support, input={"ticket_id": "\udfff", "body": "b",
+                                          "customer_email": "e"}, actor=SETUP)
+
+    assert "input.ticket_id" in str(refused.value.problems)
+    assert not Run.objects.exists()
+
+
+def test_a_tool_result_that_is_not_valid_unicode_fails_the_step_before_it_is_stored():
+    from orchestrator.output_schemas import validate_output
+
+    with pytest.raises(StepError) as failure:
+        validate_output(None, {"rows": [{"name": "ok"}, {"name": "bad\ud800"}]})
+
+    assert failure.value.error_class == "invalid_output"
+    assert "rows/1/name" in failure.value.message
+
+
+@pytest.mark.django_db
+def test_a_run_stored_with_invalid_text_still_shows_in_the_api_and_the_admin(api, team, requester,
+                                                                             client):
+    from django.contrib.auth.models import User
+
+    from orchestrator.models import Run
+    from tests.api.driving import support_run
+
+    run = support_run(team, requester)
+    # Stored before the check existed (SQLite keeps a JSON escape such as \udfff as text).
+    Run.objects.filter(pk=run.pk).update(
+        input={"ticket_id": "\udfff", "body": "b", "customer_email": "e"},
+        error={"class": "permanent", "message": "bad \ud800 text"})
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+
+    detail = api.get(f"/api/v1/runs/{run.id}/")
+    listing = api.get("/api/v1/runs/")
+    page = client.get(f"/admin/orchestrator/run/{run.id}/change/")
+
+    assert detail.status_code == 200, detail.content[:300]
+    assert detail.json()["input"]["ticket_id"] == "\ufffd"
+    assert listing.status_code == 200
+    assert page.status_code == 200
+    assert "\ufffd" in page.content.decode()
