@@ -274,3 +274,31 @@ def test_a_run_stored_with_invalid_text_still_shows_in_the_api_and_the_admin(api
     assert listing.status_code == 200
     assert page.status_code == 200
     assert "\ufffd" in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_an_admin_forms_json_with_a_lone_surrogate_is_a_trigger_problem_with_its_path(team):
+    from triggers.models import Trigger
+    from triggers.services.config import trigger_problems
+
+    trigger = Trigger(team=team, kind="api", name="t", input_template={"ticket": ["ok", "\ud800"]})
+
+    problems = trigger_problems(trigger)
+
+    assert {"path": "input_template.ticket[1]", "message": problems[0]["message"]} in problems
+    assert "not valid Unicode" in problems[0]["message"]
+
+
+@pytest.mark.django_db
+def test_a_signed_webhook_with_a_lone_surrogate_is_refused_and_starts_no_run(client, team,
+                                                                           support):
+    from orchestrator.models import Run
+    from tests.triggers.conftest import deliver, make_trigger
+
+    trigger, secret = make_trigger(team, "webhook")
+
+    response = deliver(client, trigger, secret, body=b'{"ticket": {"id": "\\udfff"}}')
+
+    assert response.status_code == 400, response.content
+    assert "not valid Unicode" in response.json()["errors"][0]["message"]
+    assert not Run.objects.exists()
