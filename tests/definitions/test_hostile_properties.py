@@ -21,7 +21,7 @@ RUNS = "/api/v1/workflows/support-reply/runs/"
 # Generous: an unchecked amplification below builds hundreds of MB to TB; an answer builds a
 # few MB (the largest allowed value is 1 MiB of text).
 MEMORY_MB = 96
-EXAMPLES = settings(max_examples=15, deadline=None, derandomize=True,
+EXAMPLES = settings(max_examples=10, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
                                            HealthCheck.too_slow])
 _names = itertools.count()
