@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.utils.html import format_html
 
 from .authz import teams_visible_to, visible
+from .text import replaced
 
 
 class ReadOnlyAdminMixin:
@@ -52,8 +53,9 @@ STATE_TONES = {
 
 
 def pretty_json(value) -> str:
+    # Text stored before entries refused lone surrogates is shown replaced, never a 500.
     return format_html('<pre class="stepwise-json">{}</pre>',
-                       json.dumps(value, indent=2, ensure_ascii=False, default=str))
+                       json.dumps(replaced(value), indent=2, ensure_ascii=False, default=str))
 
 
 def state_badge(state: str) -> str:

@@ -10,15 +10,20 @@ class OrchestratorConfig(AppConfig):
         # Imported once the app registry is ready (Django's way for code that needs models):
         # the tool modules the settings name (plugins, loaded by name), the worker heartbeat
         # signals, and the C timestamp loader every new PostgreSQL connection is given.
+        from django.conf import settings
         from django.db.backends.signals import connection_created
 
         from . import signals, tracing  # noqa: F401  (signals: connected on import)
         from .compiled import read_timestamps_in_c
+        from .definitions import limits
         from .tools import registry
 
         connection_created.connect(read_timestamps_in_c, dispatch_uid="stepwise-timestamps")
 
         registry.load_tool_modules()
+        # The render budget is a setting; definitions/ reads no settings itself.
+        limits.MAX_RENDER_CHARS = settings.STEPWISE_TEMPLATE_MAX_CHARS
+        limits.MAX_RENDER_SECONDS = settings.STEPWISE_TEMPLATE_MAX_SECONDS
         if tracing.enabled():  # STEPWISE_TRACING: spans to the configured exporter
             tracing.configure()
 

@@ -7,6 +7,7 @@ from functools import lru_cache
 from jsonschema import Draft202012Validator
 
 from .retry import StepError
+from .text import text_problem
 
 COMBINATORS = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else",
                          "dependentSchemas"})
@@ -39,7 +40,13 @@ def _validator(schema_json: str) -> Draft202012Validator:
 
 
 def validate_output(schema: dict | None, output: object) -> None:
-    """Raise StepError('invalid_output') listing every violation of `schema` by `output`."""
+    """Raise StepError('invalid_output') listing every violation of `schema` by `output`, or
+    naming the first string in it that is not valid Unicode (never stored, schema or not)."""
+    unreadable = text_problem(output)
+    if unreadable is not None:
+        parts, message = unreadable
+        where = "/".join(map(str, parts)) or "(root)"
+        raise StepError("invalid_output", f"output is not valid text: {where}: {message}")
     if not schema:
         return
     validator = _validator(json.dumps(schema, sort_keys=True))

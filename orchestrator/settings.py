@@ -587,6 +587,14 @@ if os.environ.get("AUDIT_CHECKPOINT_S3_BUCKET"):
 # body before Django sees it.
 STEPWISE_MAX_REQUEST_BYTES = int(os.environ.get("STEPWISE_MAX_REQUEST_BYTES", 2 * 1024 * 1024))
 DATA_UPLOAD_MAX_MEMORY_SIZE = STEPWISE_MAX_REQUEST_BYTES
+#: The render budget of every template, on the web and in workers (docs/limits.md): the
+#: largest value or output one render may build, and its time.
+STEPWISE_TEMPLATE_MAX_CHARS = int(os.environ.get("STEPWISE_TEMPLATE_MAX_CHARS", 1024 * 1024))
+STEPWISE_TEMPLATE_MAX_SECONDS = float(os.environ.get("STEPWISE_TEMPLATE_MAX_SECONDS", 2.0))
+REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"] = [
+    "orchestrator.api.renderers.JSONBodyRenderer",
+    "rest_framework.renderers.BrowsableAPIRenderer",
+]
 REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
     "orchestrator.api.parsers.JSONBodyParser",
     "orchestrator.api.parsers.FormBodyParser",

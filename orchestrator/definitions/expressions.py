@@ -9,7 +9,8 @@ is given.
 Names: a dotted read of a map (`steps.items`, `input.keys`) is always the map's entry;
 CEL maps have no methods to collide with, so every name the format allows is plain data.
 
-Cost: an expression is at most MAX_EXPRESSION_CHARS long, and one evaluation may visit at
+Cost: an expression is at most MAX_EXPRESSION_CHARS long, its syntax tree at most
+MAX_EXPRESSION_DEPTH levels deep (checked once, iteratively, when it compiles), and one evaluation may visit at
 most MAX_EXPRESSION_COST syntax-tree nodes (macro iterations such as nested `.all()`
 count every visit) within MAX_EXPRESSION_SECONDS; `+` and `*` refuse to build strings,
 lists or integers past the template limits (`limits.py`). Past a limit the evaluation
@@ -163,7 +164,46 @@ def compile_expression(text: str) -> CompiledExpression:
             f"an expression may be at most {limits.MAX_EXPRESSION_CHARS:,} characters long, "
             f"not {len(text):,}"
         )
+    _check_nesting(text)
     return _compile(text)
+
+
+_OPENING, _CLOSING, _UNARY = "([{", ")]}", "!-"
+
+
+def _check_nesting(text: str) -> None:
+    """Refuse, before parsing, a text whose brackets or unary operators nest so deep that
+    its syntax tree would pass MAX_EXPRESSION_DEPTH anyway (each bracket adds at least ten
+    levels, each unary operator one); parsing such a text is itself the costly part."""
+    depth = deepest = run = longest = 0
+    quote = ""
+    escaped = False
+    for char in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+            continue
+        if char in "'\"":
+            quote = char
+        elif char in _OPENING:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in _CLOSING:
+            depth -= 1
+        if char in _UNARY:
+            run += 1
+            longest = max(longest, run)
+        elif not char.isspace():
+            run = 0
+    if deepest * 10 > limits.MAX_EXPRESSION_DEPTH or longest > limits.MAX_EXPRESSION_DEPTH:
+        raise ExpressionLimitExceeded(
+            f"the expression nests too deeply (more than {limits.MAX_EXPRESSION_DEPTH // 10} "
+            f"brackets or {limits.MAX_EXPRESSION_DEPTH} unary operators deep)"
+        )
 
 
 @lru_cache(maxsize=limits.EXPRESSION_CACHE_SIZE)
@@ -177,7 +217,25 @@ def _compile(text: str) -> CompiledExpression:
         raise ExpressionError(f"CEL error: {error}") from None
     except RecursionError:
         raise ExpressionLimitExceeded("the expression nests too deeply") from None
+    _check_depth(tree)
     return CompiledExpression(text, tree, program)
+
+
+def _check_depth(tree: lark.Tree) -> None:
+    """Refuse a syntax tree deeper than MAX_EXPRESSION_DEPTH: the walkers here and celpy's
+    evaluator recurse once per level, so depth is checked once, iteratively, at compile."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limits.MAX_EXPRESSION_DEPTH:
+            raise ExpressionLimitExceeded(
+                f"the expression nests too deeply (its syntax tree is deeper than "
+                f"{limits.MAX_EXPRESSION_DEPTH} levels); use fewer nested parentheses "
+                "or operators"
+            )
+        stack.extend(
+            (child, depth + 1) for child in node.children if isinstance(child, lark.Tree)
+        )
 
 
 def evaluate_expression(text: str, context: dict) -> object:

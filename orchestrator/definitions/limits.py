@@ -17,6 +17,7 @@ import contextvars
 import math
 from collections.abc import Iterator
 
+from ..text import invalid_char
 from .problems import PathPart, format_path
 
 # --- a definition ------------------------------------------------------------------------
@@ -48,10 +49,12 @@ MAX_TEMPLATE_CHARS = 64 * 1024  # the source of one template
 MAX_RENDER_CHARS = 1024 * 1024  # what one template renders to, and any string or list it builds
 MAX_INT_BITS = 4096  # integers a template or an expression computes (about 1,233 digits)
 MAX_RENDER_STEPS = 200_000  # loop iterations of one render, nested loops counted in full
+MAX_RENDER_SECONDS = 2.0  # one render's time, checked at every operation it performs
 TEMPLATE_CACHE_SIZE = 512  # compiled templates kept; each is at most MAX_TEMPLATE_CHARS of source
 
 # --- expressions (CEL) --------------------------------------------------------------------------
 MAX_EXPRESSION_CHARS = 4096
+MAX_EXPRESSION_DEPTH = 200  # levels of the syntax tree (each parenthesis adds about ten)
 MAX_EXPRESSION_COST = 10_000  # evaluation steps (AST nodes visited, macro iterations included)
 MAX_EXPRESSION_SECONDS = 0.5  # wall-clock backstop for one evaluation
 EXPRESSION_CACHE_SIZE = 1024
@@ -65,7 +68,8 @@ def document_problems(
     what: str,
 ) -> Iterator[tuple[tuple[PathPart, ...], str]]:
     """Yield (path, message) when `value` nests deeper than `max_depth` or its JSON text
-    would exceed `max_bytes`; also for floats that are not finite (no JSON has them).
+    would exceed `max_bytes`; also for floats that are not finite (no JSON has them) and for
+    the first string (or key) that is not valid Unicode (`orchestrator.text`).
 
     Iterative, so it is safe on any depth, and it stops counting bytes once over the limit:
     the cost is bounded by the size of `value` itself, never by its expansion.
@@ -81,6 +85,9 @@ def document_problems(
             size += 2 + max(len(node) - 1, 0)
             for key, item in node.items():
                 size += _text_bytes(key) + 1
+                if isinstance(key, str) and invalid_char(key) is not None:
+                    yield parts, f"a key of {what} is not valid Unicode (a lone surrogate)"
+                    return
                 stack.append((item, (*parts, key), depth + 1))
         elif isinstance(node, list | tuple):
             size += 2 + max(len(node) - 1, 0)
@@ -88,6 +95,11 @@ def document_problems(
                 stack.append((item, (*parts, index), depth + 1))
         elif isinstance(node, str):
             size += _text_bytes(node)
+            char = invalid_char(node)
+            if char is not None:
+                yield parts, (f"is not valid Unicode: it holds a lone surrogate "
+                              f"(U+{ord(char):04X}), which no UTF-8 text can carry")
+                return
         elif isinstance(node, float) and not math.isfinite(node):
             yield parts, f"{node} is not a JSON number; use a finite number"
         elif isinstance(node, int) and not isinstance(node, bool):

@@ -19,8 +19,9 @@ import math
 
 import yaml
 
+from ..text import text_problem
 from .limits import MAX_DEFINITION_BYTES, MAX_DEPTH
-from .problems import DefinitionInvalid, Problem
+from .problems import DefinitionInvalid, Problem, format_path
 
 _JSON_CONTENT_TYPES = ("application/json", "text/json")
 
@@ -108,6 +109,7 @@ def parse_definition_text(text: str, *, content_type: str | None = None) -> dict
             raise DefinitionInvalid([Problem("", f"invalid YAML: {error}")]) from None
         except (ValueError, RecursionError) as error:  # e.g. an integer of 5,000 digits
             raise DefinitionInvalid([Problem("", f"invalid YAML: {_brief(error)}")]) from None
+        _refuse_invalid_text(doc, "YAML")
     if not isinstance(doc, dict):
         kind = "empty" if doc is None else f"a {type(doc).__name__}"
         raise DefinitionInvalid(
@@ -124,17 +126,30 @@ def parse_json_text(text: str | bytes, *, what: str) -> object:
     {what}".
     """
     try:
-        return json.loads(
+        doc = json.loads(
             text,
             object_pairs_hook=_unique_keys,
             parse_constant=_no_constant,
             parse_float=_finite_float,
         )
+        _refuse_invalid_text(doc, what)
+        return doc
     except RecursionError:
         message = f"invalid {what}: nesting deeper than {MAX_DEPTH} levels"
     except (ValueError, _DuplicateKey) as error:  # JSONDecodeError is a ValueError
         message = f"invalid {what}: {_brief(error)}"
     raise DefinitionInvalid([Problem("", message)])
+
+
+def _refuse_invalid_text(doc: object, what: str) -> None:
+    """Refuse text that JSON's or YAML's escapes made invalid Unicode (`"\\ud800"`), at its path:
+    every body, definition, webhook and queue event is parsed here, so none is stored."""
+    problem = text_problem(doc)
+    if problem is not None:
+        parts, message = problem
+        path = format_path(parts)
+        raise DefinitionInvalid([Problem(path, f"invalid {what}: {f'at {path}, ' if path else ''}"
+                                               f"{message}")])
 
 
 def _brief(error: Exception) -> str:

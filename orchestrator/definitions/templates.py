@@ -14,8 +14,13 @@ Two rules on top of Jinja's sandbox:
 * **Bounded cost.** Nothing is evaluated while compiling (no constant folding: the
   optimizer is off, output folding is disabled by a context-bound `finalize`, and every
   arithmetic operator is intercepted), and one render is bounded in the size of any value
-  it builds, the total it builds, what it outputs and the loop iterations it runs
-  (`limits.py`). A render past a limit fails with `TemplateLimitExceeded`; the compiled
+  it builds, the total it builds, what it outputs, the loop iterations it runs and its
+  time (`limits.py`). Sizes are checked at the operation, before it allocates: `*`, `+`,
+  `~`, `%` and the `format` filter, `str.format`/`format_map` (field by field, with a
+  running total), method calls such as `join`, `replace`, `center`, and every conversion of
+  a list or mapping to text (output, `~`, filters, `!r`/`%s`), whose size is bounded from
+  its items without building it, so a list of a million references to one long string
+  cannot be printed. A render past a limit fails with `TemplateLimitExceeded`; the compiled
   template cache is bounded in entries and each entry by the template's source size.
 
 It must not decide which variables a step may use; `validation.py` does that with
@@ -27,15 +32,17 @@ from __future__ import annotations
 import contextvars
 import functools
 import re
-import string
-from collections.abc import Callable, Iterable, Mapping
+import time
+import types
+from collections.abc import Callable, ItemsView, Iterable, KeysView, Mapping, ValuesView
 from functools import lru_cache
 
 import jinja2
 from jinja2 import StrictUndefined, meta, nodes, pass_context
 from jinja2.compiler import CodeGenerator
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedFormatter
+from jinja2.utils import Namespace
 
 from . import limits
 
@@ -62,21 +69,30 @@ class TemplateUnsafe(TemplateError):
 
 
 class _Budget:
-    """What one render may still spend: characters built in total and loop iterations."""
+    """What one render may still spend: characters built in total, loop iterations, time."""
 
     def __init__(self) -> None:
-        self.chars_left = limits.MAX_RENDER_CHARS * 8
+        self.max_chars = limits.MAX_RENDER_CHARS
+        self.chars_left = self.max_chars * 8
         self.steps_left = limits.MAX_RENDER_STEPS
+        self.deadline = time.monotonic() + limits.MAX_RENDER_SECONDS
+
+    def tick(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise TemplateLimitExceeded(
+                f"the template took longer than {limits.MAX_RENDER_SECONDS} s to render"
+            )
 
     def charge(self, size: int, what: str) -> None:
-        if size > limits.MAX_RENDER_CHARS:
+        self.tick()
+        if size > self.max_chars:
             raise TemplateLimitExceeded(
-                f"{what} would be {size:,} long; the limit is {limits.MAX_RENDER_CHARS:,}"
+                f"{what} would be {size:,} long; the limit is {self.max_chars:,}"
             )
         self.chars_left -= size
         if self.chars_left < 0:
             raise TemplateLimitExceeded(
-                f"the template builds more than {limits.MAX_RENDER_CHARS * 8:,} characters "
+                f"the template builds more than {self.max_chars * 8:,} characters "
                 "of values in total"
             )
 
@@ -84,6 +100,17 @@ class _Budget:
 _budget: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
     "template_budget", default=None
 )
+
+
+def _limit() -> int:
+    budget = _budget.get()
+    return limits.MAX_RENDER_CHARS if budget is None else budget.max_chars
+
+
+def _tick() -> None:
+    budget = _budget.get()
+    if budget is not None:
+        budget.tick()
 
 
 def _charge(size: int, what: str) -> None:
@@ -97,7 +124,7 @@ def _charge(size: int, what: str) -> None:
 
 def _check_value(value: object, what: str) -> object:
     """Charge a value a template just built; refuse oversized strings, lists and integers."""
-    if isinstance(value, str | list | tuple | dict):
+    if isinstance(value, str | bytes | bytearray | list | tuple | dict):
         _charge(len(value), what)
     elif isinstance(value, int) and not isinstance(value, bool):
         _check_int(value)
@@ -116,32 +143,143 @@ def _is_int(value: object) -> bool:
 
 
 def _length(value: object) -> int | None:
-    return len(value) if isinstance(value, str | list | tuple) else None
+    return len(value) if isinstance(value, str | bytes | bytearray | list | tuple) else None
 
 
-# `%` conversions: a `*` width comes from the arguments; a written width is checked.
-_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
+def _text_size(value: object, *, nested: bool = False) -> int:
+    """An upper bound of len(str(value)) (of repr when `nested`), counted from the items
+    without building the text, and stopping as soon as it passes the render's limit."""
+    cap = _limit()
+    size = 0
+    stack: list[tuple[object, bool]] = [(value, nested)]
+    while stack:
+        node, inner = stack.pop()
+        if isinstance(node, str):
+            size += _repr_size(node) if inner else len(node)
+        elif isinstance(node, bytes | bytearray):
+            size += len(node) * 4 + 3
+        elif isinstance(node, bool) or node is None:
+            size += 5
+        elif isinstance(node, int):
+            size += node.bit_length() * 30103 // 100000 + 2
+        elif isinstance(node, float):
+            size += 24
+        elif isinstance(node, Mapping | ItemsView):
+            items = node.items() if isinstance(node, Mapping) else node
+            size += 16 + 4 * len(items)
+            for key, item in items:
+                stack.append((key, True))
+                stack.append((item, True))
+                if len(stack) > cap:  # never more pending items than the limit allows
+                    return cap + 1
+        elif isinstance(node, list | tuple | set | frozenset | KeysView | ValuesView):
+            size += 16 + 2 * len(node)
+            if size > cap:
+                return size
+            stack.extend((item, True) for item in node)
+        elif isinstance(node, Namespace):
+            stack.append((dict(node._Namespace__attrs), True))  # its repr shows its attributes
+        else:
+            size += 100  # functions, Undefined, ranges, generators: a short fixed repr
+        _tick()
+        if size > cap:
+            return size
+    return size
+
+
+def _repr_size(text: str) -> int:
+    if text.isascii() and text.isprintable():
+        return len(text) + 2
+    return len(repr(text))  # at most ten times a string the limit already bounds
+
+
+def _check_text(value: object, what: str) -> None:
+    """Refuse converting `value` to text when the text would pass the render's limit."""
+    if isinstance(value, str):
+        return
+    size = _text_size(value)
+    if size > _limit():
+        raise TemplateLimitExceeded(
+            f"{what} would be more than {_limit():,} characters long as text"
+        )
+
+
 _WIDTH = re.compile(r"\d+")
 
 
-def _check_percent_format(text: str) -> None:
-    for width, precision in _PERCENT_SPEC.findall(text):
-        for number in (width, precision):
-            if number == "*":
-                raise TemplateLimitExceeded("'*' widths in % formatting are not supported")
-            if number and len(number) > 7 or number and int(number) > limits.MAX_RENDER_CHARS:
-                raise TemplateLimitExceeded(f"a format width of {number} is too large")
+def _check_widths(spec: str) -> None:
+    for number in _WIDTH.findall(spec):
+        if len(number) > 7 or int(number) > _limit():
+            raise TemplateLimitExceeded(f"a format width of {number} is too large")
 
 
-def _check_brace_format(text: str) -> None:
-    for _, _, spec, _ in string.Formatter().parse(text):
-        if not spec:
+# One `%` conversion: (mapping key, flags, width, precision, conversion character).
+_PERCENT_SPEC = re.compile(r"%(?:\(([^)]*)\))?([-#0 +]*)(\*|\d+)?(?:\.(\*|\d*))?[hlL]?(.?)", re.S)
+_NUMBER_TEXT = 330  # digits of the largest float, with sign, point and exponent
+
+
+def _check_percent_format(text: str, values: object) -> None:
+    """Refuse `text % values` when its result could pass the render's limit: each
+    conversion's size follows from its width, precision and the value it formats."""
+    cap = _limit()
+    positional = values if isinstance(values, tuple) else (values,)
+    mapping = values if isinstance(values, Mapping) else None
+    size = len(text)
+    index = 0
+    for key, _flags, width, precision, kind in _PERCENT_SPEC.findall(text):
+        if kind == "%":
             continue
-        if "{" in spec:
-            raise TemplateLimitExceeded("nested fields in a format spec are not supported")
-        for number in _WIDTH.findall(spec):
-            if len(number) > 7 or int(number) > limits.MAX_RENDER_CHARS:
-                raise TemplateLimitExceeded(f"a format width of {number} is too large")
+        if "*" in (width, precision):
+            raise TemplateLimitExceeded("'*' widths in % formatting are not supported")
+        _check_widths(f"{width}.{precision}")
+        if key and mapping is not None:
+            value = mapping.get(key)
+        elif index < len(positional):
+            value = positional[index]
+            index += 1
+        else:
+            value = None  # Python's own `%` reports the missing argument
+        if kind in ("s", "r", "a"):
+            piece = _text_size(value, nested=kind != "s")
+            if precision:
+                piece = min(piece, int(precision))
+        elif kind == "c":
+            piece = 1
+        else:
+            bits = value.bit_length() if _is_int(value) else 0
+            piece = int(precision or 0) + _NUMBER_TEXT + bits // 3
+        size += max(int(width or 0), piece)
+        _tick()
+        if size > cap:
+            raise TemplateLimitExceeded(
+                f"'%' formatting would build more than {cap:,} characters"
+            )
+
+
+class _BudgetedFormatter(SandboxedFormatter):
+    """Jinja's sandboxed `str.format`, checking every field before it is formatted and the
+    running total after each one."""
+
+    def vformat(self, format_string, args, kwargs):
+        self.built = len(format_string)
+        return super().vformat(format_string, args, kwargs)
+
+    def convert_field(self, value, conversion):
+        if conversion is not None:
+            _check_text(value, "a format field")
+        return super().convert_field(value, conversion)
+
+    def format_field(self, value, format_spec):
+        _check_widths(format_spec)
+        _check_text(value, "a format field")
+        result = super().format_field(value, format_spec)
+        self.built += len(result)
+        if self.built > _limit():
+            raise TemplateLimitExceeded(
+                f"str.format() would build more than {_limit():,} characters"
+            )
+        _charge(len(result), "a format field")
+        return result
 
 
 def _precheck_binop(operator: str, left: object, right: object) -> None:
@@ -162,28 +300,30 @@ def _precheck_binop(operator: str, left: object, right: object) -> None:
         if None not in sizes:
             _charge(sum(sizes), "a concatenated string or list")
     elif operator == "%" and isinstance(left, str):
-        _check_percent_format(left)
+        _check_percent_format(left, right)
 
 
 # --- methods and filters whose result size follows from their arguments ---------------------
+
+_LOOP_FILTER_NAME = "stepwise_counted"
 
 _WIDTH_METHODS = frozenset({"center", "ljust", "rjust", "zfill"})
 
 
 def _precheck_method(method: object, args: tuple, kwargs: dict) -> tuple:
-    """Refuse a call of a str method whose result would be too large; return the args
-    (an iterable handed to `join` is read once, here, so it can be measured)."""
+    """Refuse a call of a str (or bytes) method whose result would be too large; return
+    the args (an iterable handed to `join` is read once, here, so it can be measured).
+    `str.format` and `format_map` are checked field by field by `_BudgetedFormatter`."""
     target = getattr(method, "__self__", None)
     name = getattr(method, "__name__", "")
-    wrapped = getattr(method, "__wrapped__", None)
-    if wrapped is not None and isinstance(getattr(wrapped, "__self__", None), str):
-        # Jinja's sandboxed str.format / str.format_map wrapper.
-        _check_brace_format(wrapped.__self__)
-        return args
-    if not isinstance(target, str):
+    if not isinstance(target, str | bytes | bytearray):
         return args
     if name in _WIDTH_METHODS and args and _is_int(args[0]):
         _charge(max(args[0], len(target)), f"str.{name}()")
+    elif name == "translate" and args:
+        _charge(len(target) * _longest_value(args[0]), "str.translate()")
+    elif name == "hex":
+        _charge(len(target) * 3, f"{type(target).__name__}.hex()")
     elif name == "expandtabs":
         tab = args[0] if args and _is_int(args[0]) else 8
         _charge(len(target) + target.count("\t") * max(tab, 0), "str.expandtabs()")
@@ -196,8 +336,14 @@ def _precheck_method(method: object, args: tuple, kwargs: dict) -> tuple:
     return args
 
 
+def _longest_value(table: object) -> int:
+    if not isinstance(table, Mapping):
+        return 1
+    return max([1, *(len(v) for v in table.values() if isinstance(v, str | bytes))])
+
+
 def _replaced_size(text: str, old: object, new: object) -> int:
-    if not isinstance(old, str) or not isinstance(new, str):
+    if not isinstance(old, str | bytes) or not isinstance(new, str | bytes):
         return len(text)
     count = len(text) + 1 if old == "" else text.count(old)
     return len(text) + count * max(len(new) - len(old), 0)
@@ -219,16 +365,33 @@ def _materialize(items: object) -> list:
 def _joined_size(separator: str, items: list) -> int:
     size = len(separator) * max(len(items) - 1, 0)
     for item in items:
-        size += len(item) if isinstance(item, str) else 16
-        if size > limits.MAX_RENDER_CHARS:
+        size += len(item) if isinstance(item, str | bytes) else _text_size(item)
+        if size > _limit():
             break
     return size
+
+
+# Filters that never turn their value into text; every other filter may, so a list or
+# mapping handed to one is measured as text first.
+_NON_TEXT_FILTERS = frozenset({
+    "attr", "batch", "count", "d", "default", "dictsort", "first", "groupby", "items",
+    "last", "length", "list", "map", "max", "min", "random", "reject", "rejectattr",
+    "reverse", "select", "selectattr", "slice", "sort", "sum", "unique", _LOOP_FILTER_NAME,
+})
 
 
 def _filter_precheck(name: str, args: tuple, kwargs: dict) -> tuple:
     """Refuse a filter call whose result would be too large before it is computed."""
     value = args[0] if args else None
     rest = args[1:]
+    _tick()
+    if name not in _NON_TEXT_FILTERS and name != "join":
+        _check_text(value, f"the {name} filter's value")
+    if name == "sum" and not _is_int(kwargs.get("start", rest[1] if len(rest) > 1 else 0)):
+        # Summing lists or strings concatenates them: measure before the quadratic build.
+        items = _materialize(value)
+        _charge(sum(_length(item) or 0 for item in items), "the sum filter")
+        return (items, *rest)
     if name == "center":
         width = rest[0] if rest else kwargs.get("width", 80)
         if _is_int(width):
@@ -238,7 +401,7 @@ def _filter_precheck(name: str, args: tuple, kwargs: dict) -> tuple:
         if _is_int(width) and isinstance(value, str):
             _charge(len(value) + (value.count("\n") + 1) * max(width, 0), "the indent filter")
     elif name == "format" and isinstance(value, str):
-        _check_percent_format(value)
+        _check_percent_format(value, kwargs or tuple(rest))
     elif name == "replace" and isinstance(value, str) and len(rest) >= 2:
         _charge(_replaced_size(value, rest[0], rest[1]), "the replace filter")
     elif name == "join" and value is not None:
@@ -276,7 +439,7 @@ def _guarded_filter(name: str, function: Callable) -> Callable:
 # --- the environment ----------------------------------------------------------------------------
 
 
-_LOOP_FILTER = "stepwise_counted"
+_LOOP_FILTER = _LOOP_FILTER_NAME
 
 
 class _CodeGenerator(CodeGenerator):
@@ -304,6 +467,7 @@ class _CodeGenerator(CodeGenerator):
 def _finalize(context, value):
     # Taking the context makes every output expression a runtime one: Jinja then never
     # evaluates `{{ ... }}` while compiling, so nothing huge is folded into the cache.
+    _check_text(value, "an output value")
     return value
 
 
@@ -322,17 +486,41 @@ class _StepwiseSandbox(ImmutableSandboxedEnvironment):
                 pass
         return super().getattr(obj, attribute)
 
+    def wrap_str_format(self, value):
+        # Jinja's own wrapper, with a formatter that checks each field as it is formatted.
+        if not isinstance(value, types.MethodType | types.BuiltinMethodType) or (
+            value.__name__ not in ("format", "format_map")
+        ):
+            return None
+        target = value.__self__
+        if not isinstance(target, str):
+            return None
+        vformat = _BudgetedFormatter(self).vformat
+        is_format_map = value.__name__ == "format_map"
+
+        def wrapper(*args, **kwargs):
+            if is_format_map:
+                if kwargs or len(args) != 1:
+                    raise TypeError("format_map() takes exactly one argument")
+                args, kwargs = (), args[0]
+            return str(vformat(target, args, kwargs))
+
+        return functools.update_wrapper(wrapper, value)
+
     def call_binop(self, context, operator, left, right):
         _precheck_binop(operator, left, right)
         result = super().call_binop(context, operator, left, right)
         return _check_value(result, f"the result of {operator!r}")
 
     def call(__self, __context, __obj, *args, **kwargs):  # Jinja's names: no clash with kwargs
+        _tick()
         args = _precheck_method(__obj, args, kwargs)
         result = super().call(__context, __obj, *args, **kwargs)
         return _check_value(result, "a call's result")
 
     def concat(self, values: tuple) -> str:
+        for value in values:
+            _check_text(value, "a '~' operand")
         parts = [str(value) for value in values]
         _charge(sum(len(part) for part in parts), "a '~' concatenation")
         return "".join(parts)
@@ -344,6 +532,7 @@ def _counted(iterable: object) -> Iterable:
     shared = limits.current_allowance()
     for item in iterable:
         if budget is not None:
+            budget.tick()
             budget.steps_left -= 1
             if budget.steps_left < 0:
                 raise TemplateLimitExceeded(
@@ -431,9 +620,9 @@ def _collect(chunks: Iterable[str]) -> str:
     size = 0
     for chunk in chunks:
         size += len(chunk)
-        if size > limits.MAX_RENDER_CHARS:
+        if size > _limit():
             raise TemplateLimitExceeded(
-                f"the template renders more than {limits.MAX_RENDER_CHARS:,} characters"
+                f"the template renders more than {_limit():,} characters"
             )
         parts.append(chunk)
     return "".join(parts)

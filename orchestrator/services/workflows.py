@@ -15,7 +15,9 @@ from audit.services import audit_record
 from ..authz import Action, Actor, label, may, person, require
 from ..clock import now
 from ..definitions import DefinitionInvalid, Problem, normalize_definition, validate_definition
+from ..definitions.calls import call_cycle, workflow_calls
 from ..definitions.mandatory_gates import mandatory_gate_problems, weakened_gates
+from ..definitions.problems import format_path
 from ..egress import definition_checker
 from ..errors import Forbidden, NotAllowed
 from ..hashing import digest_of
@@ -39,7 +41,37 @@ def definition_problems(definition: object, *, team: Team) -> list[Problem]:
         workflows=workflows, egress=definition_checker(team=team.slug),
         tool_params=connections_checker(team=team.slug),
     )
+    if not problems:
+        problems = call_cycle_problems(definition, team=team)
     return problems or mandatory_gate_problems(definition)
+
+
+def call_cycle_problems(definition: dict, *, team: Team) -> list[Problem]:
+    """A problem at each sub_workflow step through which `definition` would end up calling
+    itself, through the published or the latest saved version of each workflow on the way
+    (either may run: the published one now, the latest once it is published)."""
+    name = definition.get("name")
+    calls = workflow_calls(definition)
+    if not isinstance(name, str) or not calls:
+        return []
+
+    def callees(other: str) -> set[str]:
+        workflow = Workflow.objects.filter(team=team, name=other).first()
+        if workflow is None:
+            return set()
+        latest = workflow.versions.order_by("-number").only("normalized").first()
+        versions = {v.id: v for v in (workflow.active_version, latest) if v is not None}
+        return {called for version in versions.values()
+                for _, called in workflow_calls(version.normalized)}
+
+    problems = []
+    for parts, called in calls:
+        chain = call_cycle(name, [called], callees)
+        if chain is not None:
+            problems.append(Problem(
+                format_path(parts),
+                "workflows may not call each other in a cycle: " + " -> ".join(chain)))
+    return problems
 
 
 def workflow_save(*, team: Team, definition: dict, actor: Actor) -> tuple[WorkflowVersion, bool]:
@@ -95,6 +127,9 @@ def workflow_publish(*, workflow_id: int, number: int, actor: Actor) -> Workflow
         # Publishing the published version again is how an owner waives what a policy set
         # since finds unguarded in it (its runs are refused until then).
         if workflow.active_version_id != version.id or version_gate_problems(version):
+            cycle = call_cycle_problems(version.normalized, team=workflow.team)
+            if cycle:
+                raise DefinitionInvalid(cycle)
             _publish(workflow, version, actor, saving=False)
     return workflow
 

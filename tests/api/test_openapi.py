@@ -129,3 +129,25 @@ def test_a_body_of_an_unread_media_type_is_a_documented_415(api):
 
     assert response.status_code == 415
     assert_documented(api, response, "POST", "/api/v1/workflows/")
+
+
+def test_a_firing_no_person_made_has_no_firer_and_the_schema_says_it_may_be_null(api, team):
+    from orchestrator.models import Role
+    from tests.factories import member
+    from triggers.services.config import trigger_create
+    from triggers.services.firing import trigger_fire_api
+
+    owner = member(team, "trigger-owner", role=Role.OWNER)
+    workflow_save(team=team, definition=FRAGILE, actor=SETUP)
+    trigger, _ = trigger_create(team=team, kind="api", name="by-engine", workflow="fragile",
+                                actor=owner)
+    trigger_fire_api(trigger_id=trigger.id, payload={}, key="k1", actor=SETUP)
+    owner.delete()  # the trigger's creator is gone too
+
+    response = api.get(f"/api/v1/triggers/{trigger.id}/firings/")
+    detail = api.get(f"/api/v1/triggers/{trigger.id}/")
+
+    assert response.json()["results"][0]["fired_by"] is None
+    assert detail.json()["created_by"] is None
+    assert_documented(api, response, "GET", "/api/v1/triggers/{id}/firings/")
+    assert_documented(api, detail, "GET", "/api/v1/triggers/{id}/")

@@ -10,8 +10,9 @@ invalid parameters and bodies, and chains of calls that follow the links it infe
 any 5xx and on any response the schema does not describe (status code, content type, headers,
 body), and on invalid input the API accepts. Settings live in `schemathesis.toml`.
 
-Two callers: an owner of the team who is also an approver (every endpoint reachable), and a
-plain member (mostly 403s and 404s, which must be documented too). The budget is bounded for CI
+Three callers: an owner of the team who is also an approver (every endpoint reachable), an
+editor (saves workflows and starts runs, may not publish against a gate or manage the team), and
+a plain member (mostly 403s and 404s, which must be documented too). The budget is bounded for CI
 (`STEPWISE_FUZZ_EXAMPLES` cases per operation and phase, a fixed seed); run it longer locally
 with a larger budget and `STEPWISE_FUZZ_SEED=random`.
 
@@ -94,10 +95,11 @@ def fail_first_step(run: Run) -> Run:
 
 
 def seed() -> dict[str, User]:
-    """A team with an object in every state the API shows; returns its two callers."""
+    """A team with an object in every state the API shows; returns its three callers."""
     team = TeamFactory(slug="support", name="Support")
     owner = member(team, "fuzz-owner", role=Role.OWNER, groups=("support_leads",))
     plain = member(team, "fuzz-member", role=Role.MEMBER)
+    editor = member(team, "fuzz-editor", role=Role.EDITOR)
     other = TeamFactory(slug="other", name="Other")
     member(other, "outsider")
 
@@ -134,7 +136,7 @@ def seed() -> dict[str, User]:
         Run.objects.values_list("state", flat=True))
     assert set(DeadLetter.objects.values_list("status", flat=True)) == {"open", "redriven"}
     assert Run.objects.filter(parent_step__isnull=False).exists()
-    return {"owner": owner, "member": plain}
+    return {"owner": owner, "editor": editor, "member": plain}
 
 
 def gate(run: Run) -> ApprovalRequest:
@@ -190,7 +192,7 @@ def schemathesis_run(server: LiveServer, token: str, tmp_path: Path) -> subproce
                           env={**os.environ, "NO_COLOR": "1"})
 
 
-@pytest.mark.parametrize("caller", ["owner", "member"])
+@pytest.mark.parametrize("caller", ["owner", "editor", "member"])
 def test_every_response_matches_the_published_schema(server, caller, tmp_path):
     user = seed()[caller]
     token = Token.objects.create(user=user).key

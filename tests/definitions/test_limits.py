@@ -16,6 +16,7 @@ from orchestrator.definitions import (
     parse_definition_text,
     render_template,
 )
+from orchestrator.definitions.expressions import expression_roots
 from orchestrator.definitions.graph import Graph, Node
 
 NESTED_ALL = (
@@ -61,6 +62,23 @@ class Measured:
         "{{ range(100000) | map('string') | map('center', 1000000) | list | length }}",
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
         "{{ [1] | batch(1000000000, 0) | list }}",
+        # Amplified through many fields or shared references (issue 41): each field or item
+        # is within the limit, their total is not.
+        '{{ ("{0:>1000000}" * 200).format(1) }}',
+        '{{ ("{x:>1000000}" * 200).format_map({"x": 1}) }}',
+        '{{ ("%1000000d" * 200) % ((1,) * 200) }}',
+        '{{ ("%(a)s" * 200) % {"a": "x" * 1000000} }}',
+        '{{ ("%1000000d" * 200) | format(*((1,) * 200)) }}',
+        '{% set s = "x" * 1000000 %}{{ [s] * 200 }}',
+        '{% set s = "x" * 1000000 %}{{ ([s] * 200) ~ "" }}',
+        '{% set s = "x" * 1000000 %}{{ ([s] * 200) | string | length }}',
+        '{% set s = "x" * 1000000 %}{{ ([s] * 200) | tojson | length }}',
+        '{% set s = "x" * 1000000 %}{{ ({"a": [s] * 200}).items() | list }}',
+        '{% set s = "x" * 1000000 %}{{ "{!r}".format([s] * 200) }}',
+        '{% set s = "x" * 1000000 %}{{ ([[s]] * 200) | join | length }}',
+        '{% set s = "x" * 1000 %}{{ (s * 100).translate({120: s}) | length }}',
+        '{{ ([[1] * 1000000] * 200) | sum(start=[]) | length }}',
+        '{{ "x".encode("utf-8") * 300000000 }}',
     ],
 )
 def test_a_costly_template_is_refused_before_it_is_computed(text):
@@ -71,6 +89,32 @@ def test_a_costly_template_is_refused_before_it_is_computed(text):
         render_template(text, CONTEXT)
 
     assert measured.peak_mb < 64
+
+
+def test_a_slow_render_is_stopped_by_the_render_time_budget(monkeypatch):
+    monkeypatch.setattr(limits, "MAX_RENDER_SECONDS", 0.05)
+    text = "{% for i in range(100000) %}{% set x = (input.s * 3) | upper %}{% endfor %}"
+
+    with pytest.raises(TemplateError, match="longer than 0.05 s"):
+        render_template(text, {"input": {"s": "ab"}})
+
+
+def test_the_render_size_budget_is_what_limits_says_while_rendering(monkeypatch):
+    monkeypatch.setattr(limits, "MAX_RENDER_CHARS", 1000)
+
+    assert render_template('{{ "{0:>400}{0:>400}".format(1) | length }}', CONTEXT) == "800"
+    with pytest.raises(TemplateError, match="more than 1,000 characters"):
+        render_template('{{ "{0:>400}{0:>400}{0:>400}".format(1) }}', CONTEXT)
+
+
+def test_formatting_that_stays_small_renders_as_python_would():
+    context = {"input": {"xs": [1, "a"], "m": {"k": [1]}}, "steps": {}}
+    text = ('{{ "%s-%5d-%-3s|%%|%r" % ("a", 3, input.xs, "q") }} {{ "%(k)s" % input.m }} '
+            '{{ "{} {:>4} {!r} {k[0]}".format("a", 1, "b", k=[7]) }} {{ "%.2f" | format(1.5) }} '
+            '{{ input.xs }} {{ input.m.items() | list }} {{ "-".join(["a", "b"]) }}')
+
+    assert render_template(text, context) == (
+        "a-    3-[1, 'a']|%|'q' [1] a    1 'b' 7 1.50 [1, 'a'] [('k', [1])] a-b")
 
 
 def test_compiling_evaluates_nothing_so_the_cache_holds_no_large_value():
@@ -125,6 +169,24 @@ def test_nested_macros_are_stopped_by_the_cost_limit():
 def test_oversized_values_and_deep_expressions_are_refused(text):
     with pytest.raises(ExpressionError):
         evaluate_expression(text, CONTEXT)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["(" * 1500 + "true" + ")" * 1500, "!" * 4000 + "true", "(" * 25 + "1" + ")" * 25,
+     "[" * 30 + "1" + "]" * 30, "-" * 300 + "1"],
+)
+def test_deep_nesting_is_refused_when_compiling_so_no_walker_recurses(text):
+    # expression_roots walks the tree recursively: on code without the depth limit this is a
+    # RecursionError, i.e. a 500 on validate and save.
+    with pytest.raises(ExpressionError, match="nests too deeply"):
+        expression_roots(text)
+
+
+def test_nesting_within_the_limit_compiles_and_brackets_in_strings_do_not_count():
+    assert evaluate_expression("(" * 15 + "1 + 1" + ")" * 15, CONTEXT) == 2
+    assert evaluate_expression("!" * 150 + "true", CONTEXT) is True
+    assert evaluate_expression('"' + "(" * 100 + '" != ""', CONTEXT) is True
 
 
 def test_an_expression_is_capped_in_length():

@@ -25,8 +25,12 @@ class TriggerSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     workflow = serializers.CharField(source="workflow.name", read_only=True)
     webhook_url = serializers.SerializerMethodField()
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+        help_text="Who created the trigger; null once that user is deleted.")
+    updated_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+        help_text="Who last changed the trigger or rotated its secret; null until then.")
 
     class Meta:
         model = Trigger
@@ -81,7 +85,9 @@ class TriggerSecretSerializer(serializers.Serializer):
 class FiringSerializer(serializers.ModelSerializer):
     run_url = serializers.HyperlinkedRelatedField(source="run", view_name="api:run-detail",
                                                   read_only=True)
-    fired_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    fired_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+        help_text="Who fired it; null for a webhook, a schedule or a queue event (no person).")
 
     class Meta:
         model = Firing
@@ -104,7 +110,9 @@ class EventDeadLetterSerializer(serializers.ModelSerializer):
     trigger = serializers.CharField(source="trigger.name", read_only=True)
     run_url = serializers.HyperlinkedRelatedField(source="run", view_name="api:run-detail",
                                                   read_only=True)
-    replayed_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    replayed_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+        help_text="Who replayed the dead letter; null until it is replayed.")
 
     class Meta:
         model = EventDeadLetter

@@ -18,8 +18,10 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 
 from orchestrator.authz import Action, Actor, label, person, require
 from orchestrator.clock import now
+from orchestrator.definitions.problems import format_path
 from orchestrator.errors import ServiceError
 from orchestrator.models import Team, Workflow
+from orchestrator.text import text_problem
 
 from .. import sealing, signatures
 from ..mapping import filter_problems, template_problems
@@ -66,6 +68,10 @@ def trigger_problems(trigger: Trigger) -> list[dict]:
         problems.append({"path": "when_limited", "message": "must be refuse or queue"})
     if trigger.max_queued > 100_000:
         problems.append({"path": "max_queued", "message": "must be at most 100,000"})
+    unreadable = text_problem(trigger.input_template)  # an admin form's JSON, or the API's
+    if unreadable is not None:
+        problems.append({"path": format_path(("input_template", *unreadable[0])),
+                         "message": unreadable[1]})
     problems += template_problems(trigger.input_template)
     problems += filter_problems(trigger.filter or "")
     if trigger.kind == TriggerKind.SCHEDULE:
