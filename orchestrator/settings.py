@@ -364,6 +364,9 @@ STORAGES = {
 }
 # A queued step nobody claimed for this long is dispatched again (its message was lost).
 STEPWISE_REDISPATCH_AFTER_S = int(os.environ.get("STEPWISE_REDISPATCH_AFTER_S", "60"))
+# Child runs nest at most this deep below their top-level run; a sub-workflow step that would
+# start one deeper fails permanent (workflows calling each other in a cycle end there).
+STEPWISE_MAX_CHILD_DEPTH = int(os.environ.get("STEPWISE_MAX_CHILD_DEPTH", "8"))
 # Per-dependency limits shared by all workers: calls per second ("tool:http.request",
 # "model:fast" ...; JSON), and the circuit breaker: after this many consecutive transient
 # failures a dependency is not called for the cool-down.
