@@ -497,6 +497,8 @@ SPECTACULAR_SETTINGS = {
 # (STEPWISE_LOG_FORMAT=json|text overrides). Secrets are masked before any line is written.
 # Workers and beat use this same configuration (orchestrator/celery.py), never Celery's own.
 STEPWISE_LOG_FORMAT = os.environ.get("STEPWISE_LOG_FORMAT", "json" if PRODUCTION else "text")
+# dictConfig, then every record scrubbed as it is created: a library's own handlers redact too.
+LOGGING_CONFIG = "orchestrator.logs.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
