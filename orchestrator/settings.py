@@ -564,8 +564,8 @@ AUDIT_CHECKPOINT_DIR = Path(os.environ.get("AUDIT_CHECKPOINT_DIR", VAR_DIR / "au
 # The largest API request body, in bytes. Our parsers refuse a larger one with 413 in the
 # `{"errors": [...]}` shape before reading it; Django applies the same bound to form data.
 # A definition is further bounded by orchestrator.definitions.limits (512 KiB), run input
-# by 1 MiB. In production put the same bound on the reverse proxy: an ASGI server spools a
-# body before Django sees it.
+# by 1 MiB. The ASGI application (orchestrator/asgi.py: BodyLimit) refuses a larger body of
+# any request before Django reads it.
 STEPWISE_MAX_REQUEST_BYTES = int(os.environ.get("STEPWISE_MAX_REQUEST_BYTES", 2 * 1024 * 1024))
 DATA_UPLOAD_MAX_MEMORY_SIZE = STEPWISE_MAX_REQUEST_BYTES
 REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
