@@ -232,6 +232,9 @@ STEPWISE_RELAY_POLL_S = float(os.environ.get("STEPWISE_RELAY_POLL_S",
 # Whether a websocket starts this process's outbox relay (on by default; a test of the consumers
 # alone, on an event loop of its own that closes after each call, turns it off).
 STEPWISE_LIVE_RELAY = os.environ.get("STEPWISE_LIVE_RELAY", "1") != "0"
+# Long-polls of the run API (`wait_for_change`) one person may hold at once in one web process:
+# each holds a server thread while it waits; one more is answered 429.
+STEPWISE_LONG_POLLS_PER_PERSON = int(os.environ.get("STEPWISE_LONG_POLLS_PER_PERSON", "4"))
 
 # Shared counters for rate limits and circuit breakers: every worker must see the same ones.
 if REDIS_URL:
