@@ -300,6 +300,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("STEPWISE_TRIGGER_ADMIT_INTERVAL_S", "2")),
         "options": {"queue": "orchestrator", "expires": 10},
     },
+    # Webhook posts refused before they were authenticated: one ledger entry per trigger and
+    # minute, with the count (triggers/services/webhooks.py).
+    "stepwise-trigger-refusals": {
+        "task": "triggers.tasks.record_refusals",
+        "schedule": 20.0,
+        "options": {"queue": "orchestrator", "expires": 60},
+    },
     # Alerts (alerts/, docs/operations.md#alerts): the outbox since the last scan, then the
     # conditions only the clock shows (stuck runs, deadlines, queue age).
     "stepwise-alerts": {
