@@ -109,6 +109,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "orchestrator.csp.ContentSecurityPolicyMiddleware",
     # Trace id (and run id) on every line a request logs; a span per request when tracing is on.
     "orchestrator.requestlog.RequestContextMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -119,6 +120,14 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# Every response's Content-Security-Policy (orchestrator/csp.py): scripts from this server's own
+# files only; websockets to this origin ('self'); ReDoc's search runs in a blob: worker.
+STEPWISE_CSP = os.environ.get("STEPWISE_CSP", "; ".join([
+    "default-src 'self'", "script-src 'self'", "style-src 'self' 'unsafe-inline'",
+    "img-src 'self' data: blob:", "font-src 'self' data:", "connect-src 'self'",
+    "worker-src 'self' blob:", "object-src 'none'", "base-uri 'self'", "form-action 'self'",
+    "frame-ancestors 'none'"]))
 
 ROOT_URLCONF = "orchestrator.urls"
 TEMPLATES = [
