@@ -19,6 +19,7 @@ from django.conf import settings
 
 from orchestrator.clock import now
 from orchestrator.egress import policy_for, request
+from orchestrator.sealing import CALLBACK_SECRETS
 
 from .models import CallbackDelivery
 from .services import CALLBACK_MAX_ATTEMPTS
@@ -65,7 +66,8 @@ def callback_deliver(*, delivery_id: int) -> bool:
     headers = {"Content-Type": "application/json", "User-Agent": "Stepwise-Callback",
                "X-Stepwise-Delivery": str(delivery.id), "X-Stepwise-Event": delivery.kind,
                "X-Stepwise-Timestamp": timestamp,
-               "X-Stepwise-Signature": sign(callback.secret, timestamp, body)}
+               "X-Stepwise-Signature": sign(CALLBACK_SECRETS.unseal(callback.sealed_secret),
+                                                timestamp, body)}
     delivery.attempts += 1
     try:
         response = request("POST", callback.url, policy=policy_for(tool="run.callback", team=callback.team),

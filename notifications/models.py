@@ -43,11 +43,12 @@ class Notification(models.Model):
 class RunCallback(models.Model):
     """Where to tell a client that its run waits, completed or failed: the `callback_url` given
     when the run was started (checked against the egress policy then), and the secret each
-    delivery is signed with (HMAC-SHA256; docs/live.md#callbacks)."""
+    delivery is signed with (HMAC-SHA256; docs/live.md#callbacks), sealed like webhook secrets."""
 
     run = models.OneToOneField("orchestrator.Run", on_delete=models.CASCADE, related_name="callback")
     url = models.URLField(max_length=2000)
-    secret = models.CharField(max_length=200, help_text="The client's signing secret.")
+    sealed_secret = models.TextField(help_text="The client's signing secret, sealed "
+                                     "(orchestrator.sealing.CALLBACK_SECRETS).")
     team = models.CharField(max_length=50, help_text="The team whose egress policy applies.")
     created_at = models.DateTimeField(default=now)
 

@@ -15,6 +15,7 @@ from django.db import transaction
 
 from orchestrator.clock import now
 from orchestrator.egress import policy_for, url_problems
+from orchestrator.sealing import CALLBACK_SECRETS
 
 from .models import CallbackDelivery, Notification, RunCallback
 
@@ -86,7 +87,19 @@ def callback_problems(*, url: str, secret: str, team: str) -> list[dict]:
 def run_callback_register(*, run, url: str, secret: str, team: str) -> RunCallback:
     """Record a run's callback, in the transaction that creates the run (`run_start` checked
     it with `callback_problems` first)."""
-    return RunCallback.objects.create(run=run, url=url, secret=secret, team=team)
+    return RunCallback.objects.create(run=run, url=url, sealed_secret=CALLBACK_SECRETS.seal(secret),
+                                      team=team)
+
+
+def callbacks_reseal() -> int:
+    """Re-encrypt every run's callback secret under the current key (after a key rotation, with
+    the old key among the fallbacks). Returns how many were resealed."""
+    count = 0
+    for callback_id, sealed in RunCallback.objects.values_list("id", "sealed_secret").iterator():
+        RunCallback.objects.filter(id=callback_id).update(
+            sealed_secret=CALLBACK_SECRETS.reseal(sealed))
+        count += 1
+    return count
 
 
 def _dispatch_callback(delivery_id: int) -> None:

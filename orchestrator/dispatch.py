@@ -109,6 +109,13 @@ def map_items_redispatch_on_commit(step_id: int, delays: dict[int, float], item_
                           for index, delay in delays.items()])
 
 
+def child_start_on_commit(parent_step_id: int, *, run_id=None, step_name: str = "") -> None:
+    """A worker creates the child run of a sub-workflow step (never the transaction that
+    started the step: a request would otherwise recurse through workflows calling each other)."""
+    after_commit(lambda: _send("child_start", (parent_step_id,), run_id=run_id,
+                               step_name=step_name, queue="orchestrator"))
+
+
 def child_finished_on_commit(parent_step_id: int) -> None:
     after_commit(lambda: _send("child_finished", (parent_step_id,), queue="orchestrator"))
 

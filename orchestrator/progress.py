@@ -5,7 +5,10 @@ its websocket re-read `run_snapshot` each time they are nudged. Progress is coun
 estimated: steps ended of the run's steps, map items done of each map step's items; there is no
 percentage to invent.
 """
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 
 from django.conf import settings
@@ -55,6 +58,36 @@ def latest_event_of(run: Run) -> int:
 
 LONG_POLL_MAX_S = 15.0  # under proxies' and the API fuzzer's 20 s request timeouts
 LONG_POLL_INTERVAL_S = 0.25
+
+
+class LongPollsExhausted(Exception):
+    """The person already holds `STEPWISE_LONG_POLLS_PER_PERSON` long-polls in this process."""
+
+
+_long_polls: dict[object, int] = {}
+_long_polls_lock = threading.Lock()
+
+
+@contextmanager
+def long_poll_slot(person: object) -> Iterator[None]:
+    """One of the few long-polls a person may hold at once in this web process: each holds a
+    server thread while it waits, so one person's many cannot crowd out everyone else's
+    requests. Raises LongPollsExhausted beyond `STEPWISE_LONG_POLLS_PER_PERSON`."""
+    with _long_polls_lock:
+        held = _long_polls.get(person, 0)
+        if held >= settings.STEPWISE_LONG_POLLS_PER_PERSON:
+            raise LongPollsExhausted(
+                f"you already wait on {held} long-polls (STEPWISE_LONG_POLLS_PER_PERSON); "
+                "wait for one to answer, or watch the run's websocket")
+        _long_polls[person] = held + 1
+    try:
+        yield
+    finally:
+        with _long_polls_lock:
+            if _long_polls[person] <= 1:
+                del _long_polls[person]
+            else:
+                _long_polls[person] -= 1
 
 
 def wait_for_event(run: Run, *, after: int, timeout: float) -> int:

@@ -1,6 +1,7 @@
 """Secrets at rest: encrypted with a key the database does not hold.
 
-The one way Stepwise encrypts what it must read back (webhook secrets, secret run inputs):
+The one way Stepwise encrypts what it must read back (webhook secrets, secret run inputs, runs'
+callback signing secrets):
 Fernet (AES-128-CBC + HMAC-SHA256, from `cryptography`) under a key derived with HKDF-SHA256
 from STEPWISE_TRIGGER_KEY, a different derivation (`purpose`) for each kind of secret, so a
 ciphertext of one kind never opens as another. Development generates that key once into
@@ -61,3 +62,4 @@ class Sealer:
 
 WEBHOOK_SECRETS = Sealer(b"stepwise webhook secrets v1", "a webhook secret")
 RUN_SECRETS = Sealer(b"stepwise run secrets v1", "a run's secret input")
+CALLBACK_SECRETS = Sealer(b"stepwise callback secrets v1", "a run's callback secret")

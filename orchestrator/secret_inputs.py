@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from audit.redaction import MIN_SCRUB_LENGTH, is_secret_key
 
+from .logcontext import mask_in_logs
 from .models import Run, RunSecret
 from .sealing import RUN_SECRETS
 
@@ -83,6 +84,8 @@ def split(schema: dict, value: dict, *, known: Collection[str] = ()) -> tuple[di
         last = int(path[-1]) if isinstance(node, list) else path[-1]
         secrets[marker(path)[MARKER_KEY]] = node[last]
         node[last] = marker(path)
+    if secrets:
+        mask_in_logs(Revealed(secrets).known_for_logs())
     return masked, secrets
 
 
@@ -117,6 +120,10 @@ class Revealed:
 
     def known(self) -> list[str]:
         return [s for s in self.strings if s]
+
+    def known_for_logs(self) -> list[str]:
+        """The values long enough to be searched for in a log line (MIN_SCRUB_LENGTH)."""
+        return [s for s in self.strings if len(s) >= MIN_SCRUB_LENGTH]
 
     def reveal(self, data: object) -> object:
         if not self.values:
@@ -162,7 +169,11 @@ def revealed_for(run_id) -> Revealed:
 
 def revealed_from(sealed: str | None) -> Revealed:
     """`revealed_for`, from the run's `RunSecret.sealed` already read (None: it has none)."""
-    return Revealed(json.loads(RUN_SECRETS.unseal(sealed))) if sealed else NONE
+    if not sealed:
+        return NONE
+    revealed = Revealed(json.loads(RUN_SECRETS.unseal(sealed)))
+    mask_in_logs(revealed.known_for_logs())  # whatever logs a line with them next, here
+    return revealed
 
 
 def sealed_of(run: Run) -> str | None:

@@ -109,6 +109,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "orchestrator.csp.ContentSecurityPolicyMiddleware",
     # Trace id (and run id) on every line a request logs; a span per request when tracing is on.
     "orchestrator.requestlog.RequestContextMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -119,6 +120,14 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# Every response's Content-Security-Policy (orchestrator/csp.py): scripts from this server's own
+# files only; websockets to this origin ('self'); ReDoc's search runs in a blob: worker.
+STEPWISE_CSP = os.environ.get("STEPWISE_CSP", "; ".join([
+    "default-src 'self'", "script-src 'self'", "style-src 'self' 'unsafe-inline'",
+    "img-src 'self' data: blob:", "font-src 'self' data:", "connect-src 'self'",
+    "worker-src 'self' blob:", "object-src 'none'", "base-uri 'self'", "form-action 'self'",
+    "frame-ancestors 'none'"]))
 
 ROOT_URLCONF = "orchestrator.urls"
 TEMPLATES = [
@@ -232,6 +241,9 @@ STEPWISE_RELAY_POLL_S = float(os.environ.get("STEPWISE_RELAY_POLL_S",
 # Whether a websocket starts this process's outbox relay (on by default; a test of the consumers
 # alone, on an event loop of its own that closes after each call, turns it off).
 STEPWISE_LIVE_RELAY = os.environ.get("STEPWISE_LIVE_RELAY", "1") != "0"
+# Long-polls of the run API (`wait_for_change`) one person may hold at once in one web process:
+# each holds a server thread while it waits; one more is answered 429.
+STEPWISE_LONG_POLLS_PER_PERSON = int(os.environ.get("STEPWISE_LONG_POLLS_PER_PERSON", "4"))
 
 # Shared counters for rate limits and circuit breakers: every worker must see the same ones.
 if REDIS_URL:
@@ -296,6 +308,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "triggers.tasks.admit_queued",
         "schedule": float(os.environ.get("STEPWISE_TRIGGER_ADMIT_INTERVAL_S", "2")),
         "options": {"queue": "orchestrator", "expires": 10},
+    },
+    # Webhook posts refused before they were authenticated: one ledger entry per trigger and
+    # minute, with the count (triggers/services/webhooks.py).
+    "stepwise-trigger-refusals": {
+        "task": "triggers.tasks.record_refusals",
+        "schedule": 20.0,
+        "options": {"queue": "orchestrator", "expires": 60},
     },
     # Alerts (alerts/, docs/operations.md#alerts): the outbox since the last scan, then the
     # conditions only the clock shows (stuck runs, deadlines, queue age).
@@ -366,6 +385,9 @@ STORAGES = {
 }
 # A queued step nobody claimed for this long is dispatched again (its message was lost).
 STEPWISE_REDISPATCH_AFTER_S = int(os.environ.get("STEPWISE_REDISPATCH_AFTER_S", "60"))
+# Child runs nest at most this deep below their top-level run; a sub-workflow step that would
+# start one deeper fails permanent (workflows calling each other in a cycle end there).
+STEPWISE_MAX_CHILD_DEPTH = int(os.environ.get("STEPWISE_MAX_CHILD_DEPTH", "8"))
 # Per-dependency limits shared by all workers: calls per second ("tool:http.request",
 # "model:fast" ...; JSON), and the circuit breaker: after this many consecutive transient
 # failures a dependency is not called for the cool-down.
@@ -502,6 +524,8 @@ SPECTACULAR_SETTINGS = {
 # (STEPWISE_LOG_FORMAT=json|text overrides). Secrets are masked before any line is written.
 # Workers and beat use this same configuration (orchestrator/celery.py), never Celery's own.
 STEPWISE_LOG_FORMAT = os.environ.get("STEPWISE_LOG_FORMAT", "json" if PRODUCTION else "text")
+# dictConfig, then every record scrubbed as it is created: a library's own handlers redact too.
+LOGGING_CONFIG = "orchestrator.logs.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -583,8 +607,8 @@ if os.environ.get("AUDIT_CHECKPOINT_S3_BUCKET"):
 # The largest API request body, in bytes. Our parsers refuse a larger one with 413 in the
 # `{"errors": [...]}` shape before reading it; Django applies the same bound to form data.
 # A definition is further bounded by orchestrator.definitions.limits (512 KiB), run input
-# by 1 MiB. In production put the same bound on the reverse proxy: an ASGI server spools a
-# body before Django sees it.
+# by 1 MiB. The ASGI application (orchestrator/asgi.py: BodyLimit) refuses a larger body of
+# any request before Django reads it.
 STEPWISE_MAX_REQUEST_BYTES = int(os.environ.get("STEPWISE_MAX_REQUEST_BYTES", 2 * 1024 * 1024))
 DATA_UPLOAD_MAX_MEMORY_SIZE = STEPWISE_MAX_REQUEST_BYTES
 #: The render budget of every template, on the web and in workers (docs/limits.md): the

@@ -48,6 +48,11 @@ def map_join(step_id: int) -> None:
     map_step.map_join(step_id=step_id)
 
 
+@shared_task(name="orchestrator.tasks.child_start")
+def child_start(parent_step_id: int) -> None:
+    sub_workflow.child_run_start(parent_step_id=parent_step_id)
+
+
 @shared_task(name="orchestrator.tasks.child_finished")
 def child_finished(parent_step_id: int) -> None:
     sub_workflow.child_finished(parent_step_id=parent_step_id)

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -20,6 +21,16 @@ from .builder import definition_of
 TERMINAL_STATES = frozenset({"completed", "failed", "cancelled", "timed_out",
                              "compensation_failed"})
 RETRIED_STATUSES = frozenset({502, 503, 504})
+
+
+def _segment(value: object) -> str:
+    """One path segment: every reserved character quoted, and dots too, so that a name like
+    `..` or `a/../b` stays inside its segment instead of naming another endpoint."""
+    return quote(str(value), safe="").replace(".", "%2E")
+
+
+def _path(*segments: object) -> str:
+    return "/api/v1/" + "".join(f"{_segment(s)}/" for s in segments)
 
 
 class StepwiseError(Exception):
@@ -124,7 +135,7 @@ class Stepwise:
         if version is not None:
             body["version"] = version
         params = {"team": team} if team else None
-        data = self._call("POST", f"/api/v1/workflows/{workflow}/runs/", json=body, params=params,
+        data = self._call("POST", _path("workflows", workflow, "runs"), json=body, params=params,
                           idempotency_key=idempotency_key or str(uuid.uuid4()))
         return Run.of(data)
 
@@ -138,7 +149,7 @@ class Stepwise:
         return self._call("POST", "/api/v1/workflows/", json=body)
 
     def get(self, run_id: str) -> Run:
-        return Run.of(self._call("GET", f"/api/v1/runs/{run_id}/"))
+        return Run.of(self._call("GET", _path("runs", run_id)))
 
     def wait(self, run_id: str, *, until: Iterable[str] = TERMINAL_STATES, timeout: float = 120,
              poll: float = 0.5) -> Run:
@@ -158,7 +169,7 @@ class Stepwise:
 
     def cancel(self, run_id: str) -> Run:
         """Cancel the run (cooperatively: running steps finish first)."""
-        return Run.of(self._call("POST", f"/api/v1/runs/{run_id}/cancel/"))
+        return Run.of(self._call("POST", _path("runs", run_id, "cancel")))
 
     # --- approvals -----------------------------------------------------------------------
 
@@ -177,14 +188,14 @@ class Stepwise:
         return self._decide(approval, "reject", note)
 
     def _decide(self, approval: Approval, verb: str, note: str) -> Approval:
-        return Approval.of(self._call("POST", f"/api/v1/approvals/{approval.id}/{verb}/",
+        return Approval.of(self._call("POST", _path("approvals", approval.id, verb),
                                       json={"note": note, "proposal_hash": approval.proposal_hash}))
 
     # --- triggers ------------------------------------------------------------------------
 
     def fire(self, trigger_id: str, payload: Any, *, idempotency_key: str | None = None) -> Firing:
         """Fire a programmatic trigger with `payload` (what its input template reads)."""
-        return Firing.of(self._call("POST", f"/api/v1/triggers/{trigger_id}/fire/", json=payload,
+        return Firing.of(self._call("POST", _path("triggers", trigger_id, "fire"), json=payload,
                                     idempotency_key=idempotency_key or str(uuid.uuid4())))
 
     # --- HTTP ----------------------------------------------------------------------------

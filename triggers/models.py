@@ -200,3 +200,26 @@ class EventDeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.trigger.name} {self.key}: {self.reason_class}"
+
+
+class RefusalTally(models.Model):
+    """Webhook posts a trigger refused before they were authenticated (too large, unsigned,
+    badly signed, out of the replay window), counted per trigger and minute: anyone can send
+    them, so each is a row update here, and the minute becomes one ledger entry with the count
+    once it has passed (`triggers.services.webhooks.refusal_tallies_record`)."""
+
+    trigger = models.ForeignKey(Trigger, on_delete=models.CASCADE, related_name="refusal_tallies")
+    minute = models.DateTimeField(help_text="The minute the refusals arrived in (its start).")
+    count = models.PositiveIntegerField(default=0)
+    reasons = models.JSONField(default=dict, help_text="How many of each reason.")
+    first_problem = models.CharField(max_length=500, blank=True,
+                                     help_text="What the first refusal of the minute said.")
+    recorded = models.BooleanField(default=False, help_text="Written to the ledger.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["trigger", "minute"],
+                                               name="refusal_tally_per_minute")]
+        indexes = [models.Index(fields=["recorded", "minute"], name="refusal_tally_due")]
+
+    def __str__(self) -> str:
+        return f"{self.trigger_id} {self.minute:%Y-%m-%d %H:%M}: {self.count} refused"

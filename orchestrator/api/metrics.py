@@ -1,9 +1,10 @@
 """`/metrics`: the Prometheus scrape (orchestrator/metrics.py, docs/operations.md#metrics).
 
-Protected: the metrics map the deployment (queues, models, teams' alert counts). A Prometheus
-server sends `Authorization: Bearer <STEPWISE_METRICS_TOKEN>`; a person needs to be an operator
-(the same rule as the health details), signed in or with their API token. Anyone else gets a
-401 or 403 in the API's error shape.
+Protected: the metrics map the whole deployment — every team's runs, queues, approvals, model
+tokens and costs, with no team label to filter by. A Prometheus server sends
+`Authorization: Bearer <STEPWISE_METRICS_TOKEN>`; a person must be a superuser, signed in or with
+their API token: a team's operator or owner would see the other teams' counts and costs. Anyone
+else gets a 401 or 403 in the API's error shape.
 """
 import hmac
 
@@ -13,7 +14,6 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
 
-from ..health import user_may_see_health
 from ..metrics import metrics_text
 from .errors import error_body
 
@@ -44,7 +44,8 @@ def metrics_view(request):
                                     status=401)
             response["WWW-Authenticate"] = "Bearer"
             return response
-        if not user_may_see_health(user):
-            return JsonResponse(error_body("metrics are for operators (docs/permissions.md)"),
-                                status=403)
+        if not (user.is_active and user.is_superuser):
+            return JsonResponse(error_body(
+                "metrics span every team: they are for superusers and the Prometheus token "
+                "(docs/operations.md#metrics)"), status=403)
     return HttpResponse(metrics_text(), content_type=CONTENT_TYPE_LATEST)

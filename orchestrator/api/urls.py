@@ -1,11 +1,16 @@
 """Routes of the API, mounted at /api/v1/ under the `api` namespace."""
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerSplitView,
+)
 from rest_framework.routers import DefaultRouter
 
 from budgets.api import BudgetLimitViewSet, CostsView, ModelPriceViewSet
 from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 
+from ..csp import allowing
 from .gate_policies import GatePolicyViewSet
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
 from .templates import TemplateViewSet
@@ -35,7 +40,9 @@ urlpatterns = [
     path("costs/", CostsView.as_view(), name="costs"),
     path("schema/definition.json", DefinitionSchemaView.as_view(), name="definition-schema"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
-    path("redoc/", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
+    # ReDoc's sidebar always shows Redocly's logo from its CDN: an image, allowed on this page only.
+    path("redoc/", allowing(SpectacularRedocView.as_view(url_name="api:schema"), "img-src",
+                            "https://cdn.redoc.ly"), name="redoc"),
     *router.urls,
 ]

@@ -18,7 +18,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.exceptions import APIException, NotFound, Throttled, ValidationError
 from rest_framework.response import Response
 
 from approvals.models import ApprovalDecision, ApprovalRequest
@@ -29,7 +29,7 @@ from ..authz import visible, visible_workflows_named
 from ..definitions import DefinitionInvalid, parse_definition_text
 from ..errors import NotAllowed
 from ..models import DeadLetter, Event, Run, StepRun, Workflow, WorkflowVersion
-from ..progress import LONG_POLL_MAX_S, wait_for_event
+from ..progress import LONG_POLL_MAX_S, LongPollsExhausted, long_poll_slot, wait_for_event
 from ..provenance import of_start as provenance_of_start
 from ..selectors import latest_version, runs_with_version
 from ..services.kinds.human_gate import (
@@ -370,7 +370,10 @@ def _query_number(request, name: str, high: float, *, whole: bool) -> float | No
                              description=f"Seconds to wait at most (default and at most "
                              f"{LONG_POLL_MAX_S}), with `wait_for_change`; then the unchanged run "
                              "is returned."),
-        ]),
+        ],
+        responses={200: s.RunDetailSerializer, 429: OpenApiResponse(s.ErrorsSerializer, description=(
+            "With `wait_for_change`: you already hold STEPWISE_LONG_POLLS_PER_PERSON long-polls "
+            "on this server process (Retry-After)."))}),
 )
 class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                  viewsets.GenericViewSet):
@@ -392,8 +395,12 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
         timeout = _query_number(request, "timeout", LONG_POLL_MAX_S, whole=False)
         if after is not None:
             run = self.get_object()  # 404 before waiting, for a run the person may not see
-            wait_for_event(run, after=int(after),
-                           timeout=LONG_POLL_MAX_S if timeout is None else timeout)
+            try:
+                with long_poll_slot(request.user.pk):
+                    wait_for_event(run, after=int(after),
+                                   timeout=LONG_POLL_MAX_S if timeout is None else timeout)
+            except LongPollsExhausted as exc:
+                raise Throttled(wait=1, detail=str(exc)) from None
         return super().retrieve(request, *args, **kwargs)
 
     @extend_schema(request=None, responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS},

@@ -2,7 +2,7 @@
 
 It enforces what no stuck worker can: step and map item timeouts, runs past their duration
 (paused or timed out per `budget.on_duration`, their running steps stopped), expired leases, due retries,
-lost messages, lost chord callbacks, finished children, approval deadlines (a gate's timeout:
+lost messages, lost chord callbacks, children never started and finished children, approval deadlines (a gate's timeout:
 escalate, reject or expire) and reminders, notifications whose delivery is due again, and flags
 runs that stopped moving. Every action goes through the same service a worker would call, so a sweep
 racing a worker is harmless: one of them finds the state already moved and does nothing.
@@ -33,7 +33,7 @@ def reap() -> dict[str, int]:
     """One sweep. Returns how many of each thing it acted on."""
     at = now()
     report = {"timed_out": 0, "leases": 0, "retries": 0, "redispatched": 0, "joined": 0,
-              "items_resent": 0, "children": 0, "stuck": 0, "runs_timed_out": 0, "runs_paused": 0,
+              "items_resent": 0, "children": 0, "children_started": 0, "stuck": 0, "runs_timed_out": 0, "runs_paused": 0,
               "compensations": 0, "approval_reminders": 0, "notifications": 0,
               "callbacks": 0}
     late = StepRun.objects.filter(state__in=[StepState.RUNNING, StepState.WAITING], deadline_at__lt=at)
@@ -51,7 +51,7 @@ def reap() -> dict[str, int]:
             report[f"runs_{outcome}"] += 1
     _sweep_compensations(stale, report)
     _sweep_maps(stale, report)
-    _sweep_children(report)
+    _sweep_children(stale, report)
     _flag_stuck(at, report)
     report["approval_reminders"] = approval_reminders_send()
     report["notifications"] = notifications_resend()
@@ -92,11 +92,17 @@ def _sweep_compensations(stale, report: dict) -> None:
         report["compensations"] += 1
 
 
-def _sweep_children(report: dict) -> None:
+def _sweep_children(stale, report: dict) -> None:
+    """Carry a finished child into its parent step whose notice was lost, and create the child
+    of a sub-workflow step whose `child_start` message was lost."""
     finished = Run.objects.filter(parent_step=OuterRef("pk"), state__in=RUN_TERMINAL)
-    waiting = StepRun.objects.filter(kind="sub_workflow", state=StepState.WAITING).filter(Exists(finished))
-    for step_id in waiting.values_list("id", flat=True)[:BATCH]:
+    waiting = StepRun.objects.filter(kind="sub_workflow", state=StepState.WAITING)
+    for step_id in waiting.filter(Exists(finished)).values_list("id", flat=True)[:BATCH]:
         report["children"] += sub_workflow.child_finished(parent_step_id=step_id)
+    childless = waiting.filter(started_at__lt=stale).exclude(
+        Exists(Run.objects.filter(parent_step=OuterRef("pk"))))
+    for step_id in childless.values_list("id", flat=True)[:BATCH]:
+        report["children_started"] += sub_workflow.child_run_start(parent_step_id=step_id)
 
 
 def _flag_stuck(at, report: dict) -> None:

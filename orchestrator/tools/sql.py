@@ -13,6 +13,9 @@ sqlite3 — so nothing a model or a run input says is ever spliced into SQL.
   of the key - a retry after a worker died mid-call, a redrive - finds the row and returns
   the stored result without writing again; a concurrent attempt waits on the key's row and
   then does the same. So the tool `dedupes_by_key`.
+* On SQLite an authorizer refuses what reaches past the one database file: ATTACH (and VACUUM
+  INTO, which attaches), DETACH, `load_extension` and other file or pointer functions, and
+  every pragma outside a read-only list (`SQLITE_PRAGMAS`), `query_only` included.
 * Both end by the step's time limit: a server-side statement timeout (PostgreSQL
   `statement_timeout`, MariaDB `max_statement_time`, MySQL `max_execution_time`) and, for
   SQLite, an interrupt from the progress handler.
@@ -86,6 +89,45 @@ EXECUTE_OUTPUT = {
                    "columns": {"type": "array", "items": {"type": "string"}},
                    "rows": _ROWS},
 }
+
+# Pragmas that only read the schema or the database's metadata; any other (writable_schema,
+# temp_store_directory, journal_mode ...) changes the file or the process and is refused.
+SQLITE_PRAGMAS = frozenset({
+    "table_info", "table_xinfo", "table_list", "index_list", "index_info",
+    "index_xinfo", "foreign_key_list", "foreign_key_check", "database_list", "collation_list",
+    "function_list", "pragma_list", "module_list", "compile_options", "user_version",
+    "schema_version", "application_id", "page_count", "page_size", "freelist_count", "encoding",
+    "integrity_check", "quick_check", "data_version"})
+# Functions that load code or touch files and pointers (some only exist when an extension is
+# loaded, which this refuses too).
+SQLITE_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"})
+_refusal = threading.local()
+
+
+def _sqlite_authorizer(action, arg1, arg2, db_name, trigger):
+    """sqlite3's authorizer: deny what would reach outside the connection's one file."""
+    refused = None
+    if action == sqlite3.SQLITE_ATTACH:
+        refused = f"ATTACH (or VACUUM INTO) {arg1!r}"
+    elif action == sqlite3.SQLITE_DETACH:
+        refused = "DETACH"
+    elif action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() not in SQLITE_PRAGMAS:
+        refused = f"PRAGMA {arg1}"
+    elif action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in SQLITE_FUNCTIONS:
+        refused = f"the function {arg2}()"
+    if refused is None:
+        return sqlite3.SQLITE_OK
+    _refusal.text = refused
+    return sqlite3.SQLITE_DENY
+
+
+def _guard(conn: SAConnection) -> None:
+    """From here on, the step's own statement: on SQLite the authorizer decides what it may
+    touch (SQLAlchemy's and our own pragmas ran before; the file is closed after the call)."""
+    if conn.dialect.name == "sqlite":
+        _refusal.text = None
+        conn.connection.dbapi_connection.set_authorizer(_sqlite_authorizer)
+
 
 _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()
@@ -260,6 +302,8 @@ def classify(exc: BaseException) -> str:
             return "transient"
         if "readonly" in text or "read-only" in text or "query_only" in text:
             return "policy"
+        if "not authorized" in text or "authorization denied" in text:
+            return "policy"  # refused by the connection's authorizer
         return "permanent"
     if isinstance(exc, sa.exc.TimeoutError):
         return "transient"  # the pool had no connection free in time
@@ -281,6 +325,10 @@ def classify(exc: BaseException) -> str:
 def _failed(connection: Connection, exc: BaseException) -> StepError:
     error_class = classify(exc)
     orig = getattr(exc, "orig", None) or exc
+    refused, _refusal.text = getattr(_refusal, "text", None), None
+    if refused and isinstance(orig, sqlite3.DatabaseError) and classify(exc) == "policy":
+        return failure(connection, "policy", f"{refused} is not allowed on a SQLite connection: "
+                                             "a statement reaches only the connection's database")
     return failure(connection, error_class, orig)
 
 
@@ -323,9 +371,12 @@ def sql_query(params: dict, ctx: ToolContext) -> dict:
             try:
                 _read_only(conn)
                 _limit_time(conn, seconds)
+                _guard(conn)
                 columns, rows, truncated = _rows(conn.execute(clause, params.get("args") or {}), limit)
             finally:
                 conn.rollback()
+                if conn.dialect.name == "sqlite":
+                    conn.connection.dbapi_connection.set_authorizer(None)
                 _read_only(conn, on=False)
                 conn.rollback()
     except StepError:
@@ -400,11 +451,14 @@ def sql_execute(params: dict, ctx: ToolContext) -> dict:
                     raise StepError("transient", "another attempt holds this effect's key") from None
                 return stored
             args = params.get("args")
+            _guard(conn)
             if isinstance(args, list):
                 result = conn.execute(clause, args)
             else:
                 result = conn.execute(clause, args or {})
             columns, rows, _ = _rows(result, limit)
+            if conn.dialect.name == "sqlite":
+                conn.connection.dbapi_connection.set_authorizer(None)
             output = {"row_count": max(result.rowcount, 0), "columns": columns, "rows": rows}
             conn.execute(sa.text(f"UPDATE {table} SET result = :r WHERE effect_key = :k"),
                          {"r": json.dumps(output), "k": key})

@@ -45,6 +45,7 @@ from orchestrator.services.runs import run_cancel, run_start, run_time_out
 from orchestrator.services.workflows import workflow_save
 from tests.api.driving import drive_to_gate, support_run
 from tests.factories import EXAMPLES, SETUP, TeamFactory, member
+from tests.support.children import start_children
 from tests.support.live_server import ROOT, LiveServer
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
@@ -128,7 +129,7 @@ def seed() -> dict[str, User]:
     dead_letter_redrive(dead_letter_id=DeadLetter.objects.get(run=redriven).id, actor=owner)
     fail_first_step(run_start(version=paused, input={}, actor=owner))  # paused, step failed
     run_start(version=fragile, input={"by": "engine"}, actor=SETUP)  # created_by null
-    run_start(version=parent, input={}, actor=owner)  # a child run with parent_run
+    start_children(run_start(version=parent, input={}, actor=owner))  # a child with parent_run
 
     assert set(ApprovalRequest.objects.values_list("state", flat=True)) == {
         "pending", "approved", "rejected", "cancelled"}

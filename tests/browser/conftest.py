@@ -74,8 +74,20 @@ def browser_page(browser):
                                   color_scheme="light")
     page = context.new_page()
     page.set_default_timeout(15000)
+    # What the Content-Security-Policy refused (Chromium reports each on the console): a page
+    # that needs an inline script or another host to work fails its test.
+    refused = []
+    page.on("console", lambda message: refused.append(message.text)
+            if "Content Security Policy" in message.text else None)
+    # Playwright polls a bare expression with the page's eval, which the policy refuses; a
+    # function it compiles once, outside the policy.
+    wait_for_function = page.wait_for_function
+    page.wait_for_function = lambda expression, **options: wait_for_function(
+        expression if expression.lstrip().startswith(("(", "function", "async")) else
+        f"() => ({expression})", **options)
     yield page
     context.close()
+    assert refused == [], refused
 
 
 def _free_port() -> int:

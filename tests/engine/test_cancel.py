@@ -16,6 +16,7 @@ from orchestrator.services.workflows import workflow_save
 from orchestrator.states import RUN_CANCELLABLE, RUN_TERMINAL, RunState
 from tests.conftest import client_for
 from tests.factories import SETUP, member
+from tests.support.children import start_children
 from tests.support.http_sink import HttpSink
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -82,7 +83,8 @@ def test_cancelling_a_parent_whose_child_is_compensating_cancels_the_parent_only
             "steps": [{"name": "child", "type": "sub_workflow", "workflow": "saga", "input": {}}]},
             actor=SETUP)
         parent = run_start(version=parent_version, input={}, actor=SETUP)
-        child = drive(Run.objects.get(parent_step__run=parent))
+        [child] = start_children(parent)
+        child = drive(child)
         assert child.state == RunState.COMPENSATING
 
         response = operator_api.post(f"/api/v1/runs/{parent.id}/cancel/")

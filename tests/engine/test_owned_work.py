@@ -25,6 +25,7 @@ from orchestrator.services.kinds.worker import Usage, step_claim, step_fail, ste
 from orchestrator.services.runs import run_cancel, run_start
 from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
+from tests.support.children import start_children
 
 pytestmark = pytest.mark.django_db
 
@@ -68,7 +69,9 @@ def parent_run(team, owned: str, way: str) -> Run:
         {"name": "boom", "type": "tool", "tool": "core.echo"}]}
     if way == "run timed out":
         definition["budget"] = {"max_duration_s": 30, "on_duration": "fail"}
-    return run_start(version=save(team, definition), input={"items": [1, 2, 3]}, actor=SETUP)
+    run = run_start(version=save(team, definition), input={"items": [1, 2, 3]}, actor=SETUP)
+    start_children(run)
+    return run
 
 
 def finish_worker_step(run: Run, name: str, *, error: StepError | None = None) -> None:
@@ -137,7 +140,7 @@ def test_a_child_that_already_finished_stays_finished(team):
     parent = run_start(version=save(team, {"name": "parent", "steps": [
         {"name": "owner", "type": "sub_workflow", "workflow": "quick", "input": {}}]}),
         input={}, actor=SETUP)
-    child = Run.objects.get(parent_step__run=parent)
+    [child] = start_children(parent)
     finish_worker_step(child, "only")
     assert Run.objects.get(pk=child.pk).state == "completed"  # its parent has not heard yet
 

@@ -17,6 +17,7 @@ from orchestrator.services.operators import run_budget_raise, run_resume
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
+from tests.support.children import start_children
 
 pytestmark = pytest.mark.django_db
 
@@ -274,7 +275,7 @@ def test_a_finished_child_is_carried_into_its_waiting_parent_by_the_sweep(team):
                                          "steps": [echo("only", params={"v": 7})]}, actor=SETUP)
     parent = start(team, {"name": "call", "type": "sub_workflow", "workflow": "child", "input": {}},
                    name="parent")
-    child = Run.objects.get(parent_step__run=parent)
+    [child] = start_children(parent)
     attempt = claim(child, "only").attempt
     step_succeed(step_id=child.steps.get(name="only").id, attempt=attempt, output={"v": 7},
                  usage=Usage(), worker="test")

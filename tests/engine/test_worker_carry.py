@@ -20,6 +20,7 @@ from orchestrator.services.workflows import workflow_save
 from tests.engine.conftest import HANDED
 from tests.engine.test_worker import echo, messages, start, step_of
 from tests.factories import SETUP
+from tests.support.children import start_children
 
 pytestmark = pytest.mark.django_db
 
@@ -222,10 +223,10 @@ def test_a_carried_step_is_handed_the_run_s_secret_inputs(team, handed):
     assert step_of(run, "use").state == "completed"
 
 
-def test_a_child_run_s_first_step_is_carried_with_the_child_s_own_secret_inputs(team, handed):
-    """A sub-workflow started by a carried success starts its child's first step in the same
-    transaction: that step is carried too, handed the secrets sealed for the child (its input
-    names them differently from the parent's)."""
+def test_a_child_run_s_first_step_is_handed_the_child_s_own_secret_inputs(team, handed):
+    """A sub-workflow started by a carried success sends its child to a worker (the child is
+    never created in the parent's transaction); the child's first step is handed the secrets
+    sealed for the child (its input names them differently from the parent's)."""
     secret = {"type": "object", "required": ["code"], "properties": {
         "code": {"type": "string", "writeOnly": True}}}
     child, _ = workflow_save(team=team, definition={
@@ -240,9 +241,11 @@ def test_a_child_run_s_first_step_is_carried_with_the_child_s_own_secret_inputs(
     run = run_start(version=parent, input={"code": "s3cr3t-77"}, actor=SETUP)
 
     step_execute(step_id=step_of(run, "s0").id, worker="w", carry=carry())
+    assert handed == [] and step_of(run, "sub").state == "waiting"
 
+    [child_run] = start_children(run)
+    step_execute(step_id=step_of(child_run, "use").id, worker="w", carry=carry())
     assert handed == [{"pin": "s3cr3t-77"}]
-    [child_run] = Run.objects.filter(parent_step__run=run)
     assert step_of(child_run, "use").state == "completed"
 
 

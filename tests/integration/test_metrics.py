@@ -1,12 +1,13 @@
 """`/metrics` after real work: real Celery worker processes (prefork children) run workflows,
 then one scrape of the web side shows every series the workers moved — their counters and
 histograms summed across processes (prometheus-client multiprocess mode) — and the gauges read
-from the database. The scrape is for operators or the bearer token only."""
+from the database. The scrape is for superusers or the bearer token only."""
 import json
 import os
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
 from django.db.models import Q
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
@@ -85,7 +86,7 @@ def total(samples: dict, name: str, **labels) -> float:
 
 
 def test_metrics_show_what_real_workers_did(metered, team, settings):
-    operator = client_for(member(team, "operator", role=Role.OPERATOR))
+    operator = client_for(User.objects.create_superuser("root", "root@example.com", "pw"))
     before = settled_scrape(operator)
     logged_from = metered.log.stat().st_size
     failures_before = tool_failures_by_process()
@@ -131,8 +132,10 @@ def test_metrics_show_what_real_workers_did(metered, team, settings):
     assert value(after, "stepwise_runs", state="failed") >= 1
     assert value(after, "stepwise_approvals_pending") >= 1
 
-    # Protected: a member is refused, no one anonymous, the bearer token is let in.
+    # Protected: a member and a team's operator are refused, no one anonymous, the bearer token
+    # is let in.
     assert client_for(member(team, "viewer")).get("/metrics").status_code == 403
+    assert client_for(member(team, "team-op", role=Role.OPERATOR)).get("/metrics").status_code == 403
     assert Client().get("/metrics").status_code == 401
     settings.STEPWISE_METRICS_TOKEN = "scrape-me-0123456789"
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me-0123456789").status_code == 200
@@ -144,7 +147,7 @@ def test_steps_executing_counts_a_running_call_and_forgets_a_killed_worker(meter
     worker is killed mid-call: a dead process's gauge is dropped at the next scrape."""
     from .conftest import wait_for
 
-    operator = client_for(member(team, "operator", role=Role.OPERATOR))
+    operator = client_for(User.objects.create_superuser("root", "root@example.com", "pw"))
     settled_scrape(operator)
     executing = lambda: total(scrape(operator), "stepwise_steps_executing", kind="tool", queue="tools")  # noqa: E731
     with HttpSink() as sink:

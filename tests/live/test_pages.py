@@ -87,6 +87,28 @@ def test_long_polling_answers_at_once_when_the_run_has_moved_on(api, run):
     assert body["last_event"] == newest
 
 
+def test_one_person_s_long_polls_are_bounded_and_others_are_still_served(
+        api, run, requester, approver_api, settings):
+    """Each long-poll holds a server thread while it waits: the person's one past
+    STEPWISE_LONG_POLLS_PER_PERSON is answered 429 at once; another person's, and the person's
+    plain reads, are served."""
+    from orchestrator.progress import long_poll_slot  # noqa: PLC0415 - the slots the view takes
+
+    settings.STEPWISE_LONG_POLLS_PER_PERSON = 3
+    newest = Event.objects.filter(run=run).order_by("-id").first().id
+    poll = f"/api/v1/runs/{run.id}/?wait_for_change={newest}&timeout=0"
+    with long_poll_slot(requester.pk), long_poll_slot(requester.pk), long_poll_slot(requester.pk):
+        refused = api.get(poll)  # three of this person's long-polls are waiting
+        assert refused.status_code == 429, refused.content
+        assert "STEPWISE_LONG_POLLS_PER_PERSON" in refused.json()["errors"][0]["message"]
+        assert refused["Retry-After"]
+        assert api.get(f"/api/v1/runs/{run.id}/").status_code == 200
+        assert api.get("/api/v1/workflows/").status_code == 200
+        other = approver_api.get(poll)
+        assert other.status_code == 200 and other.json()["last_event"] == newest
+    assert api.get(poll).status_code == 200  # the slots are given back when a poll answers
+
+
 def test_long_polling_refuses_a_malformed_event_id(api, run):
     assert api.get(f"/api/v1/runs/{run.id}/?wait_for_change=soon").status_code == 400
     for query in ("timeout=null", "timeout=-1", "timeout=16", "timeout=nan", "wait_for_change=-1",

@@ -110,3 +110,47 @@ def test_a_receiver_that_never_accepts_ends_the_delivery_failed(support, request
     delivery.refresh_from_db()
     assert delivery.status == "failed" and delivery.attempts == CALLBACK_MAX_ATTEMPTS
     assert "500" in delivery.error
+
+
+def _stored_row(table: str, run_id) -> dict:
+    from django.db import connection  # noqa: PLC0415
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT * FROM {table} WHERE run_id = %s", [run_id.hex if
+                                                                     connection.vendor == "sqlite"
+                                                                     else run_id])
+        columns = [c[0] for c in cursor.description]
+        return dict(zip(columns, cursor.fetchone(), strict=True))
+
+
+def test_a_callback_secret_is_stored_sealed_and_still_signs(support, requester):
+    from notifications.models import RunCallback  # noqa: PLC0415
+    from orchestrator.sealing import CALLBACK_SECRETS  # noqa: PLC0415
+
+    run = start(support, requester, "https://hooks.example.com/stepwise")
+    stored = _stored_row(RunCallback._meta.db_table, run.id)
+    assert SECRET not in json.dumps(stored, default=str)
+    assert CALLBACK_SECRETS.unseal(stored["sealed_secret"]) == SECRET
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_seals_the_callback_secrets_stored_in_plain_text(team, requester):
+    from django.db import connection  # noqa: PLC0415
+    from django.db.migrations.executor import MigrationExecutor  # noqa: PLC0415
+
+    from notifications.models import RunCallback  # noqa: PLC0415
+    from orchestrator.sealing import CALLBACK_SECRETS  # noqa: PLC0415
+
+    version = workflow_save(team=team, definition=example_definition("support"), actor=SETUP)[0]
+    run = start(version, requester, "https://hooks.example.com/stepwise")
+    table = RunCallback._meta.db_table
+    before, after = ("notifications", "0002_run_callbacks"), (
+        "notifications", "0003_h41b_callback_secrets_sealed")
+    MigrationExecutor(connection).migrate([before])  # back to the plain column
+    assert _stored_row(table, run.id)["secret"] == SECRET
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate([after])
+    stored = _stored_row(table, run.id)
+    assert "secret" not in stored and SECRET not in json.dumps(stored, default=str)
+    assert CALLBACK_SECRETS.unseal(stored["sealed_secret"]) == SECRET

@@ -183,3 +183,49 @@ def test_an_event_line_names_its_own_run_and_step_not_those_bound_before(
     assert retrying["trace_id"] == "ef" * 16  # the trace it happened in is kept
     created = [line for line in lines() if line.get("event") == "run.created"]
     assert created and (created[0]["step"], created[0]["attempt"]) == (None, None)
+
+
+# Each process kind sets its logging up its own way before anything logs: uvicorn installs
+# handlers of its own and then imports the app (Django's setup); a Celery worker and beat
+# configure through Celery's setup_logging signal; the event consumer through manage.py.
+PROCESS_SETUP = {
+    "web": "import uvicorn.config; uvicorn.config.Config('orchestrator.asgi:application')"
+           ".configure_logging(); import orchestrator.asgi",
+    "worker": "from celery.apps.worker import Worker; from orchestrator.celery import app; "
+              "import django; django.setup(); Worker(app=app, loglevel='INFO').setup_logging()",
+    "beat": "from celery.apps.beat import Beat; from orchestrator.celery import app; "
+            "import django; django.setup(); Beat(app=app, loglevel='INFO', "
+            "redirect_stdouts=False).setup_logging()",
+    "consumer": "import django; django.setup()",
+}
+# A run's secret input, revealed to render a tool's URL, then printed by libraries' loggers:
+# httpx's request line (the URL's query), a header list as httpcore writes it, a JSON body,
+# and (web) uvicorn's access line through uvicorn's own handler.
+LIBRARIES_LOG = """
+import json, logging, httpx
+from orchestrator.sealing import RUN_SECRETS
+from orchestrator.secret_inputs import revealed_from
+revealed_from(RUN_SECRETS.seal(json.dumps({"input.api_token": "query-77-opaque"})))
+client = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200)))
+client.get("https://api.example.com/orders?customer=acme&key=query-77-opaque")
+logging.getLogger("httpcore.http11").warning(
+    "send_request_headers.started headers=[(b'Host', b'api.example.com'), "
+    "(b'X-Api-Key', b'header-88-opaque')]")
+logging.getLogger("some.sdk").warning("response body: %s", '{"id": 7, "password": "body-99-opaque"}')
+logging.getLogger("uvicorn.access").info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "GET",
+                                         "/hooks/x?token=access-66-opaque", "1.1", 200)
+"""
+
+
+@pytest.mark.parametrize("kind", list(PROCESS_SETUP))
+def test_every_process_kind_masks_secrets_in_any_library_s_lines(kind):
+    out = subprocess.run([sys.executable, "-c", PROCESS_SETUP[kind] + "\n" + LIBRARIES_LOG],
+                         env={**os.environ, "STEPWISE_LOG_LEVEL": "INFO"},
+                         capture_output=True, text=True, timeout=120)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "HTTP Request: GET https://api.example.com/orders?customer=acme&key=***" in text, text
+    assert "(b'X-Api-Key', b'***')" in text and '"password": "***"' in text, text
+    assert "/hooks/x?token=***" in text, text
+    for secret in ("query-77-opaque", "header-88-opaque", "body-99-opaque", "access-66-opaque"):
+        assert secret not in text, (secret, text)

@@ -92,3 +92,23 @@ def test_a_worker_process_given_a_killed_workers_pid_does_not_count_its_step():
     process.join(timeout=30)
     assert process.exitcode == 0
     assert executing == 1.0
+
+
+def test_the_scrape_spanning_every_team_is_for_superusers_and_the_token_only(team, settings):
+    """An owner or operator of one team would read every team's runs, tokens and costs."""
+    from django.contrib.auth.models import User  # noqa: PLC0415
+    from django.test import Client  # noqa: PLC0415
+
+    from orchestrator.models import Role  # noqa: PLC0415
+    from tests.conftest import client_for  # noqa: PLC0415
+    from tests.factories import member  # noqa: PLC0415
+
+    for role in (Role.MEMBER, Role.EDITOR, Role.OPERATOR, Role.OWNER):
+        refused = client_for(member(team, f"a-{role}", role=role, staff=True)).get("/metrics")
+        assert refused.status_code == 403, role
+        assert "superusers" in refused.json()["errors"][0]["message"]
+    assert Client().get("/metrics").status_code == 401
+    root = User.objects.create_superuser("root", "root@example.com", "pw")
+    assert client_for(root).get("/metrics").status_code == 200
+    settings.STEPWISE_METRICS_TOKEN = "scrape-me-0123456789"
+    assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me-0123456789").status_code == 200

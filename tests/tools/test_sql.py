@@ -194,3 +194,30 @@ def test_mariadb_login_refusal_is_auth_and_a_user_over_its_connections_is_rate_l
             cursor.execute(f"DROP USER IF EXISTS '{user}'@'%'")
             cursor.execute(f"DROP USER IF EXISTS '{user}'@'localhost'")
         admin.close()
+
+
+@pytest.mark.parametrize(("tool", "statement", "named"), [
+    ("sql.query", "ATTACH DATABASE '{path}' AS other", "ATTACH"),
+    ("sql.execute", "ATTACH DATABASE '{path}' AS other", "ATTACH"),
+    ("sql.query", "VACUUM INTO '{path}'", "ATTACH"),
+    ("sql.query", "DETACH DATABASE main", "DETACH"),
+    ("sql.query", "SELECT load_extension('{path}')", "load_extension"),
+    ("sql.execute", "PRAGMA writable_schema = ON", "PRAGMA writable_schema"),
+    ("sql.query", "PRAGMA temp_store_directory = '{path}'", "PRAGMA temp_store_directory"),
+])
+def test_sqlite_refuses_what_reaches_past_its_own_file(connections, tmp_path, tool, statement,
+                                                       named):
+    """ATTACH creates any file the worker may write; VACUUM INTO writes one; load_extension
+    runs code: the connection's authorizer refuses them before they run."""
+    connections(local={"kind": "sql", "url": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+                       "writes": True})
+    target = tmp_path / "elsewhere.sqlite3"
+    error = fails("policy", tool, {"connection": "local",
+                                   "statement": statement.format(path=target)})
+    assert named in error.message and "not allowed" in error.message
+    assert not target.exists()
+    # The same connection still answers what stays inside its file, pragmas that read included.
+    assert call("sql.query", {"connection": "local", "statement": "SELECT 1 AS one"})["rows"] == [
+        {"one": 1}]
+    assert call("sql.query", {"connection": "local",
+                              "statement": "PRAGMA table_list"})["columns"]

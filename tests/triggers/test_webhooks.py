@@ -14,6 +14,7 @@ from orchestrator.models import Event, Run
 from tests.factories import SETUP
 from triggers.models import Firing
 from triggers.services.config import trigger_update
+from triggers.services.webhooks import refusal_tallies_record
 from triggers.signatures import sign
 
 from .conftest import TICKET, deliver, make_trigger
@@ -28,6 +29,17 @@ def hook(team, support):
 
 def refusals(trigger) -> list[AuditEntry]:
     return list(AuditEntry.objects.filter(action="trigger.refused", subject_id=str(trigger.id)))
+
+
+def unauthenticated(trigger, frozen) -> list[AuditEntry]:
+    """The ledger's entries for posts refused before they were authenticated: none per post,
+    one per minute once that minute has passed (beat's `record_refusals`)."""
+    assert refusals(trigger) == []
+    refusal_tallies_record()
+    assert refusals(trigger) == []  # the minute is still open
+    frozen.advance(seconds=61)
+    refusal_tallies_record()
+    return refusals(trigger)
 
 
 def test_a_signed_delivery_starts_a_run_and_answers_202_with_its_url(client, hook):
@@ -66,14 +78,40 @@ def test_the_same_delivery_again_returns_the_same_run_and_starts_nothing(client,
     (dict(timestamp=int(time.time()) + 600), "stale_timestamp"),
     (dict(timestamp="yesterday"), "bad_timestamp"),
 ])
-def test_a_bad_signature_or_a_stale_timestamp_is_refused_with_401_and_audited(client, hook, spoil, reason):
+def test_a_bad_signature_or_a_stale_timestamp_is_refused_with_401_and_audited(client, hook, spoil,
+                                                                             reason, frozen):
     trigger, secret = hook
     response = deliver(client, trigger, secret, **spoil)
 
     assert response.status_code == 401
     assert response.json()["errors"][0]["path"] == "headers"
     assert not Run.objects.exists()
-    assert [e.outcome for e in refusals(trigger)] == [reason]
+    [entry] = unauthenticated(trigger, frozen)
+    assert entry.outcome == "unauthenticated"
+    assert (entry.data["count"], entry.data["reasons"]) == (1, {reason: 1})
+
+
+def test_500_badly_signed_posts_write_one_ledger_entry_per_minute_with_the_count(
+        client, hook, frozen):
+    trigger, secret = hook
+    before = AuditEntry.objects.count()
+    for index in range(500):
+        spoil = {"signature": ""} if index % 5 == 0 else {
+            "signature": "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}
+        assert deliver(client, trigger, secret, delivery=f"d-{index}", **spoil).status_code == 401
+    assert AuditEntry.objects.count() == before  # nothing per post
+    frozen.advance(seconds=61)
+    assert deliver(client, trigger, secret, delivery="late", signature="").status_code == 401
+
+    assert refusal_tallies_record() == 1  # the minute that has passed, not the one still open
+    [entry] = refusals(trigger)
+    assert entry.outcome == "unauthenticated" and entry.data["count"] == 500
+    assert entry.data["reasons"] == {"bad_signature": 400, "missing_headers": 100}
+    assert entry.data["first_problem"]
+    assert refusal_tallies_record() == 0  # each minute is written once
+    frozen.advance(seconds=60)
+    assert refusal_tallies_record() == 1
+    assert [e.data["count"] for e in refusals(trigger)] == [500, 1]
 
 
 def test_a_body_signed_with_another_secret_or_changed_on_the_way_is_refused(client, hook, team):
@@ -88,7 +126,7 @@ def test_a_body_signed_with_another_secret_or_changed_on_the_way_is_refused(clie
     assert not Run.objects.exists()
 
 
-def test_an_oversized_body_is_refused_with_413_before_it_is_read(client, hook):
+def test_an_oversized_body_is_refused_with_413_before_it_is_read(client, hook, frozen):
     trigger, secret = hook
     trigger_update(trigger_id=trigger.id, actor=SETUP, changes={"max_body_bytes": 1024})
     large = {**TICKET, "text": "x" * 2000}
@@ -97,7 +135,8 @@ def test_an_oversized_body_is_refused_with_413_before_it_is_read(client, hook):
     assert response.status_code == 413
     assert "max_body_bytes" in response.json()["errors"][0]["message"]
     assert not Run.objects.exists()
-    assert [e.outcome for e in refusals(trigger)] == ["too_large"]
+    [entry] = unauthenticated(trigger, frozen)
+    assert entry.data["reasons"] == {"too_large": 1}
 
 
 def test_a_payload_that_is_not_json_or_not_a_valid_input_is_a_400_listing_the_problems(client, hook):

@@ -1,0 +1,44 @@
+"""The Python client puts every name and id it is given into one path segment of its own: a
+workflow called `../approvals/7/approve` must not reach the approvals endpoint."""
+from urllib.parse import unquote
+
+import httpx
+import pytest
+
+from stepwise_client import Stepwise
+from stepwise_client.client import Approval
+
+HOSTILE = ["../approvals/7/approve", "..", ".", "a/b", "a?b=c", "a#b", "%2e%2e", "a b"]
+ANSWER = {"id": "r", "state": "pending", "run": "r", "step": "s", "status": "started"}
+
+
+@pytest.fixture
+def client_and_requests():
+    """A client whose requests are recorded and answered 200."""
+    requests = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(200, json=ANSWER)
+
+    http = httpx.Client(base_url="http://stepwise.test", transport=httpx.MockTransport(answer))
+    return Stepwise("http://stepwise.test", "t", http=http), requests
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_every_name_and_id_stays_in_its_own_path_segment(client_and_requests, name):
+    client, requests = client_and_requests
+    client.start(name, {})
+    client.get(name)
+    client.cancel(name)
+    client.fire(name, {})
+    client.approve(Approval(id=name, state="pending", run="r", step="s"))
+    expected = [["workflows", name, "runs"], ["runs", name], ["runs", name, "cancel"],
+                ["triggers", name, "fire"], ["approvals", name, "approve"]]
+    for request, segments in zip(requests, expected, strict=True):
+        assert not request.url.query and not request.url.fragment, request.url
+        raw = request.url.raw_path.decode()
+        assert raw.startswith("/api/v1/") and raw.endswith("/"), raw
+        sent = raw.removeprefix("/api/v1/").removesuffix("/").split("/")
+        assert [unquote(part) for part in sent] == segments, raw
+        assert "." not in sent and ".." not in sent  # no dot segment a server would resolve
