@@ -1,10 +1,12 @@
 """The reviewer's admin: a reviewer who is not staff signs in, finds their groups' requests in
 the inbox, reads the decision page, and decides through the same services as the API."""
+from decimal import Decimal
+
 import pytest
 from django.test import Client
 
 from approvals.models import ApprovalRequest
-from orchestrator.models import Role, StepRun
+from orchestrator.models import Role, Run, StepRun
 from tests.factories import TeamFactory, member
 
 from .conftest import SUPPORT_INPUT, refund_gate, support_gate
@@ -106,6 +108,20 @@ def test_the_decision_page_shows_the_action_for_a_person(team, requester, lead):
     assert 'value="approve"' in html and 'value="reject"' in html
     assert "Edit the parameters" in html and "(decided in the admin)" not in html
     assert "the workflow puts your note into what send sends" in html
+
+
+def test_the_decision_page_shows_the_email_once_the_cost_so_far_and_the_live_page(team, requester, lead):
+    approval = support_gate(team, requester)
+    Run.objects.filter(pk=approval.run_id).update(cost_usd=Decimal("0.004215"))
+
+    html = signed_in(lead).get(page(approval)).content.decode()
+
+    assert html.count('<span class="label">To</span> dana@example.com') == 1  # one preview
+    assert html.count('class="message-preview"') == 1
+    assert "What step &#x27;send&#x27; will do" not in html  # the action is that step's call
+    assert f'href="/admin/orchestrator/run/{approval.run_id}/live/"' in html
+    assert f"/admin/orchestrator/run/{approval.run_id}/change/" not in html
+    assert "cost so far <strong>$0.0042</strong> of $2.00" in html
 
 
 def test_the_decision_page_of_a_proposal_shows_its_evidence_and_rationale(team, requester, lead):
