@@ -1,5 +1,6 @@
 """The reviewer's admin: a reviewer who is not staff signs in, finds their groups' requests in
 the inbox, reads the decision page, and decides through the same services as the API."""
+import re
 from decimal import Decimal
 
 import pytest
@@ -229,3 +230,12 @@ def test_a_decided_request_shows_its_history_and_no_decision(team, requester, le
     assert "<strong>lead</strong> edited" in html and "<strong>lead2</strong> rejected" in html
     assert "<blockquote>Wrong customer.</blockquote>" in html
     assert 'id="decision-form"' not in html and 'id="edit-form"' not in html
+
+
+def test_a_reviewer_who_is_not_staff_is_offered_only_the_reviewers_pages(team, lead, operator):
+    html = signed_in(lead).get("/admin/").content.decode()
+
+    linked = set(re.findall(r'href="(/admin/[a-z_]+/[a-z_]+/)"', html))
+    assert linked == {INBOX}, linked  # the index, the sidebar and the header: the inbox only
+    offered = signed_in(operator).get("/admin/").content.decode()
+    assert "/admin/orchestrator/run/" in offered and "/admin/orchestrator/deadletter/" in offered
