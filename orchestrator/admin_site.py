@@ -14,7 +14,7 @@ from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
 
-from approvals.authority import inbox, is_reviewer
+from approvals.authority import inbox, is_reviewer, on_the_way
 
 
 def may_enter(user) -> bool:
@@ -66,3 +66,9 @@ class StepwiseAdminSite(admin.AdminSite):
         context["approvals_waiting"] = inbox(user).count() if user.is_authenticated else 0
         context["reviewer_only"] = reviewer_only(user)
         return context
+
+    def index(self, request, extra_context=None):
+        # Only the home page counts the runs on their way to a gate: it is where a reviewer
+        # decides whether to wait.
+        on_way = on_the_way(request.user) if request.user.is_authenticated else 0
+        return super().index(request, {"approvals_on_the_way": on_way, **(extra_context or {})})

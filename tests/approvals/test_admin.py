@@ -239,3 +239,24 @@ def test_a_reviewer_who_is_not_staff_is_offered_only_the_reviewers_pages(team, l
     assert linked == {INBOX}, linked  # the index, the sidebar and the header: the inbox only
     offered = signed_in(operator).get("/admin/").content.decode()
     assert "/admin/orchestrator/run/" in offered and "/admin/orchestrator/deadletter/" in offered
+
+
+def test_the_home_page_counts_a_run_on_its_way_to_my_gate_until_the_gate_opens(team, requester, lead):
+    from orchestrator.services.runs import run_start
+    from orchestrator.services.workflows import workflow_save
+    from tests.factories import SETUP, example_definition
+
+    from .conftest import work
+    version, _ = workflow_save(team=team, definition=example_definition("support"), actor=SETUP)
+    run = run_start(version=version, input=SUPPORT_INPUT, actor=requester)
+    client = signed_in(lead)
+
+    home = client.get("/admin/").content.decode()
+    assert "No approval request waits for your groups." in home
+    assert "1 running run is on the way to a gate for your groups" in home  # not "nothing"
+    assert "on the way" not in signed_in(member(team, "other", groups=("finance",))).get(
+        "/admin/").content.decode()  # not their group's gate
+
+    work(run)
+    home = client.get("/admin/").content.decode()
+    assert "1 pending approval request" in home and "on the way" not in home
