@@ -63,5 +63,7 @@ def test_the_docs_pages_load_their_assets_from_this_server(client):
 def test_the_token_scheme_is_listed_first(api):
     schema = api.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
     assert list(schema["components"]["securitySchemes"])[0] == "tokenAuth"
+    # An HTTP bearer scheme: Swagger's "Authorize" takes the bare key and sends "Bearer <key>".
+    assert schema["components"]["securitySchemes"]["tokenAuth"] == {"type": "http", "scheme": "bearer"}
     runs = schema["paths"]["/api/v1/runs/"]["get"]["security"]
     assert "tokenAuth" in runs[0]
