@@ -1,11 +1,12 @@
 """Routes of the API, mounted at /api/v1/ under the `api` namespace."""
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from budgets.api import BudgetLimitViewSet, CostsView, ModelPriceViewSet
 from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 
+from .docs import RedocView, redoc_bundle
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
 from .templates import TemplateViewSet
 from .tools import ToolViewSet
@@ -34,6 +35,7 @@ urlpatterns = [
     path("schema/definition.json", DefinitionSchemaView.as_view(), name="definition-schema"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
-    path("redoc/", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),
+    path("redoc/", RedocView.as_view(url_name="api:schema"), name="redoc"),
+    path("redoc/redoc.standalone.js", redoc_bundle, name="redoc-bundle"),
     *router.urls,
 ]
