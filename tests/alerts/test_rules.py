@@ -250,3 +250,17 @@ def test_a_gate_rejected_by_its_deadline_still_alerts(team, requester, owner, mo
     [alert] = alerts(RuleKind.RUN_FAILED)  # nobody decided: operators hear of it
     assert "approval deadline passed" in alert.body
 
+
+
+def test_an_alert_leads_to_the_runs_live_page_in_one_click(team, owner, operator):
+    from django.test import Client
+    run = start(team, echo())
+    fail(run)
+    alerts_scan()
+    live = f"/admin/orchestrator/run/{run.id}/live/"
+
+    note = Notification.objects.get(kind="alert.run.failed")
+    assert note.link.endswith(live)  # the e-mail's link: the failing step, with its error
+    client = Client()
+    client.force_login(operator)
+    assert f'<a href="{live}">live page</a>' in client.get("/admin/alerts/alert/").content.decode()
