@@ -3,6 +3,8 @@
 """
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.urls import reverse
+from django.utils.html import format_html
 
 from orchestrator.admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column
 from orchestrator.authz import Action, teams_where
@@ -15,13 +17,20 @@ from .services import alert_acknowledge, alert_resolve
 @admin.register(Alert)
 class AlertAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["created_at", "rule", "severity", "subject", "team", badge_column("state"),
-                    "acknowledged_by", "resolved_by"]
+                    "run_live", "acknowledged_by", "resolved_by"]
     list_filter = ["state", "rule", "severity", "team"]
     search_fields = ["subject", "body", "key", "run__id"]
     fields = readonly_fields = ["key", "rule", "severity", "team", "run", "subject", "body",
                                 "state", "notification", "created_at", "acknowledged_at",
                                 "acknowledged_by", "resolved_at", "resolved_by"]
     actions = ["acknowledge", "resolve"]
+
+    @admin.display(description="run")
+    def run_live(self, alert: Alert) -> str:
+        if alert.run_id is None:
+            return "-"
+        return format_html('<a href="{}">live page</a>',
+                           reverse("admin:orchestrator_run_live", args=[alert.run_id]))
 
     def get_queryset(self, request) -> QuerySet[Alert]:
         return super().get_queryset(request).select_related("team", "acknowledged_by",

@@ -16,9 +16,10 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
+from approvals.models import ApprovalRequest, ApprovalState
 from orchestrator.clock import now
 from orchestrator.models import Event, Run, StepRun
-from orchestrator.states import RUN_LIVE, RunState, StepState
+from orchestrator.states import RUN_LIVE, RunState, StepKind, StepState
 
 from .models import AlertCursor, AlertRule
 from .rules import DEFAULTS, RuleKind
@@ -85,10 +86,28 @@ def _step_errors(run: Run) -> list[str]:
             for step in broken]
 
 
+def _ended_by_decision(run: Run) -> bool:
+    """Whether every step that failed the run is a human gate a person rejected (a gate
+    rejected by its deadline policy is not: nobody decided, so operators hear of it)."""
+    broken = list(run.steps.filter(state__in=[StepState.FAILED, StepState.TIMED_OUT])
+                  .values_list("id", "kind", "error"))
+    if not broken:
+        return False
+    if any(kind != StepKind.HUMAN_GATE or (error or {}).get("class") != "rejected"
+           for _, kind, error in broken):
+        return False
+    rejected = ApprovalRequest.objects.filter(step_id__in=[pk for pk, *_ in broken],
+                                              state=ApprovalState.REJECTED,
+                                              decided_by__isnull=False)
+    return rejected.count() == len(broken)
+
+
 def _on_event(event: Event) -> int:
     run, kind, payload = event.run, event.kind, event.payload or {}
     short = str(run.pk)[:8]
     name = run.version.workflow.name
+    if kind == "run.failed" and _ended_by_decision(run):
+        return 0  # a reviewer said no: a decision the run's owner sees, not an incident
     if kind in ("run.failed", "run.compensation_failed"):
         return _raise(RuleKind.RUN_FAILED, run, f"run.failed:{run.pk}",
                       f"Run {short} of {name} failed",

@@ -69,7 +69,8 @@ def alert_raise(rule: RuleKind | str, *, team: Team, run: Run | None = None, key
     in_force = rule_for(kind, team=team, workflow_id=workflow_id)
     if not in_force.enabled or Alert.objects.filter(key=key).exists():
         return None
-    link = (f"{settings.STEPWISE_BASE_URL.rstrip('/')}/admin/orchestrator/run/{run.pk}/change/"
+    # The run's live page: its failing step, with the error, is one click from the e-mail.
+    link = (f"{settings.STEPWISE_BASE_URL.rstrip('/')}/admin/orchestrator/run/{run.pk}/live/"
             if run is not None else "")
     try:
         with transaction.atomic():

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.timesince import timesince, timeuntil
 
-from orchestrator.admin_display import ReadOnlyAdminMixin, badge_column, state_badge
+from orchestrator.admin_display import ReadOnlyAdminMixin, badge_column, money, state_badge
 from orchestrator.clock import now
 from orchestrator.errors import Forbidden, InputInvalid, NotAllowed, ServiceError
 from orchestrator.services.kinds.human_gate import (
@@ -213,6 +213,8 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             "decision_form": decision, "edit_form": edit, "revoke_form": revoke,
             "state_badge": state_badge(approval.state), "tier_badge": tier_badge(approval.risk_tier),
             "inbox_url": reverse("admin:approvals_approvalrequest_changelist"),
+            "run_cost": money(review.cost_usd),
+            "run_budget": money(review.budget_usd) if review.budget_usd is not None else "",
             "has_view_permission": True,
         }
         return TemplateResponse(request, self.change_form_template, context, status=status)

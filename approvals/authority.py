@@ -18,9 +18,11 @@ from django.db.models import Q, QuerySet
 
 from orchestrator.authz import Actor, System, role_in, teams_visible_to, visible
 from orchestrator.errors import Forbidden
+from orchestrator.models import StepRun
 from orchestrator.provenance import describe, people_ids
 from orchestrator.risk import RANK
 from orchestrator.selectors import spec_of
+from orchestrator.states import RunState, StepKind, StepState
 
 from .models import ApprovalDecision, ApprovalRequest, ApprovalState, Verdict
 
@@ -144,6 +146,28 @@ def inbox(user: Actor) -> QuerySet[ApprovalRequest]:
     if user.is_superuser:
         return pending
     return pending.filter(run__team__in=teams_visible_to(user))
+
+
+# How many not-yet-reached gates `on_the_way` looks at: enough for a home page's count.
+ON_THE_WAY_LIMIT = 200
+
+
+def on_the_way(user: Actor) -> int:
+    """How many gates for one of `user`'s groups, in their teams, belong to a running run that
+    has not reached them yet: a run just started shows here until its gate opens a request
+    (and the inbox counts it), so "nothing waits" is never said of work about to wait."""
+    if not _is_person(user):
+        return 0
+    groups = set(user.groups.values_list("name", flat=True))
+    if not groups:
+        return 0
+    gates = (StepRun.objects.filter(kind=StepKind.HUMAN_GATE, run__state=RunState.RUNNING,
+                                    state__in=[StepState.BLOCKED, StepState.READY, StepState.QUEUED])
+             .select_related("run__version").order_by("-id"))
+    if not user.is_superuser:
+        gates = gates.filter(run__team__in=teams_visible_to(user))
+    return sum(1 for gate in gates[:ON_THE_WAY_LIMIT]
+               if spec_of(gate.run, gate.name).get("approvers") in groups)
 
 
 def is_reviewer(user: Actor) -> bool:

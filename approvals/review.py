@@ -63,6 +63,11 @@ class Review:
     editable: list[Row]
     may_revoke: bool
     note_used_by: list[str]  # guarded steps whose parameters include the reviewer's note
+    # The message the action sends, when the action is a tool step's message-like call: shown
+    # once, as it will be sent, in place of the parameters table and of that step's preview.
+    action_message: dict | None = None
+    cost_usd: object = None  # what the run has spent so far
+    budget_usd: object = None  # the run's max_cost_usd, when it has one
 
 
 def shown(value: object) -> tuple[str, bool]:
@@ -118,6 +123,14 @@ def review_of(approval: ApprovalRequest, user) -> Review:
     editable = [Row(name, *shown(params[name])) for name in approval.editable if name in params]
     upstream = [(name, shown((item or {}).get("output"))[0])
                 for name, item in (approval.context or {}).items()]
+    effects = effect_previews(approval)
+    action_message = None
+    if approval.action_kind == "step":
+        own = next((e for e in effects if e.step == approval.action_source and e.message), None)
+        if own is not None:
+            action_message = own.message
+            effects = [e for e in effects if e is not own]
+    definition, _ = definition_of(run)
     started = StepRun.objects.filter(run=run, name__in=approval.guarded_steps).exclude(
         state__in=[*NOT_STARTED, StepState.SKIPPED, StepState.CANCELLED]).exists()
     return Review(
@@ -126,7 +139,7 @@ def review_of(approval: ApprovalRequest, user) -> Review:
         summary=action_summary(approval),
         action_title=_action_title(approval),
         params=rows_of((approval.action or {}).get("params")) if approval.action_kind != "context" else [],
-        effects=effect_previews(approval),
+        effects=effects,
         explanation=approval.explanation or {},
         run_input=rows_of(run.input),
         upstream=upstream,
@@ -140,6 +153,9 @@ def review_of(approval: ApprovalRequest, user) -> Review:
         editable=editable if deciding and pending else [],
         may_revoke=deciding and approval.state == ApprovalState.APPROVED and not started,
         note_used_by=_note_used_by(approval),
+        action_message=action_message,
+        cost_usd=run.cost_usd,
+        budget_usd=(definition.get("budget") or {}).get("max_cost_usd"),
     )
 
 

@@ -10,6 +10,7 @@ entries alone (`audit.timeline`).
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import F
 from django.http import (
     FileResponse,
     Http404,
@@ -30,13 +31,23 @@ from .models import AuditEntry, CheckpointRecord, LedgerExport, LedgerVerificati
 from .timeline import intact, run_timeline
 from .verification import ledger_export_open, ledger_export_request, ledger_verification_request
 
+# How many of the newest entries the run and actor pickers take their suggestions from.
+RECENT_ENTRIES = 500
+SUGGESTIONS = 25
+
 
 class TextInputFilter(admin.SimpleListFilter):
-    """A filter typed into a box (a run id, an actor) instead of picked from a list."""
+    """A box to type a value in (a run id, an actor), which also offers the values of the
+    newest entries to pick from (an HTML datalist: no script)."""
 
     template = "audit/text_filter.html"
 
+    def suggestions(self, request, model_admin) -> list[tuple[str, str]]:
+        """(value, label) pairs, newest first."""
+        return []
+
     def lookups(self, request, model_admin):
+        self._suggested = self.suggestions(request, model_admin)
         return ()
 
     def has_output(self) -> bool:
@@ -48,13 +59,33 @@ class TextInputFilter(admin.SimpleListFilter):
                   if name != self.parameter_name
                   for value in (values if isinstance(values, list) else [values])]
         yield {"parameter_name": self.parameter_name, "value": self.value() or "",
-               "hidden": hidden,
+               "hidden": hidden, "suggestions": self._suggested,
                "clear_url": changelist.get_query_string(remove=[self.parameter_name])}
+
+
+def _newest(model_admin, request):
+    return model_admin.get_queryset(request).order_by("-id")
+
+
+def _distinct(rows, limit: int = SUGGESTIONS) -> list[tuple[str, str]]:
+    seen: dict[str, str] = {}
+    for value, label in rows:
+        if value and str(value) not in seen:
+            seen[str(value)] = label
+            if len(seen) == limit:
+                break
+    return list(seen.items())
 
 
 class RunFilter(TextInputFilter):
     title = "run"
     parameter_name = "run"
+
+    def suggestions(self, request, model_admin):
+        rows = _newest(model_admin, request).filter(run_id__isnull=False).values_list(
+            "run_id", "workflow")[:RECENT_ENTRIES]
+        return _distinct((run_id, f"{workflow or 'run'} {str(run_id)[:8]}")
+                         for run_id, workflow in rows)
 
     def queryset(self, request, queryset):
         value = (self.value() or "").strip()
@@ -64,6 +95,10 @@ class RunFilter(TextInputFilter):
 class ActorFilter(TextInputFilter):
     title = "actor"
     parameter_name = "actor"
+
+    def suggestions(self, request, model_admin):
+        rows = _newest(model_admin, request).values_list("actor", "actor_kind")[:RECENT_ENTRIES]
+        return _distinct(rows)
 
     def queryset(self, request, queryset):
         value = (self.value() or "").strip()
@@ -80,6 +115,9 @@ class AuditEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                      "step_name", "subject_id"]
     date_hierarchy = "created_at"
     actions = None
+    # Newest first: what an operator opens the ledger for just happened (entries not yet
+    # chained have no sequence and are the newest of all).
+    ordering = [F("sequence").desc(nulls_first=True), "-id"]
     list_per_page = 100
     show_full_result_count = False  # counting a big ledger on every page is slow
     fields = readonly_fields = [

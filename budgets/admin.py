@@ -5,24 +5,37 @@ Entry points only. A limit, a price or an override is added through its service
 and audits; nothing here is changed or deleted afterwards (a new limit or price takes over from
 its `effective_from`). Each person sees their teams' rows only.
 """
+from dataclasses import asdict
 from datetime import timedelta
+from decimal import Decimal
 
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.template.response import TemplateResponse
 
-from orchestrator.admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column
-from orchestrator.authz import Action, teams_where
+from orchestrator.admin_display import (
+    ReadOnlyAdminMixin,
+    TeamScopedAdminMixin,
+    badge_column,
+    money,
+)
+from orchestrator.authz import Action, teams_visible_to, teams_where, visible
 from orchestrator.clock import now
 from orchestrator.errors import Forbidden, NotAllowed
+from orchestrator.models import Team, Workflow
 from orchestrator.services.operators import run_budget_raise
 
 from .models import BudgetLimit, BudgetOverride, CostReport, ModelPrice, Reservation
 from .selectors import cost_report
-from .services import LIMIT_FIELDS, budget_limit_create, model_price_create
+from .services import LIMIT_FIELDS, budget_limit_create, limits_in_force, model_price_create
 
 COST_PAGE_DAYS = 30
+MAX_COST_PAGE_DAYS = 366
+
+
+def _readable(rows) -> list[dict]:
+    return [{**asdict(row), "cost": money(row.cost_usd)} for row in rows]
 
 
 class _AddedThroughAService:
@@ -131,26 +144,86 @@ class ReservationAdmin(ReadOnlyAdminMixin, TeamScopedAdminMixin, admin.ModelAdmi
                                 "amount", "actual", "state", "created_at", "settled_at"]
 
 
+class CostFilterForm(forms.Form):
+    """The cost page's pickers: a date range, a team and a workflow (all of the person's by
+    default)."""
+
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    team = forms.ChoiceField(required=False)
+    workflow = forms.ChoiceField(required=False)
+
+    def __init__(self, data, *, user, initial=None):
+        super().__init__(data, initial=initial)
+        teams = list(teams_visible_to(user).order_by("slug").values_list("slug", flat=True))
+        names = sorted(set(visible(Workflow.objects.all(), user).values_list("name", flat=True)))
+        self.fields["team"].choices = [("", "all my teams"), *[(t, t) for t in teams]]
+        self.fields["workflow"].choices = [("", "all workflows"), *[(n, n) for n in names]]
+        self.teams = teams
+
+    def clean(self):
+        data = super().clean()
+        until = data.get("until") or now().date()
+        since = data.get("since") or until - timedelta(days=COST_PAGE_DAYS - 1)
+        if since > until:
+            raise ValidationError("The range starts after it ends.")
+        if (until - since).days >= MAX_COST_PAGE_DAYS:
+            raise ValidationError(f"Pick at most {MAX_COST_PAGE_DAYS} days.")
+        return {**data, "since": since, "until": until}
+
+
+def daily_limit(*, team_slug: str, workflow_name: str) -> Decimal | None:
+    """The lowest daily limit in force for the chosen team (and workflow): the line the chart
+    draws. None when no team is chosen or no daily limit is set."""
+    team = Team.objects.filter(slug=team_slug).first() if team_slug else None
+    if team is None:
+        return None
+    workflow = (Workflow.objects.filter(team=team, name=workflow_name).first()
+                if workflow_name else None)
+    daily = [limit.daily_usd for limit in limits_in_force(
+        team_id=team.id, workflow_id=workflow.id if workflow else None)
+             if limit.daily_usd is not None]
+    return min(daily) if daily else None
+
+
 @admin.register(CostReport)
 class CostReportAdmin(ReadOnlyAdminMixin, TeamScopedAdminMixin, admin.ModelAdmin):
-    """The cost page: spend per day (a chart), per workflow and per model, over 30 days."""
+    """The cost page: spend per day (a chart, with the daily limit as a line), per workflow and
+    per model, over a chosen range (30 days by default), team and workflow."""
 
     def changelist_view(self, request, extra_context=None):
         if not self.has_view_permission(request):
             raise PermissionDenied
-        until = now().date()
-        since = until - timedelta(days=COST_PAGE_DAYS - 1)
-        report = {g: cost_report(user=request.user, group_by=g, since=since, until=until)
+        today = now().date()
+        form = CostFilterForm(request.GET or None, user=request.user, initial={
+            "since": today - timedelta(days=COST_PAGE_DAYS - 1), "until": today})
+        if form.is_valid():
+            chosen = form.cleaned_data
+        else:  # the defaults (the form, when bound, shows why it was not taken)
+            until = now().date()
+            chosen = {"since": until - timedelta(days=COST_PAGE_DAYS - 1), "until": until}
+        since, until = chosen["since"], chosen["until"]
+        team = chosen.get("team") or (form.teams[0] if len(form.teams) == 1 else "")
+        workflow = chosen.get("workflow") or ""
+        report = {g: cost_report(user=request.user, group_by=g, since=since, until=until,
+                                 team=team or None, workflow=workflow or None)
                   for g in ("day", "workflow", "model")}
         spent = {row.group: float(row.cost_usd) for row in report["day"]}
-        days = [str(since + timedelta(days=i)) for i in range(COST_PAGE_DAYS)]
+        count = (until - since).days + 1
+        days = [str(since + timedelta(days=i)) for i in range(count)]
+        limit = daily_limit(team_slug=team, workflow_name=workflow)
         context = {
             **self.admin_site.each_context(request),
             "title": f"Costs, {since:%d %b} to {until:%d %b %Y}",
-            "opts": self.model._meta,
-            "chart": {"labels": days, "values": [round(spent.get(d, 0.0), 6) for d in days]},
-            "by_workflow": report["workflow"], "by_model": report["model"],
-            "total": sum(row.cost_usd for row in report["day"]),
+            "opts": self.model._meta, "form": form,
+            "chart": {"labels": days, "values": [round(spent.get(d, 0.0), 6) for d in days],
+                      "limit": float(limit) if limit is not None else None,
+                      "limit_label": f"daily limit {money(limit)}" if limit is not None else ""},
+            "by_workflow": _readable(report["workflow"]), "by_model": _readable(report["model"]),
+            "total": money(sum(row.cost_usd for row in report["day"])),
             "calls": sum(row.calls for row in report["day"]),
+            "daily_limit": money(limit) if limit is not None else "",
+            "scope": team or "all your teams", "workflow": workflow,
+            "days_with_spend": len(spent),
         }
         return TemplateResponse(request, "admin/budgets/costs.html", context)

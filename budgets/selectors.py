@@ -110,10 +110,10 @@ def _item_models(step_ids: set[int]) -> dict[int, str]:
 
 
 def cost_report(*, user: Actor, group_by: str, since: date, until: date,
-                team: str | None = None) -> list[CostRow]:
+                team: str | None = None, workflow: str | None = None) -> list[CostRow]:
     """What model calls cost between `since` and `until` (whole days, inclusive, in the site's
     time zone), grouped by `group_by` (one of GROUPS), over the teams `user` may see (and, with
-    `team`, that team only). A call counts on the day it finished. Largest cost first; by day,
+    `team`, that team only; with `workflow`, the workflows of that name only). A call counts on the day it finished. Largest cost first; by day,
     in date order."""
     start, end = _bounds(since, until)
     attempts: QuerySet = visible(StepAttempt.objects.all(), user, team_field="step__run__team").filter(
@@ -123,6 +123,9 @@ def cost_report(*, user: Actor, group_by: str, since: date, until: date,
     if team:
         attempts = attempts.filter(step__run__team__slug=team)
         items = items.filter(step__run__team__slug=team)
+    if workflow:
+        attempts = attempts.filter(step__run__version__workflow__name=workflow)
+        items = items.filter(step__run__version__workflow__name=workflow)
     sums = {"cost": Sum("cost_usd"), "tin": Sum("tokens_in"), "tout": Sum("tokens_out"), "calls": Count("id")}
     totals: dict[str, list] = {}
     attempts = attempts.exclude(cost_usd=0, tokens_in=0, tokens_out=0)

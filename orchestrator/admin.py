@@ -7,12 +7,14 @@ same services, which check the permission themselves: "Cancel selected runs" cal
 "Redrive selected dead letters" calls `dead_letter_redrive`.
 """
 
+import json
 from functools import partial
 
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Max, QuerySet
+from django.http import Http404
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -25,8 +27,8 @@ from .authz import Action, teams_where
 from .builder import views as builder_views
 from .definitions import DefinitionInvalid
 from .definitions.format import WORKFLOW_NAME_PATTERN
-from .errors import Forbidden, InputInvalid, NotAllowed
-from .gallery import templates
+from .errors import BudgetExceeded, Forbidden, InputInvalid, NotAllowed
+from .gallery import sample_input_of, templates
 from .live import views as live_views
 from .models import (
     DeadLetter,
@@ -46,7 +48,7 @@ from .provenance import describe
 from .services.gallery import template_instantiate
 from .services.gate_policies import gate_policy_create, gate_policy_delete
 from .services.operators import dead_letter_redrive
-from .services.runs import run_cancel
+from .services.runs import run_cancel, run_start
 from .services.workflows import (
     workflow_archive,
     workflow_policy_set,
@@ -98,6 +100,7 @@ class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     actions = ["archive", "restore", "publish_on_save", "drafts_on_save"]
 
     change_list_template = "admin/orchestrator/workflow/change_list.html"
+    change_form_template = "admin/orchestrator/workflow/change_form.html"
 
     def get_queryset(self, request) -> QuerySet[Workflow]:
         return super().get_queryset(request).annotate(latest_number=Max("versions__number"))
@@ -152,7 +155,42 @@ class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
                      name="orchestrator_workflow_builder_layout"),
                 path("<int:workflow_id>/builder/", page(builder_views.builder_page),
                      name="orchestrator_workflow_builder_edit"),
+                path("<int:workflow_id>/run/", self.admin_site.admin_view(self.run_view),
+                     name="orchestrator_workflow_run"),
                 *super().get_urls()]
+
+    def run_view(self, request, workflow_id: int):
+        """Run...: the published version with an input the person edits, offered as the
+        workflow's template's sample input (`gallery.sample_input_of`). `run_start` checks
+        run.start and the input; a refusal comes back on the form, each problem with its path."""
+        workflow = self.get_queryset(request).select_related("active_version").filter(
+            id=workflow_id).first()
+        if workflow is None:
+            raise Http404("no such workflow, or not one of your teams'")
+        text = json.dumps(sample_input_of(workflow), indent=2, ensure_ascii=False)
+        problems, status = [], 200
+        if request.method == "POST":
+            text = request.POST.get("input", "")
+            try:
+                run_input = json.loads(text or "{}")
+            except ValueError as exc:
+                problems, status = [{"path": "input", "message": f"not JSON: {exc}"}], 400
+            else:
+                try:
+                    if workflow.active_version is None:
+                        raise NotAllowed(f"workflow {workflow.name} has no published version")
+                    run = run_start(version=workflow.active_version, input=run_input,
+                                    actor=request.user, trigger="admin")
+                except (InputInvalid, Forbidden, NotAllowed, BudgetExceeded) as exc:
+                    problems = getattr(exc, "problems", None) or [{"path": "", "message": str(exc)}]
+                    status = 403 if isinstance(exc, Forbidden) else 400
+                else:
+                    return redirect("admin:orchestrator_run_live", run.id)
+        context = {**self.admin_site.each_context(request), "title": f"Run {workflow.name}",
+                   "workflow": workflow, "input_text": text, "problems": problems,
+                   "opts": self.model._meta, "original": workflow}
+        return TemplateResponse(request, "admin/orchestrator/workflow/run.html", context,
+                                status=status)
 
     def from_template_view(self, request):
         """New workflow from template: the gallery, and a form per template that calls

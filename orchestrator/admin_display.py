@@ -1,6 +1,7 @@
 """What every admin screen shares: read-only access scoped to the viewer's teams, and how JSON
 documents and states are shown (styled by static/stepwise/admin.css)."""
 import json
+from decimal import Decimal, InvalidOperation
 
 from django.contrib import admin
 from django.utils.html import format_html
@@ -70,3 +71,18 @@ def badge_column(field: str):
         return state_badge(getattr(obj, field))
     column.__name__ = f"{field}_badge"
     return column
+
+
+def money(amount) -> str:
+    """US dollars as a person reads them: two decimals with thousands separators, and two
+    significant digits for amounts under a cent (a model call often costs a fraction of one),
+    so `0.000420` reads `$0.00042`, never `$0.00`."""
+    try:
+        value = Decimal(str(amount))
+    except (InvalidOperation, ValueError):
+        return str(amount)
+    sign, value = ("-", -value) if value < 0 else ("", value)
+    if value == 0 or value >= Decimal("0.01"):
+        return f"{sign}${value:,.2f}"
+    digits = -value.adjusted() + 1  # two significant digits
+    return f"{sign}${value:.{digits}f}".rstrip("0")

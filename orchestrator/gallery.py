@@ -100,3 +100,20 @@ def templates() -> tuple[Template, ...]:
 
 def template_named(name: str) -> Template | None:
     return next((t for t in TEMPLATES if t.name == name), None)
+
+
+def template_of(workflow) -> Template | None:
+    """The template `workflow` was made from: its first version's definition is the template's
+    under the workflow's name (what `template_instantiate` saves), or it has the template's
+    name. None for a workflow drawn or written by hand."""
+    first = workflow.versions.order_by("number").only("definition").first()
+    for template in TEMPLATES:
+        if first is not None and first.definition == {**template.definition(), "name": workflow.name}:
+            return template
+    return template_named(workflow.name)
+
+
+def sample_input_of(workflow) -> dict:
+    """An input to offer when `workflow` is run by hand: its template's sample, else {}."""
+    found = template_of(workflow)
+    return dict(found.sample_input) if found else {}

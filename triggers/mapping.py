@@ -120,7 +120,46 @@ def _render_leaf(leaf: str, context: dict, path: str) -> object:
             render_template(leaf, context)
             raise
     except (TemplateError, ValueError) as error:  # ValueError: tojson of a value JSON cannot hold
-        raise MappingFailed("template_failed", [{"path": path, "message": str(error)}]) from None
+        message = _missing_in_words(leaf, context) or str(error)
+        raise MappingFailed("template_failed", [{"path": path, "message": message}]) from None
+
+
+# A dotted name in a template: `payload.ticket.id`.
+_DOTTED = re.compile(r"(?<![\w.'\"])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")
+
+
+def _missing_in_words(leaf: str, context: dict) -> str:
+    """Why a template failed, in the words of the event it was given: the first dotted name in
+    its expressions that the context does not hold ("the payload has no field 'ticket' (at
+    payload.ticket)"), or "" when none is missing (the error is something else)."""
+    for block in re.findall(r"\{\{(.*?)\}\}|\{%(.*?)%\}", leaf, re.DOTALL):
+        # Filters and tests (`| upper`, `is defined`) and calls are not the event's names.
+        code = re.sub(r"(\|\s*|\bis\s+(not\s+)?)[A-Za-z_]\w*|[A-Za-z_]\w*\s*\(", " ", "".join(block))
+        code = re.sub(r"'[^']*'|\"[^\"]*\"", " ", code)  # nor what is quoted
+        for name in _DOTTED.findall(code):
+            root, *fields = name.split(".")
+            if root not in context:
+                if root in _JINJA_WORDS:
+                    continue
+                known = ", ".join(sorted(context))
+                return f"there is no '{root}' here; a template may use {known}"
+            value, at = context[root], root
+            for field in fields:
+                if not isinstance(value, dict):
+                    return f"{at} is {_KINDS.get(type(value), 'a value')}, not an object: it has no field '{field}'"
+                if field not in value:
+                    owner = f"the {root}" if at == root else at
+                    return f"{owner} has no field '{field}' (at {at}.{field})"
+                value, at = value[field], f"{at}.{field}"
+    return ""
+
+
+_KINDS = {str: "a string", int: "a number", float: "a number", bool: "true or false",
+          list: "a list", type(None): "null"}
+# Names a template may use that are not the event's: Jinja's keywords and constants.
+_JINJA_WORDS = frozenset({"and", "or", "not", "in", "is", "if", "else", "elif", "true", "false",
+                          "none", "True", "False", "None", "for", "endfor", "endif", "set",
+                          "loop", "with", "endwith"})
 
 
 def _render(value: object, context: dict, path: str) -> object:

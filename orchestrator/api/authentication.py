@@ -4,19 +4,56 @@ Every API request reads its token and the token's user. Building that query thro
 (a queryset, its compiler) cost more than the database spent answering it, so the read is
 compiled once per connection (`orchestrator.compiled`); what is read and what is refused are
 DRF's `TokenAuthentication`'s.
+
+The token is sent as `Authorization: Bearer <key>` (what OpenAPI tools, Swagger's "Authorize"
+included, send for an HTTP bearer scheme) or `Authorization: Token <key>` (DRF's own scheme,
+which the Python client and older scripts send). Any other Authorization header is refused
+with a 401 that names both schemes, and every 401 says them in its WWW-Authenticate header.
 """
 from django.utils.translation import gettext_lazy as _
 from rest_framework import exceptions
-from rest_framework.authentication import TokenAuthentication
+from rest_framework.authentication import TokenAuthentication, get_authorization_header
 from rest_framework.authtoken.models import Token
 
 from ..compiled import CompiledRead
 
 _TOKEN = CompiledRead(lambda key: Token.objects.select_related("user").filter(key=key), "")
 
+#: The schemes an Authorization header may use, in the order the 401 names them.
+SCHEMES = ("Bearer", "Token")
+HOW = "send your API token as 'Authorization: Bearer <key>' (or 'Authorization: Token <key>')"
+
 
 class CompiledTokenAuthentication(TokenAuthentication):
-    """`Authorization: Token <key>`, as DRF reads it."""
+    """`Authorization: Bearer <key>` or `Authorization: Token <key>`."""
+
+    # What the published schema declares (drf-spectacular makes it an HTTP bearer scheme, so
+    # Swagger's "Authorize" takes the bare key).
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        header = get_authorization_header(request).split()
+        if not header:
+            return None
+        scheme = header[0].decode("latin-1")
+        if scheme.lower() not in {s.lower() for s in SCHEMES}:
+            if len(header) == 1:
+                raise exceptions.AuthenticationFailed(
+                    f"The Authorization header has a key but no scheme: {HOW}.")
+            raise exceptions.AuthenticationFailed(
+                f"The Authorization scheme '{scheme[:20]}' is not accepted: {HOW}.")
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed(
+                f"The Authorization header must be a scheme and one key: {HOW}.")
+        try:
+            key = header[1].decode()
+        except UnicodeError:
+            raise exceptions.AuthenticationFailed(_("Invalid token header. Token string should "
+                                                    "not contain invalid characters.")) from None
+        return self.authenticate_credentials(key)
+
+    def authenticate_header(self, request) -> str:
+        return ", ".join(f'{scheme} realm="api"' for scheme in SCHEMES)
 
     def authenticate_credentials(self, key: str):
         found = _TOKEN.rows(key)

@@ -16,7 +16,7 @@ It must not decide anything; the services do.
 from django.http import JsonResponse
 from django.views import defaults
 from rest_framework import status
-from rest_framework.exceptions import APIException, ParseError, ValidationError
+from rest_framework.exceptions import APIException, NotAuthenticated, ParseError, ValidationError
 from rest_framework.response import Response
 
 from ..definitions import DefinitionInvalid, Problem
@@ -28,6 +28,7 @@ from ..errors import (
     NotAllowed,
     ServiceError,
 )
+from .authentication import HOW
 
 _STATUS = {
     InputInvalid: status.HTTP_400_BAD_REQUEST,
@@ -127,6 +128,8 @@ def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is not None:
         response.data = {"errors": _errors_in(response.data)}
+        if isinstance(exc, NotAuthenticated):  # say how, not only that nothing came
+            response.data = error_body(f"{exc.detail}: {HOW}, or sign in.")
     return response
 
 

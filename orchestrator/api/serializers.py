@@ -7,7 +7,7 @@ hand them (querysets prefetched by the views) and never query per row.
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.validators import RegexValidator
 from django.urls import reverse
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import OpenApiExample, extend_schema_field
 from rest_framework import serializers
 
 from approvals.models import ApprovalDecision, ApprovalRequest
@@ -59,6 +59,20 @@ class DefinitionRequestSerializer(serializers.Serializer):
     )
 
 
+# The body Swagger's "Try it out" starts from: a run of the support example (examples/
+# support.yaml) as `make run` saves it, valid as it stands. Without it, the generated body
+# (`{"input": {"additionalProp1": ...}, "callback_url": "string", ...}`) is a 400.
+RUN_START_EXAMPLES = [
+    OpenApiExample(
+        "A support ticket (support-reply)", request_only=True,
+        value={"input": {"ticket_id": "T-1001", "customer_email": "sam@example.com",
+                         "body": "Hello, I was charged twice for my March invoice. Thanks, Sam"}},
+        description="The input must satisfy the workflow's input_schema: see the workflow's "
+                    "`input_schema` (GET /api/v1/workflows/{name}/) or its template's sample "
+                    "input. `callback_url` and `callback_secret` are optional."),
+]
+
+
 class RunStartRequestSerializer(serializers.Serializer):
     input = serializers.DictField(
         required=False, default=dict, help_text="Must satisfy the workflow's input_schema."
@@ -67,11 +81,11 @@ class RunStartRequestSerializer(serializers.Serializer):
         required=False, min_value=1, help_text="Pin an older version (default: the latest)."
     )
     callback_url = serializers.URLField(
-        required=False, max_length=2000, default="",
+        required=False, max_length=2000, default="", allow_blank=True,
         help_text="POSTed (signed, at least once) when the run waits, completes or fails; must "
         "be allowed by the egress policy (docs/live.md#callbacks).")
     callback_secret = serializers.CharField(
-        required=False, max_length=200, default="", write_only=True,
+        required=False, max_length=200, default="", write_only=True, allow_blank=True,
         help_text="The key the callback's X-Stepwise-Signature (HMAC-SHA256) is made with; "
         "required with callback_url, at least 16 characters.")
 

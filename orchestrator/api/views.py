@@ -244,6 +244,7 @@ class WorkflowViewSet(ServiceErrorsMixin, RunStartThrottleMixin, viewsets.Generi
 
     @extend_schema(
         request=s.RunStartRequestSerializer,
+        examples=s.RUN_START_EXAMPLES,
         parameters=[
             _TEAM_PARAM,
             OpenApiParameter(
@@ -290,6 +291,7 @@ class WorkflowViewSet(ServiceErrorsMixin, RunStartThrottleMixin, viewsets.Generi
 
     @extend_schema(
         request=s.RunStartRequestSerializer,
+        examples=s.RUN_START_EXAMPLES,
         parameters=[_TEAM_PARAM],
         responses={200: RunEstimateSerializer, 400: _ERRORS},
         description="What a run with this body would cost and take, projected from the same "

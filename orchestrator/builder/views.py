@@ -17,7 +17,7 @@ from django.urls import reverse
 from ..authz import Action, require, teams_where, visible
 from ..definitions.format import definition_format_schema
 from ..errors import Forbidden, InputInvalid
-from ..gallery import template_named, templates
+from ..gallery import sample_input_of, template_named, templates
 from ..models import Team, Workflow, WorkflowVersion, WorkflowVersionLayout
 from ..services.layouts import version_layout_save
 from ..tools.registry import tool_param_schemas
@@ -69,8 +69,8 @@ def builder_page(request, workflow_id: int | None = None, *, admin_context: dict
         if version is None:
             raise Http404("no such version")
         team, definition = workflow.team, version.definition
-        found = template_named(workflow.name)
-        sample_input = found.sample_input if found else {}
+        found = None
+        sample_input = sample_input_of(workflow)
     else:
         team = _team_to_edit(request, request.GET.get("team"))
         found = template_named(request.GET.get("template") or "")

@@ -21,6 +21,7 @@ from ..models import Run, StepRun
 from ..operations import operations_snapshot
 from ..progress import run_snapshot
 from ..provenance import describe
+from ..retry import NEVER_RETRIED
 from ..selectors import runs_with_version
 from ..services.operators import run_resume, step_retry, step_skip
 from ..services.runs import run_cancel
@@ -93,6 +94,20 @@ _OPERATIONS = {
 }
 
 
+def retry_warning(step: StepRun) -> str:
+    """What to know before retrying a step whose error the retry table never retries: the same
+    attempt will most likely fail the same way ("" for an error worth simply trying again)."""
+    error = step.error or {}
+    kind = error.get("class")
+    if kind not in NEVER_RETRIED:
+        return ""
+    message = str(error.get("message") or "")[:300]
+    return (f"This step failed with a {kind} error{f' ({message})' if message else ''}, which "
+            "is never retried automatically: run again unchanged it will most likely fail the "
+            "same way. Retry once its cause is fixed (the data, a credential, a policy, the "
+            "service it calls); otherwise skip the step or cancel the run.")
+
+
 def run_operate(request, run_id, operation: str, *, admin_context: dict) -> TemplateResponse:
     """GET: the confirmation page; POST: perform the operation through its service."""
     if operation not in _OPERATIONS:
@@ -129,7 +144,8 @@ def run_operate(request, run_id, operation: str, *, admin_context: dict) -> Temp
     title, explanation = _OPERATIONS[operation]
     context = {**admin_context, "title": f"{title}{f' {step.name}' if step else ''}?",
                "run": run, "step": step, "explanation": explanation, "opts": Run._meta,
-               "page_url": page, "operation": operation}
+               "page_url": page, "operation": operation,
+               "warning": retry_warning(step) if operation == "retry" else ""}
     return TemplateResponse(request, "admin/orchestrator/run/operate_confirm.html", context)
 
 

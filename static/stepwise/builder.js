@@ -707,6 +707,26 @@
     return { x: Math.round((clientX - box.left - pan.x) / zoom), y: Math.round((clientY - box.top - pan.y) / zoom) };
   }
 
+  // Room a new step needs around it: a step box (140 x 46, a router 120 x 70) and enough gap
+  // that an edge to its neighbour shows.
+  const ROOM = { x: 190, y: 90 };
+
+  function occupied(point) {
+    return cy.nodes().some((n) => !n.isParent() && Math.abs(n.position("x") - point.x) < ROOM.x &&
+                                  Math.abs(n.position("y") - point.y) < ROOM.y);
+  }
+
+  /* The first place at or after `point` where a new step overlaps none: down the column, then
+   * the next column to the right, staying in the visible extent `ext` while it has room. */
+  function freeSpot(point, ext) {
+    const bottom = Math.max(point.y, ext.y2 - ROOM.y / 2);
+    let spot = { x: point.x, y: point.y };
+    for (let tries = 0; tries < 400 && occupied(spot); tries++) {
+      spot = spot.y + ROOM.y > bottom ? { x: spot.x + ROOM.x, y: point.y } : { x: spot.x, y: spot.y + ROOM.y };
+    }
+    return { x: Math.round(spot.x), y: Math.round(spot.y) };
+  }
+
   function loopAt(point) {
     const hit = cy.nodes("node.loop").filter((n) => {
       const b = n.boundingBox();
@@ -727,8 +747,7 @@
       });
       item.addEventListener("click", () => {
         const ext = cy.extent();
-        const offset = (allSteps().length % 5) * 30;
-        addStep(type, { x: Math.round(ext.x1 + 120 + offset), y: Math.round(ext.y1 + 80 + offset) }, null);
+        addStep(type, freeSpot({ x: Math.round(ext.x1 + 120), y: Math.round(ext.y1 + 80) }, ext), null);
       });
       palette.appendChild(item);
     }
@@ -742,7 +761,8 @@
       if (!STEP_TYPES.includes(type)) return;
       event.preventDefault();
       const point = modelPoint(event.clientX, event.clientY);
-      addStep(type, point, BODY_TYPES.includes(type) ? loopAt(point) : null);
+      const loop = BODY_TYPES.includes(type) ? loopAt(point) : null;
+      addStep(type, loop ? point : freeSpot(point, cy.extent()), loop);
     });
   }
 

@@ -15,6 +15,9 @@
     retrying: "state-attention", running: "state-busy", queued: "state-busy", cancelling: "state-busy",
     compensating: "state-busy",
   };
+  // The error classes the retry table never retries (orchestrator/retry.py NEVER_RETRIED).
+  const NEVER_RETRIED = new Set(["auth", "policy", "validation", "permanent", "invalid_request",
+                                 "rejected", "cancelled", "budget", "uncertain", "stale"]);
   let graph = null;
 
   const $ = (id) => document.getElementById(id);
@@ -128,6 +131,13 @@
         if (url) {
           const a = document.createElement("a");
           a.href = url; a.className = "button live-op"; a.textContent = op;
+          // A permanent error (or another the retry table never retries) fails the same way
+          // again: the button says so, and its confirmation page says why.
+          if (op === "retry" && step.error && NEVER_RETRIED.has(step.error.class)) {
+            a.textContent = `retry (${step.error.class} error)`;
+            a.classList.add("live-op-warn");
+            a.title = "This error is never retried automatically: fix its cause first.";
+          }
           actions.appendChild(a);
         }
       }

@@ -134,7 +134,10 @@
     const props = Object.assign({}, schema.properties || {});
     // Keys the schema does not list (a newer server, a typo) are still shown, as YAML.
     if (!options.onlySchema) for (const key of Object.keys(value || {})) if (!(key in props)) props[key] = {};
-    for (const [key, raw] of Object.entries(props)) {
+    // Required fields first (a tool step's `tool` before its ten optional ones), each group
+    // in the schema's order.
+    const entries = Object.entries(props).sort((a, b) => Number(required.has(b[0])) - Number(required.has(a[0])));
+    for (const [key, raw] of entries) {
       if (skip.has(key)) continue;
       const prop = resolve(raw, root);
       const kind = kindOf(prop, root);

@@ -221,3 +221,46 @@ def test_alert_raise_is_the_one_entry_for_other_code(team, owner):
     with pytest.raises(ValueError):
         alert_raise("run.failed", team=team, key="x", subject=" ", body="b")
     assert mail.outbox == []  # delivered by a worker after commit, not here
+
+
+def test_a_run_a_reviewer_rejected_pages_no_one(team, requester, owner, operator):
+    from orchestrator.services.kinds.human_gate import approval_reject
+    from tests.approvals.conftest import support_gate
+    lead = member(team, "lead", role=Role.MEMBER, groups=("support_leads",))
+    approval = support_gate(team, requester)
+    approval_reject(approval_id=approval.id, user=lead, proposal_hash=approval.proposal_hash,
+                    note="Wrong tone for this customer.")
+    assert Run.objects.get(pk=approval.run_id).state == "failed"
+
+    alerts_scan()
+
+    assert not Alert.objects.exists()  # a "no" is a decision, not an incident
+    assert not Notification.objects.filter(kind__startswith="alert.").exists()
+
+
+def test_a_gate_rejected_by_its_deadline_still_alerts(team, requester, owner, move_clock):
+    from tests.approvals.conftest import support_gate
+    approval = support_gate(team, requester, changes={"escalation": [], "on_deadline": "reject"})
+    move_clock(4 * 3600 + 1)
+    reaper.reap()
+    assert Run.objects.get(pk=approval.run_id).state == "failed"
+
+    alerts_scan()
+
+    [alert] = alerts(RuleKind.RUN_FAILED)  # nobody decided: operators hear of it
+    assert "approval deadline passed" in alert.body
+
+
+
+def test_an_alert_leads_to_the_runs_live_page_in_one_click(team, owner, operator):
+    from django.test import Client
+    run = start(team, echo())
+    fail(run)
+    alerts_scan()
+    live = f"/admin/orchestrator/run/{run.id}/live/"
+
+    note = Notification.objects.get(kind="alert.run.failed")
+    assert note.link.endswith(live)  # the e-mail's link: the failing step, with its error
+    client = Client()
+    client.force_login(operator)
+    assert f'<a href="{live}">live page</a>' in client.get("/admin/alerts/alert/").content.decode()

@@ -25,7 +25,36 @@ def test_no_token_is_a_401_in_the_error_shape_with_its_challenge():
 
     [error] = assert_errors(response, 401)
     assert "credentials were not provided" in error["message"]
-    assert response["WWW-Authenticate"] == 'Token'
+    assert "'Authorization: Bearer <key>'" in error["message"]  # and how to send them
+    assert response["WWW-Authenticate"] == 'Bearer realm="api", Token realm="api"'
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "Token", "bearer"])
+def test_the_token_is_accepted_as_bearer_or_token(scheme, requester):
+    from rest_framework.authtoken.models import Token
+    key = Token.objects.create(user=requester).key
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"{scheme} {key}")
+
+    assert client.get("/api/v1/runs/").status_code == 200
+
+
+@pytest.mark.parametrize("header, says", [
+    ("{key}", "has a key but no scheme"),
+    ("Basic {key}", "The Authorization scheme 'Basic' is not accepted"),
+    ("Bearer {key} extra", "must be a scheme and one key"),
+])
+def test_a_token_sent_another_way_is_a_401_that_names_the_schemes(header, says, requester):
+    from rest_framework.authtoken.models import Token
+    key = Token.objects.create(user=requester).key
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=header.format(key=key))
+
+    response = client.get("/api/v1/runs/")
+
+    [error] = assert_errors(response, 401)
+    assert says in error["message"] and "'Authorization: Bearer <key>'" in error["message"]
+    assert response["WWW-Authenticate"] == 'Bearer realm="api", Token realm="api"'
 
 
 def test_a_wrong_token_is_a_401_in_the_error_shape():

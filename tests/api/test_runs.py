@@ -208,3 +208,21 @@ def test_idempotency_key_reused_for_another_version_is_a_409(api, team, requeste
 
     assert response.status_code == 409
     assert Run.objects.count() == 1
+
+
+def test_the_schemas_example_body_starts_a_run_as_it_stands(api, support):
+    schema = api.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    body = schema["paths"]["/api/v1/workflows/{name}/runs/"]["post"]["requestBody"]
+    [example] = body["content"]["application/json"]["examples"].values()
+
+    response = api.post(RUNS, example["value"], format="json")
+
+    assert response.status_code == 202, response.json()
+    assert "additionalProp1" not in str(example)
+
+
+def test_a_blank_callback_url_means_no_callback(api, support):
+    response = api.post(RUNS, {"input": SUPPORT_INPUT, "callback_url": "", "callback_secret": ""},
+                        format="json")
+
+    assert response.status_code == 202, response.json()

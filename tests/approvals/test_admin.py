@@ -1,10 +1,13 @@
 """The reviewer's admin: a reviewer who is not staff signs in, finds their groups' requests in
 the inbox, reads the decision page, and decides through the same services as the API."""
+import re
+from decimal import Decimal
+
 import pytest
 from django.test import Client
 
 from approvals.models import ApprovalRequest
-from orchestrator.models import Role, StepRun
+from orchestrator.models import Role, Run, StepRun
 from tests.factories import TeamFactory, member
 
 from .conftest import SUPPORT_INPUT, refund_gate, support_gate
@@ -106,6 +109,20 @@ def test_the_decision_page_shows_the_action_for_a_person(team, requester, lead):
     assert 'value="approve"' in html and 'value="reject"' in html
     assert "Edit the parameters" in html and "(decided in the admin)" not in html
     assert "the workflow puts your note into what send sends" in html
+
+
+def test_the_decision_page_shows_the_email_once_the_cost_so_far_and_the_live_page(team, requester, lead):
+    approval = support_gate(team, requester)
+    Run.objects.filter(pk=approval.run_id).update(cost_usd=Decimal("0.004215"))
+
+    html = signed_in(lead).get(page(approval)).content.decode()
+
+    assert html.count('<span class="label">To</span> dana@example.com') == 1  # one preview
+    assert html.count('class="message-preview"') == 1
+    assert "What step &#x27;send&#x27; will do" not in html  # the action is that step's call
+    assert f'href="/admin/orchestrator/run/{approval.run_id}/live/"' in html
+    assert f"/admin/orchestrator/run/{approval.run_id}/change/" not in html
+    assert "cost so far <strong>$0.0042</strong> of $2.00" in html
 
 
 def test_the_decision_page_of_a_proposal_shows_its_evidence_and_rationale(team, requester, lead):
@@ -213,3 +230,33 @@ def test_a_decided_request_shows_its_history_and_no_decision(team, requester, le
     assert "<strong>lead</strong> edited" in html and "<strong>lead2</strong> rejected" in html
     assert "<blockquote>Wrong customer.</blockquote>" in html
     assert 'id="decision-form"' not in html and 'id="edit-form"' not in html
+
+
+def test_a_reviewer_who_is_not_staff_is_offered_only_the_reviewers_pages(team, lead, operator):
+    html = signed_in(lead).get("/admin/").content.decode()
+
+    linked = set(re.findall(r'href="(/admin/[a-z_]+/[a-z_]+/)"', html))
+    assert linked == {INBOX}, linked  # the index, the sidebar and the header: the inbox only
+    offered = signed_in(operator).get("/admin/").content.decode()
+    assert "/admin/orchestrator/run/" in offered and "/admin/orchestrator/deadletter/" in offered
+
+
+def test_the_home_page_counts_a_run_on_its_way_to_my_gate_until_the_gate_opens(team, requester, lead):
+    from orchestrator.services.runs import run_start
+    from orchestrator.services.workflows import workflow_save
+    from tests.factories import SETUP, example_definition
+
+    from .conftest import work
+    version, _ = workflow_save(team=team, definition=example_definition("support"), actor=SETUP)
+    run = run_start(version=version, input=SUPPORT_INPUT, actor=requester)
+    client = signed_in(lead)
+
+    home = client.get("/admin/").content.decode()
+    assert "No approval request waits for your groups." in home
+    assert "1 running run is on the way to a gate for your groups" in home  # not "nothing"
+    assert "on the way" not in signed_in(member(team, "other", groups=("finance",))).get(
+        "/admin/").content.decode()  # not their group's gate
+
+    work(run)
+    home = client.get("/admin/").content.decode()
+    assert "1 pending approval request" in home and "on the way" not in home

@@ -48,7 +48,24 @@ def test_filtering_by_run_shows_only_that_runs_entries(superuser_client, support
 
     shown = response.context["cl"].result_count
     assert shown == AuditEntry.objects.filter(run_id=support_run.id).count()
-    assert str(other.id) not in response.content.decode()
+    assert other.id not in {e.run_id for e in response.context["cl"].result_list}
+
+
+def test_the_ledger_lists_the_newest_entries_first(auditor_client, support_run):
+    from audit.chain import seal_pending
+    seal_pending()
+    shown = list(auditor_client.get(CHANGELIST).context["cl"].result_list)
+
+    assert shown[0].sequence == max(e.sequence for e in AuditEntry.objects.all())
+    assert [e.sequence for e in shown] == sorted((e.sequence for e in shown), reverse=True)
+
+
+def test_the_run_and_actor_filters_offer_the_newest_values_to_pick(auditor_client, support_run):
+    html = auditor_client.get(CHANGELIST).content.decode()
+
+    assert 'list="run-recent"' in html and 'list="actor-recent"' in html
+    assert f'<option value="{support_run.id}">support-reply {str(support_run.id)[:8]}</option>' in html
+    assert '<option value="user:approver">' in html or "approver" in html.split('id="actor-recent"')[1]
 
 
 def test_an_entry_page_shows_its_redacted_payload_and_integrity(auditor_client, support_run):

@@ -313,3 +313,29 @@ def test_a_field_added_to_the_format_appears_in_the_side_panel_without_ui_work(
     tap(page, "classify")
     page.wait_for_selector("#field-step-prompt")
     assert page.locator("#field-step-priority").count() == 0
+
+
+def test_the_canvas_takes_the_width_new_steps_never_overlap_and_required_fields_come_first(
+        browser_page, web_server, team, editor):
+    page = browser_page
+    sign_in(page, web_server, NEW)
+    page.evaluate("localStorage.setItem('django.admin.navSidebarIsOpen', 'true')")  # even open
+    open_builder(page, f"{web_server}{NEW}?template=support-reply")
+
+    assert page.locator("#nav-sidebar").count() == 0
+    assert page.locator("#canvas").bounding_box()["width"] >= 850  # of a 1440 px window
+
+    for _ in range(4):
+        page.click("#palette-tool")
+    boxes = page.evaluate("""() => window.stepwiseBuilder.cy.nodes().filter((n) => !n.isParent())
+        .map((n) => { const b = n.boundingBox(); return [n.id(), b.x1, b.y1, b.x2, b.y2]; })""")
+    for i, (a, *box_a) in enumerate(boxes):
+        for b, *box_b in boxes[i + 1:]:
+            apart = (box_a[2] + 20 <= box_b[0] or box_b[2] + 20 <= box_a[0]
+                     or box_a[3] + 20 <= box_b[1] or box_b[3] + 20 <= box_a[1])
+            assert apart, f"{a} and {b} overlap"
+
+    labels = page.locator("#panel .sf-row > label").all_inner_texts()  # the new tool step
+    required = [label for label in labels if label.endswith(" *")]
+    assert "tool *" in required
+    assert labels[:len(required)] == required  # every required field before the optional ones

@@ -2,10 +2,12 @@
 links to "New workflow from template", the gallery shows every template, one click saves the
 draft-critique-revise loop; a run of it, on real workers, lists each iteration's steps among its
 step runs."""
+import json
+
 import pytest
 
 from orchestrator.gallery import template_named, templates
-from orchestrator.models import Role, Workflow
+from orchestrator.models import Role, Run, Workflow
 from orchestrator.services.runs import run_start
 from tests.factories import member
 
@@ -45,3 +47,31 @@ def test_an_editor_creates_a_workflow_from_a_template_and_its_loop_runs(
     for name in ("draft[1]", "critique[1]", "draft[2]", "critique[2]", "publish"):
         assert name in text
     screenshot(page, "templates-loop-run")
+
+
+def test_a_workflow_made_from_a_template_is_run_from_its_page_with_the_sample_input(
+        browser_page, screenshot, web_server, team):
+    editor = member(team, "editor", role=Role.EDITOR, staff=True)
+    editor.set_password("edit-pass-1")
+    editor.save()
+    page = browser_page
+    page.goto(f"{web_server}/admin/login/?next=/admin/orchestrator/workflow/from-template/")
+    page.fill("#id_username", "editor")
+    page.fill("#id_password", "edit-pass-1")
+    page.click("input[type=submit]")
+    page.wait_for_selector(".gallery")
+    page.fill("#template-content-moderation input[name=name]", "our-moderation")
+    page.click("#template-content-moderation input[type=submit]")
+    page.wait_for_selector(".messagelist")
+
+    page.click("text=Run…")  # on the workflow's page
+    page.wait_for_selector("#run-form")
+    sample = template_named("content-moderation").sample_input
+    assert json.loads(page.input_value("#id_input")) == sample
+    screenshot(page, "workflow-run")
+    page.click("#run-form input[type=submit]")
+
+    page.wait_for_url("**/live/")
+    run = Run.objects.get(version__workflow__name="our-moderation")
+    assert page.url.endswith(f"/admin/orchestrator/run/{run.id}/live/")
+    assert run.input == sample

@@ -152,6 +152,26 @@ def test_a_paused_run_offers_retry_and_skip_of_its_failed_step_and_retry_goes_th
     assert Event.objects.filter(run=run, actor="user:operator").exists()  # audited as the person
 
 
+def test_retrying_a_step_that_failed_with_a_permanent_error_warns_before_confirming(
+        client, team, operator):
+    run = paused_run(team)  # its step failed with a permanent error
+    signed_in(client, operator)
+    retry = client.get(reverse("admin:orchestrator_run_state", args=[run.id])).json()["controls"]["retry"]["call"]
+
+    page = client.get(retry).content.decode()
+
+    assert 'class="errornote retry-warning"' in page
+    assert "failed with a permanent error (the remote said no)" in page
+    assert 'value="Yes, retry anyway"' in page
+
+
+def test_a_transient_error_is_retried_without_a_warning():
+    from orchestrator.live.views import retry_warning
+    from orchestrator.models import StepRun
+    assert retry_warning(StepRun(error={"class": "transient", "message": "503"})) == ""
+    assert "a policy error" in retry_warning(StepRun(error={"class": "policy", "message": "no"}))
+
+
 def test_a_member_sees_no_operator_controls_on_a_paused_run(client, team):
     run = paused_run(team)
     viewer = member(team, "viewer", role=Role.MEMBER, staff=True)

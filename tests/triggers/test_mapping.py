@@ -34,7 +34,22 @@ def test_a_template_reading_what_the_event_lacks_fails_with_its_path_in_plain_wo
         input_from_event({"ticket": {"id": "{{ payload.missing }}"}}, EVENT)
     assert failed.value.reason_class == "template_failed"
     assert failed.value.problems[0]["path"] == "input_template.ticket.id"
-    assert "undefined" in failed.value.problems[0]["message"]
+    assert failed.value.problems[0]["message"] == "the payload has no field 'missing' (at payload.missing)"
+
+
+@pytest.mark.parametrize("template, says", [
+    ("Ticket {{ payload.missing }}", "the payload has no field 'missing' (at payload.missing)"),
+    ("{{ payload.from.name | upper }}", "payload.from has no field 'name' (at payload.from.name)"),
+    ("{{ payload.tags.first }}", "payload.tags is a list, not an object: it has no field 'first'"),
+    ("{{ payload.id.number }}", "payload.id is a string, not an object: it has no field 'number'"),
+    ("{{ body.ticket }}", "there is no 'body' here; a template may use message, payload, slot"),
+])
+def test_what_a_template_misses_is_said_in_the_events_words_not_jinjas(template, says):
+    with pytest.raises(MappingFailed) as failed:
+        input_from_event({"value": template}, EVENT)
+    [problem] = failed.value.problems
+    assert problem == {"path": "input_template.value", "message": says}
+    assert "dict object" not in problem["message"]
 
 
 def test_templates_and_filters_are_checked_when_the_trigger_is_saved():

@@ -150,7 +150,8 @@ def test_a_payload_that_is_not_json_or_not_a_valid_input_is_a_400_listing_the_pr
     assert invalid.status_code == 400
     assert [e["path"] for e in invalid.json()["errors"]] == ["input.body"]
     assert unmappable.status_code == 400
-    assert unmappable.json()["errors"][0]["path"] == "input_template.body"
+    assert unmappable.json()["errors"][0] == {
+        "path": "input_template.body", "message": "the payload has no field 'text' (at payload.text)"}
     assert not Run.objects.exists()
     assert [e.outcome for e in refusals(trigger)] == ["malformed", "invalid_input", "template_failed"]
 
