@@ -182,6 +182,27 @@ def plan_slots(schedule: Schedule, *, last: datetime | None, now: datetime, miss
     return plan
 
 
+def slots_after(schedule: Schedule, *, after: datetime, count: int) -> list[datetime]:
+    """The next `count` slots strictly after `after`, oldest first (in UTC)."""
+    if schedule.interval_s:
+        anchor, step = schedule.anchor or after, timedelta(seconds=schedule.interval_s)
+        k = max(int((after - anchor) / step), 0) + 1
+        while anchor + k * step <= after:
+            k += 1
+        return [anchor + (k + i) * step for i in range(count)]
+    found, slot = [], after
+    for _ in range(count):
+        slot = _cron_after(schedule, slot)
+        found.append(slot)
+    return found
+
+
+def slot_label(slot: datetime, timezone: str) -> str:
+    """The slot as a person reads it, in the schedule's zone: "Mon 7 Dec 09:00 CET"."""
+    local = slot.astimezone(zone_of(timezone))
+    return f"{local:%a} {local.day} {local:%b %H:%M} {local.tzname()}"
+
+
 def slot_text(slot: datetime, timezone: str) -> str:
     """The slot as ISO 8601 in the schedule's time zone (what templates read as `slot`)."""
     return slot.astimezone(zone_of(timezone)).isoformat()

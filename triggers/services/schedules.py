@@ -14,13 +14,31 @@ from orchestrator.clock import now
 
 from ..models import Trigger, TriggerKind
 from ..selectors import trigger_actor
-from ..slots import Schedule, plan_slots, slot_text
+from ..slots import Schedule, plan_slots, schedule_problems, slot_label, slot_text, slots_after
 from .firing import FireOutcome, fire, trigger_audit, trigger_lock
 
 
 def schedule_of(trigger: Trigger) -> Schedule:
     return Schedule(cron=trigger.cron, timezone=trigger.timezone, interval_s=trigger.interval_s,
                     anchor=trigger.schedule_anchor)
+
+
+def next_slots(schedule: Schedule, *, last_slot=None, count: int = 5) -> tuple[list[dict], list[dict]]:
+    """(the schedule's next `count` slots, its problems): each slot as {"at": UTC ISO 8601,
+    "label": "Mon 7 Dec 09:00 CET" in the schedule's zone}. No slots when it has a problem.
+
+    A schedule being edited passes no anchor: saved, its slots would start from now.
+    """
+    problems = schedule_problems(schedule)
+    if problems:
+        return [], problems
+    moment = now()
+    if schedule.anchor is None and schedule.interval_s:
+        schedule = Schedule(schedule.cron, schedule.timezone, schedule.interval_s, anchor=moment)
+    after = max(moment, last_slot) if last_slot else moment
+    slots = slots_after(schedule, after=after, count=count)
+    return [{"at": slot.isoformat(), "label": slot_label(slot, schedule.timezone)}
+            for slot in slots], []
 
 
 def schedule_tick(*, trigger_id) -> list[FireOutcome]:
