@@ -27,6 +27,7 @@ from orchestrator.models import Workflow
 from .models import EventDeadLetter, Firing, TeamQuota, Trigger, TriggerKind
 from .services.config import (
     EDITABLE,
+    INPUT_FIELDS,
     KIND_FIELDS,
     trigger_create,
     trigger_problems,
@@ -62,7 +63,8 @@ class TriggerForm(forms.ModelForm):
             return
         if not trigger.workflow_id or self.errors:
             return
-        for problem in trigger_problems(trigger):
+        check_input = self.instance._state.adding or bool(INPUT_FIELDS & set(self.changed_data))
+        for problem in trigger_problems(trigger, check_input=check_input):
             field = problem["path"].split(".")[0].split("[")[0]
             self.add_error(field if field in self.fields else None, problem["message"])
 
@@ -254,9 +256,17 @@ class TriggerAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
             (f.created_at.strftime("%Y-%m-%d %H:%M:%S"), f.key, f.state,
              format_html('<a href="{}">{}</a>', reverse("admin:orchestrator_run_change",
                                                         args=[f.run_id]), f.run_id)
-             if f.run_id else "-") for f in firings))
-        return format_html("<table><tr><th>fired</th><th>key</th><th>state</th><th>run</th>"
-                           "</tr>{}</table>", rows)
+             if f.run_id else _why(f)) for f in firings))
+        return format_html("<table><tr><th>fired</th><th>key</th><th>state</th>"
+                           "<th>run, or why none</th></tr>{}</table>", rows)
+
+
+def _why(firing: Firing) -> str:
+    if firing.state != Firing.State.REFUSED:
+        return "-"
+    said = "; ".join(f"{p.get('path')}: {p.get('message')}" if p.get("path") else p.get("message", "")
+                     for p in firing.problems)
+    return f"{firing.reason}: {said}" if said else firing.reason
 
 
 @admin.register(Firing)
@@ -264,12 +274,18 @@ class FiringAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Every firing, by key: at most one run each."""
 
     team_field = "trigger__team"
-    list_display = ["created_at", "trigger", "key", badge_column("state"), "run", "started_at"]
-    list_filter = ["state", "trigger__kind"]
+    list_display = ["created_at", "trigger", "key", badge_column("state"), "run", "reason",
+                    "started_at"]
+    list_filter = ["state", "reason", "trigger__kind"]
     list_select_related = ["trigger__team", "run"]
     search_fields = ["key", "trigger__name", "run__id"]
-    fields = readonly_fields = ["trigger", "key", "state", "run", "origin", "input", "fired_by",
-                                "created_at", "started_at"]
+    fields = readonly_fields = ["trigger", "key", "state", "run", "reason", "problems_list",
+                                "origin", "input", "fired_by", "created_at", "started_at"]
+
+    @admin.display(description="problems")
+    def problems_list(self, firing: Firing) -> str:
+        return format_html_join("", "<p><code>{}</code> {}</p>",
+                                ((p.get("path") or "-", p.get("message", "")) for p in firing.problems))
 
 
 @admin.register(EventDeadLetter)

@@ -102,8 +102,8 @@ class FiringSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Firing
-        fields = ["id", "key", "state", "run", "run_url", "origin", "fired_by", "created_at",
-                  "started_at"]
+        fields = ["id", "key", "state", "run", "run_url", "reason", "problems", "origin",
+                  "fired_by", "created_at", "started_at"]
 
 
 class FireOutcomeSerializer(serializers.Serializer):
