@@ -105,3 +105,18 @@ def test_a_refused_slot_is_a_firing_with_its_reason_and_one_alert(team, support,
     page = admin_for(team, Role.MEMBER).get(f"/admin/triggers/trigger/{trigger.id}/change/")
     assert "invalid_input: input: &#x27;priority&#x27; is a required property" in page.content.decode()
     assert Firing.objects.filter(state="refused").count() == 2
+
+
+def test_the_api_gives_a_schedules_next_slots_in_its_zone(editor_api, support, frozen):
+    created = create(editor_api, cron="0 9 * * mon", timezone="Europe/Paris",
+                     input_template=DIGEST).json()
+    detail = editor_api.get(f"/api/v1/triggers/{created['id']}/").json()
+
+    slots = detail["next_slots"]
+    assert len(slots) == 5 and all(s["label"].startswith("Mon ") and " 09:00 CE" in s["label"]
+                                   for s in slots)
+    assert [s["at"] for s in slots] == sorted(s["at"] for s in slots)
+    assert slots[0]["at"] > frozen.moment.isoformat()
+    hook = editor_api.post("/api/v1/triggers/", {"kind": "api", "name": "by-hand",
+                                                 "workflow": "support-reply"}, format="json")
+    assert hook.json()["next_slots"] is None
