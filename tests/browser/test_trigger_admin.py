@@ -34,8 +34,8 @@ def test_an_editor_edits_and_saves_a_schedule_a_webhook_and_a_queue_trigger(
     editor = person(team, "tess_trigger_owner", role=Role.EDITOR)
     workflow_save(team=team, definition=example_definition("support"), actor=SETUP)
     schedule, _ = trigger_create(team=team, kind="schedule", name="support-digest",
-                                 workflow="support-reply", actor=SETUP, cron="0 3 * * *",
-                                 input_template=DIGEST)
+                                 workflow="support-reply", actor=SETUP, cron="0 9 * * mon-fri",
+                                 enabled=False, input_template=DIGEST)
     webhook, _ = trigger_create(team=team, kind="webhook", name="tickets",
                                 workflow="support-reply", actor=SETUP, input_template=TEMPLATE)
     queue, _ = trigger_create(team=team, kind="queue", name="ticket-events",
@@ -49,6 +49,7 @@ def test_an_editor_edits_and_saves_a_schedule_a_webhook_and_a_queue_trigger(
     walk.visit(f"/admin/triggers/trigger/{schedule.id}/change/")
     page.fill("#id_cron", "0 9 * * mon")
     page.fill("#id_timezone", "Europe/Paris")
+    page.check("#id_enabled")  # the README's first trigger step: set a cron, enable, save
     page.wait_for_function("document.querySelector('#schedule-preview').dataset.previewed"
                            " === '0 9 * * mon|Europe/Paris|'")
     previewed = page.inner_text("#schedule-preview")
@@ -56,7 +57,7 @@ def test_an_editor_edits_and_saves_a_schedule_a_webhook_and_a_queue_trigger(
     assert len(MONDAY_NINE_PARIS.findall(previewed)) == 5, previewed
     save(walk, schedule)
     schedule.refresh_from_db()
-    assert (schedule.cron, schedule.timezone) == ("0 9 * * mon", "Europe/Paris")
+    assert (schedule.cron, schedule.timezone, schedule.enabled) == ("0 9 * * mon", "Europe/Paris", True)
     walk.visit(f"/admin/triggers/trigger/{schedule.id}/change/")
     assert len(MONDAY_NINE_PARIS.findall(page.inner_text("#schedule-preview"))) == 5
 
