@@ -12,7 +12,7 @@ from tests.factories import SETUP, example_definition, member
 from triggers.models import Firing, Trigger
 from triggers.services.schedules import schedule_tick
 
-from .conftest import make_trigger
+from .conftest import SUPPORT_TEMPLATE, make_trigger
 from .test_admin import FORM, admin_for
 from .test_schedules import DIGEST
 
@@ -59,16 +59,29 @@ def test_a_schedule_whose_template_does_not_make_a_valid_input_is_refused_with_t
     assert create(editor_api, input_template=DIGEST).status_code == 201
 
 
-def test_a_webhook_template_must_set_what_the_workflow_requires(editor_api, support):
+@pytest.mark.parametrize("template, problem", [
+    ({"ticket_id": "{{ payload.id }}", "body": "{{ payload.text }}"},
+     {"path": "input_template", "message": "gives 'customer_email' is a required property "
+      "(the input schema of workflow 'support-reply')"}),
+    ({**SUPPORT_TEMPLATE, "priority": "{{ payload.priority }}"},
+     {"path": "input_template", "message": "gives Additional properties are not allowed "
+      "('priority' was unexpected) (the input schema of workflow 'support-reply')"}),
+    ({**SUPPORT_TEMPLATE, "ticket_id": 42},
+     {"path": "input_template.ticket_id", "message": "gives 42 is not of type 'string' "
+      "(the input schema of workflow 'support-reply')"}),
+])
+def test_an_event_template_is_refused_for_what_it_gets_wrong_whatever_the_payload(
+        editor_api, support, template, problem):
     response = editor_api.post("/api/v1/triggers/", {
         "kind": "webhook", "name": "tickets", "workflow": "support-reply",
-        "input_template": {"ticket_id": "{{ payload.id }}", "body": "{{ payload.text }}"}},
-        format="json")
+        "input_template": template}, format="json")
 
     assert response.status_code == 400
-    assert response.json()["errors"] == [{"path": "input_template", "message": "sets no "
-                                          "'customer_email', which the input of workflow "
-                                          "'support-reply' requires"}]
+    assert response.json()["errors"] == [problem]
+    # Templated values are the payload's to give: the support template itself is accepted.
+    assert editor_api.post("/api/v1/triggers/", {
+        "kind": "webhook", "name": "tickets", "workflow": "support-reply",
+        "input_template": SUPPORT_TEMPLATE}, format="json").status_code == 201
 
 
 def test_the_admin_marks_the_template_of_a_schedule_that_would_fire_into_nothing(team, support):

@@ -24,7 +24,13 @@ from orchestrator.models import Team, Workflow
 from orchestrator.services.runs import input_problems
 
 from .. import sealing, signatures
-from ..mapping import MappingFailed, filter_problems, input_from_event, template_problems
+from ..mapping import (
+    MappingFailed,
+    filter_problems,
+    input_from_event,
+    template_problems,
+    template_shape_problems,
+)
 from ..models import MissedSlots, Trigger, TriggerKind, WhenLimited
 from ..selectors import version_to_run
 from ..slots import MAX_CATCH_UP, Schedule, cron_fields, schedule_problems, slot_text
@@ -104,21 +110,17 @@ def trigger_input_problems(trigger: Trigger) -> list[dict]:
     """What the trigger would give its workflow, checked against the workflow's input schema:
     each problem with its path in the input template.
 
-    A schedule's whole input is known: its template is rendered for its next slot and the
+    A schedule's whole input is known: its template is rendered for a sample slot and the
     result validated. A webhook's, a queue event's or a program's input depends on a payload
-    only its sender knows; its template must still set every property the schema requires.
+    only its sender knows: what its template is sure to get wrong whatever the payload is
+    refused (`mapping.template_shape_problems`).
     """
     version = version_to_run(trigger) if trigger.workflow_id else None
     if version is None:
         return []
     schema = version.normalized["input_schema"]
     if trigger.kind != TriggerKind.SCHEDULE:
-        template = trigger.input_template
-        if not isinstance(template, dict):
-            return []
-        return [{"path": "input_template", "message": f"sets no '{name}', which the input of "
-                 f"workflow '{trigger.workflow.name}' requires"}
-                for name in schema.get("required", []) if name not in template]
+        return _as_template_paths(trigger, template_shape_problems(trigger.input_template, schema))
     if schedule_problems(Schedule(trigger.cron or "", trigger.timezone, trigger.interval_s)):
         return []  # reported as the schedule's own problems
     if trigger.input_template is None:
@@ -132,10 +134,15 @@ def trigger_input_problems(trigger: Trigger) -> list[dict]:
         run_input = input_from_event(trigger.input_template, context)
     except MappingFailed as failed:
         return failed.problems
+    return _as_template_paths(trigger, run_input_problems(run_input)
+                              or input_problems(schema, run_input))
+
+
+def _as_template_paths(trigger: Trigger, problems: list[dict]) -> list[dict]:
+    """Problems of the input ("input.x") as problems of the template that builds it."""
     return [{"path": "input_template" + problem["path"].removeprefix("input"),
              "message": f"gives {problem['message']} (the input schema of workflow "
-                        f"'{trigger.workflow.name}')"}
-            for problem in run_input_problems(run_input) or input_problems(schema, run_input)]
+                        f"'{trigger.workflow.name}')"} for problem in problems]
 
 
 def _queue_problems(trigger: Trigger) -> list[dict]:
