@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery.schedules import crontab
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 MAX_CATCH_UP = 100
 # Counting missed slots stops here ("at least 10,000 slots were missed").
@@ -75,6 +75,11 @@ def schedule_problems(schedule: Schedule) -> list[dict]:
             except (ValueError, TypeError) as error:
                 problems.append({"path": "cron", "message": f"Celery beat cannot read "
                                                             f"'{schedule.cron}': {error}"})
+            try:  # a valid expression may still name no day that exists (31 February)
+                croniter(schedule.cron, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+            except CroniterBadDateError:
+                problems.append({"path": "cron", "message": f"'{schedule.cron}' names no "
+                                                            "date that exists"})
     if has_interval and schedule.interval_s < MIN_INTERVAL_S:
         problems.append({"path": "interval_s", "message": f"must be at least {MIN_INTERVAL_S} s"})
     try:
