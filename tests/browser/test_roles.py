@@ -142,8 +142,9 @@ def sign_in(walk: Walk, username: str) -> None:
     walk.visit("/admin/login/?next=/admin/")
     page.fill("#id_username", username)
     page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url(f"{walk.server}/admin/")
+    with page.expect_navigation(timeout=30000):  # a shared machine may be slow to answer
+        page.click("input[type=submit]")
+    page.wait_for_url(f"{walk.server}/admin/", timeout=30000)
 
 
 def run_rows_match_the_api(walk: Walk, api) -> int:
