@@ -20,6 +20,7 @@ class RuleKind(StrEnum):
     BUDGET_DENIED = "budget.denied"
     BREAKER_OPENED = "breaker.opened"
     QUEUE_AGE = "queue.age"
+    TRIGGER_REFUSED = "trigger.refused"
 
 
 class Severity(StrEnum):
@@ -60,4 +61,8 @@ DEFAULTS: dict[RuleKind, Rule] = {r.kind: r for r in [
          description="a step met an open circuit breaker for its model or tool"),
     Rule(RuleKind.QUEUE_AGE, True, 300, Severity.WARNING, "seconds",
          description="a step waited in its queue for longer than this"),
+    Rule(RuleKind.TRIGGER_REFUSED, True, None, Severity.WARNING,
+         description="a schedule's slot started no run (its input was refused, or its rate, "
+                     "quota or budget held it back); once per trigger and reason until the "
+                     "trigger is changed"),
 ]}

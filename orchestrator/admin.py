@@ -8,6 +8,7 @@ same services, which check the permission themselves: "Cancel selected runs" cal
 """
 
 import json
+from datetime import UTC
 from functools import partial
 
 from django import forms
@@ -25,6 +26,7 @@ from budgets.selectors import run_budget
 from .admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column, pretty_json
 from .authz import Action, teams_where
 from .builder import views as builder_views
+from .clock import now
 from .definitions import DefinitionInvalid
 from .definitions.format import WORKFLOW_NAME_PATTERN
 from .errors import BudgetExceeded, Forbidden, InputInvalid, NotAllowed
@@ -138,8 +140,29 @@ class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="builder")
     def builder_link(self, workflow: Workflow) -> str:
-        return format_html('<a href="{}">open in builder</a>',
-                           reverse("admin:orchestrator_workflow_builder_edit", args=[workflow.id]))
+        # Shown as get_list_display's per-person version of it; this one is what Django's
+        # checks see.
+        return format_html('<a href="{}">open in builder</a>', reverse(
+            "admin:orchestrator_workflow_builder_edit", args=[workflow.id]))
+
+    def get_list_display(self, request):
+        # The builder opens for whoever may save in the workflow's team: nobody else is
+        # offered a link that answers 403.
+        saving = set(teams_where(request.user, Action.WORKFLOW_SAVE).values_list("id", flat=True))
+
+        @admin.display(description="builder")
+        def builder_link(workflow: Workflow) -> str:
+            if workflow.team_id not in saving:
+                return "-"
+            return format_html('<a href="{}">open in builder</a>', reverse(
+                "admin:orchestrator_workflow_builder_edit", args=[workflow.id]))
+
+        return [builder_link if column == "builder_link" else column
+                for column in self.list_display if column != "builder_link" or saving]
+
+    def changelist_view(self, request, extra_context=None):
+        may_save = teams_where(request.user, Action.WORKFLOW_SAVE).exists()
+        return super().changelist_view(request, {**(extra_context or {}), "may_save": may_save})
 
     def get_urls(self):
         # The visual builder (orchestrator/builder/views.py, docs/builder.md).
@@ -368,12 +391,72 @@ _RUN_FIELDS = ["id", "live_page", "team", "version", "state", "trigger", "starte
                "error_pretty", "audit_timeline"]
 
 
+class RunViewFilter(admin.SimpleListFilter):
+    """Named views of the run list an operator comes back to; Django keeps the chosen one (with
+    the other filters) across the change pages and back."""
+
+    title = "view"
+    parameter_name = "view"
+    VIEWS = {
+        "attention": ("needs a person (waiting, paused)", {"state__in": ["waiting", "paused"]}),
+        "failed": ("failed or timed out", {"state__in": ["failed", "timed_out",
+                                                          "compensation_failed"]}),
+        "active": ("running now", {"state__in": ["pending", "running", "cancelling",
+                                                 "compensating"]}),
+        "triggered": ("started by a trigger", {"trigger_firing__isnull": False}),
+    }
+
+    def lookups(self, request, model_admin):
+        return [("mine", "started by me"),
+                *((key, label) for key, (label, _) in self.VIEWS.items())]
+
+    def queryset(self, request, queryset):
+        if self.value() == "mine":
+            return queryset.filter(created_by=request.user)
+        if self.value() in self.VIEWS:
+            return queryset.filter(**self.VIEWS[self.value()][1])
+        return queryset
+
+
+def _moment(value) -> str:
+    """A time as "3 minutes ago", with the exact time (UTC) in its title; run_list_live.js
+    keeps the words current from `datetime`."""
+    if value is None:
+        return "-"
+    exact = value.astimezone(UTC)
+    return format_html('<time datetime="{}" title="{}">{}</time>', exact.isoformat(),
+                       exact.strftime("%Y-%m-%d %H:%M:%S UTC"), _ago((now() - value).total_seconds()))
+
+
+def _ago(seconds: float) -> str:
+    """How long ago, in the words run_list_live.js uses too."""
+    minutes = int(seconds // 60)
+    if minutes < 1:
+        return "just now"
+    if minutes < 60:
+        return f"{minutes} min ago"
+    if minutes < 24 * 60:
+        return f"{minutes // 60} h {minutes % 60} min ago"
+    return f"{minutes // (24 * 60)} d ago"
+
+
+def _seconds(total: float) -> str:
+    total = int(total)
+    if total < 60:
+        return f"{total} s"
+    if total < 3600:
+        return f"{total // 60} min {total % 60} s"
+    return f"{total // 3600} h {total % 3600 // 60} min"
+
+
 @admin.register(Run)
 class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["id", "workflow", "version_number", "team", badge_column("state"), "cost_usd", "created_at",
-                    "live_page"]
-    list_filter = ["state", "version__workflow__name", "team"]
-    list_select_related = ["team", "version__workflow"]
+    list_display = ["run_id", "workflow", "version_number", "team", badge_column("state"),
+                    "cost_usd", "trigger_column", "started_by", "created", "duration", "live_page"]
+    list_display_links = ["run_id"]
+    list_filter = [RunViewFilter, "state", "version__workflow__name", "team", "trigger"]
+    list_select_related = ["team", "version__workflow", "created_by", "trigger_firing__trigger",
+                           "parent_step__run"]
     search_fields = ["id", "idempotency_key", "version__workflow__name"]
     date_hierarchy = "created_at"
     fields = readonly_fields = _RUN_FIELDS
@@ -402,6 +485,49 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
                  name="orchestrator_run_operate"),
             *super().get_urls(),
         ]
+
+    @admin.display(description="id", ordering="id")
+    def run_id(self, run: Run) -> str:
+        # The run list's live script finds each row's run by this attribute.
+        return format_html('<span data-run-id="{}">{}</span>', run.id, run.id)
+
+    @admin.display(description="trigger", ordering="trigger")
+    def trigger_column(self, run: Run) -> str:
+        firing = getattr(run, "trigger_firing", None)
+        if firing is None:
+            return run.trigger
+        link = reverse("admin:triggers_trigger_change", args=[firing.trigger_id])
+        return format_html('{} <a href="{}">{}</a>', run.trigger, link, firing.trigger.name)
+
+    @admin.display(description="started by", ordering="created_by__username")
+    def started_by(self, run: Run) -> str:
+        # The people who set it in motion (orchestrator/provenance.py): the starter, or the
+        # trigger's creator and last changer, or the parent run's people.
+        people = [p["username"] for p in (run.provenance or {}).get("people") or []]
+        if people:
+            return ", ".join(people)
+        if run.created_by_id:
+            return run.created_by.get_username()
+        firing = getattr(run, "trigger_firing", None)
+        if firing is not None:
+            return f"trigger {firing.trigger.name}"
+        if run.parent_step_id:
+            return format_html('<a href="{}">parent run</a>', reverse(
+                "admin:orchestrator_run_change", args=[run.parent_step.run_id]))
+        return "-"
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, run: Run) -> str:
+        return _moment(run.created_at)
+
+    @admin.display(description="duration")
+    def duration(self, run: Run) -> str:
+        if run.started_at is None:
+            return "-"
+        if run.finished_at is not None:
+            return _seconds((run.finished_at - run.started_at).total_seconds())
+        return format_html('<span data-since="{}">{} so far</span>', run.started_at.isoformat(),
+                           _seconds((now() - run.started_at).total_seconds()))
 
     @admin.display(description="live page")
     def live_page(self, run: Run) -> str:

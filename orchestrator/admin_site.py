@@ -16,6 +16,8 @@ from django.core.exceptions import ValidationError
 
 from approvals.authority import inbox, is_reviewer, on_the_way
 
+from .authz import teams_visible_to
+
 
 def may_enter(user) -> bool:
     return user.is_active and (user.is_staff or is_reviewer(user))
@@ -65,6 +67,10 @@ class StepwiseAdminSite(admin.AdminSite):
         user = request.user
         context["approvals_waiting"] = inbox(user).count() if user.is_authenticated else 0
         context["reviewer_only"] = reviewer_only(user)
+        # The header offers only pages that open for this person: the inbox to reviewers, the
+        # operations pages to people of some team (an auditor may be in none).
+        context["may_review"] = user.is_authenticated and (user.is_superuser or is_reviewer(user))
+        context["sees_teams"] = teams_visible_to(user).exists()
         return context
 
     def index(self, request, extra_context=None):

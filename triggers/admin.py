@@ -7,13 +7,12 @@ their problems next to the fields. A webhook's secret is shown once, on the page
 its creation or a rotation, and is never stored in a message, a cookie or a log. Firings and
 dead letters are read-only; "Replay selected" calls `event_dead_letter_replay`.
 """
-from datetime import timedelta
-
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.http import JsonResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from orchestrator.admin_display import (
@@ -23,13 +22,13 @@ from orchestrator.admin_display import (
     pretty_json,
 )
 from orchestrator.authz import Action, may, teams_where, visible
-from orchestrator.clock import now
 from orchestrator.errors import Forbidden, NotAllowed, ServiceError
 from orchestrator.models import Workflow
 
 from .models import EventDeadLetter, Firing, Trigger, TriggerKind
 from .services.config import (
     EDITABLE,
+    INPUT_FIELDS,
     KIND_FIELDS,
     trigger_create,
     trigger_problems,
@@ -37,8 +36,8 @@ from .services.config import (
     webhook_secret_rotate,
 )
 from .services.events import event_dead_letter_replay
-from .services.schedules import schedule_of
-from .slots import slots_newest
+from .services.schedules import next_slots, schedule_of
+from .slots import Schedule
 
 COMMON_FIELDS = [name for name in EDITABLE if not any(name in f for f in KIND_FIELDS.values())]
 ADMISSION_FIELDS = ["max_per_minute", "when_limited", "max_queued"]
@@ -65,7 +64,8 @@ class TriggerForm(forms.ModelForm):
             return
         if not trigger.workflow_id or self.errors:
             return
-        for problem in trigger_problems(trigger):
+        check_input = self.instance._state.adding or bool(INPUT_FIELDS & set(self.changed_data))
+        for problem in trigger_problems(trigger, check_input=check_input):
             field = problem["path"].split(".")[0].split("[")[0]
             self.add_error(field if field in self.fields else None, problem["message"])
 
@@ -103,7 +103,9 @@ class TriggerAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
                 *kind_sections, *tail]
 
     def get_form(self, request, obj=None, change=False, **kwargs):
-        kwargs["fields"] = None  # the fieldsets decide
+        # The form has the fields the page shows (Django flattens the fieldsets): a trigger's
+        # team and kind, and the settings of other kinds, are neither shown nor required on
+        # its change page.
         form = super().get_form(request, obj, change=change, **kwargs)
 
         class ScopedForm(form):
@@ -214,15 +216,39 @@ class TriggerAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="next slots")
     def next_slots(self, trigger: Trigger) -> str:
-        if trigger.kind != TriggerKind.SCHEDULE or not trigger.schedule_anchor:
-            return "-"
-        schedule = schedule_of(trigger)
-        moment = now()
-        start = max(moment, trigger.last_slot or moment)
-        horizon = start + (timedelta(seconds=schedule.interval_s * 3) if schedule.interval_s
-                           else timedelta(days=400))
-        upcoming = sorted(slots_newest(schedule, until=horizon, after=start, count=500))[:3]
-        return ", ".join(slot.isoformat() for slot in upcoming) or "-"
+        """The saved schedule's next slots in its zone; schedule_preview.js shows those of the
+        settings being edited here, before they are saved."""
+        saved = Trigger.objects.filter(pk=trigger.pk).first() if trigger.pk else None
+        slots = []
+        if saved is not None and saved.kind == TriggerKind.SCHEDULE and saved.schedule_anchor:
+            slots, _ = next_slots(schedule_of(saved), last_slot=saved.last_slot)
+        return format_html(
+            '<div id="schedule-preview" data-preview-url="{}">{}</div>',
+            reverse("admin:triggers_trigger_preview_slots"),
+            format_html("<ul>{}</ul>", format_html_join(
+                "", '<li><time datetime="{}">{}</time></li>',
+                ((slot["at"], slot["label"]) for slot in slots))) if slots else "-")
+
+    def get_urls(self):
+        preview = self.admin_site.admin_view(self.preview_slots)
+        return [path("preview-slots/", preview, name="triggers_trigger_preview_slots"),
+                *super().get_urls()]
+
+    def preview_slots(self, request):
+        """The next slots of the schedule in the query (cron or interval_s, timezone), as it
+        would run if saved now; its problems instead when it has some."""
+        query = request.GET
+        interval = query.get("interval_s", "").strip()
+        if interval and not interval.isdigit():
+            return JsonResponse({"slots": [], "errors": [
+                {"path": "interval_s", "message": "must be a whole number of seconds"}]})
+        schedule = Schedule(query.get("cron", "")[:100], query.get("timezone", "UTC")[:64] or "UTC",
+                            int(interval) if interval else None)
+        slots, problems = next_slots(schedule)
+        return JsonResponse({"slots": slots, "errors": problems})
+
+    class Media:
+        js = ["stepwise/schedule_preview.js"]
 
     @admin.display(description="recent firings")
     def recent_firings(self, trigger: Trigger) -> str:
@@ -233,9 +259,17 @@ class TriggerAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
             (f.created_at.strftime("%Y-%m-%d %H:%M:%S"), f.key, f.state,
              format_html('<a href="{}">{}</a>', reverse("admin:orchestrator_run_change",
                                                         args=[f.run_id]), f.run_id)
-             if f.run_id else "-") for f in firings))
-        return format_html("<table><tr><th>fired</th><th>key</th><th>state</th><th>run</th>"
-                           "</tr>{}</table>", rows)
+             if f.run_id else _why(f)) for f in firings))
+        return format_html("<table><tr><th>fired</th><th>key</th><th>state</th>"
+                           "<th>run, or why none</th></tr>{}</table>", rows)
+
+
+def _why(firing: Firing) -> str:
+    if firing.state != Firing.State.REFUSED:
+        return "-"
+    said = "; ".join(f"{p.get('path')}: {p.get('message')}" if p.get("path") else p.get("message", "")
+                     for p in firing.problems)
+    return f"{firing.reason}: {said}" if said else firing.reason
 
 
 @admin.register(Firing)
@@ -243,12 +277,18 @@ class FiringAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Every firing, by key: at most one run each."""
 
     team_field = "trigger__team"
-    list_display = ["created_at", "trigger", "key", badge_column("state"), "run", "started_at"]
-    list_filter = ["state", "trigger__kind"]
+    list_display = ["created_at", "trigger", "key", badge_column("state"), "run", "reason",
+                    "started_at"]
+    list_filter = ["state", "reason", "trigger__kind"]
     list_select_related = ["trigger__team", "run"]
     search_fields = ["key", "trigger__name", "run__id"]
-    fields = readonly_fields = ["trigger", "key", "state", "run", "refusal", "origin", "input",
-                                "fired_by", "created_at", "started_at"]
+    fields = readonly_fields = ["trigger", "key", "state", "run", "reason", "problems_list",
+                                "origin", "input", "fired_by", "created_at", "started_at"]
+
+    @admin.display(description="problems")
+    def problems_list(self, firing: Firing) -> str:
+        return format_html_join("", "<p><code>{}</code> {}</p>",
+                                ((p.get("path") or "-", p.get("message", "")) for p in firing.problems))
 
 
 @admin.register(EventDeadLetter)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import re
 
+from jsonschema import Draft202012Validator
+
 from orchestrator.definitions import (
     ExpressionError,
     TemplateError,
@@ -189,6 +191,53 @@ def input_from_event(template: object, context: dict) -> dict:
         raise MappingFailed("invalid_input", [{"path": "input_template",
                                                "message": "must produce a JSON object"}])
     return result
+
+
+class _Templated(str):
+    """Stands for a template string's value, which only the event will tell."""
+
+
+_COMBINED = frozenset({"anyOf", "oneOf", "allOf", "not", "if", "then", "else", "dependentSchemas"})
+
+
+def _holds_templated(value: object) -> bool:
+    if isinstance(value, _Templated):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_templated(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_holds_templated(item) for item in value)
+    return False
+
+
+def _shape(value: object) -> object:
+    if isinstance(value, str):
+        return _Templated(value) if "{{" in value or "{%" in value else value
+    if isinstance(value, dict):
+        return {key: _shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_shape(item) for item in value]
+    return value
+
+
+def template_shape_problems(template: object, schema: dict) -> list[dict]:
+    """What an event trigger's template is sure to get wrong, whatever the event: the input
+    it builds, with each templated string standing for an unknown value, checked against the
+    workflow's input `schema` — a required property it never sets, one the schema does not
+    allow, a fixed value of the wrong type. Paths as "input.<property>"."""
+    if not isinstance(template, dict):
+        return []
+    shape = _shape(template)
+    problems = []
+    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    for error in sorted(validator.iter_errors(shape), key=lambda e: list(e.absolute_path)):
+        if isinstance(error.instance, _Templated) or (
+                error.validator in _COMBINED and _holds_templated(error.instance)):
+            continue
+        path = "input" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}"
+                                 for part in error.absolute_path)
+        problems.append({"path": path, "message": error.message})
+    return problems
 
 
 def event_matches(expression: str, context: dict) -> bool:

@@ -3,7 +3,9 @@
 A `Trigger` belongs to a team and names the workflow it starts. Every time it fires, a `Firing`
 row records the firing's key (the schedule's slot, the webhook's delivery id, the message's id,
 the caller's idempotency key) under a unique constraint, so the same key never starts a second
-run, and links the run it started: that link is how a run says which trigger started it.
+run, and links the run it started: that link is how a run says which trigger started it. A
+schedule's slot that could start no run is kept as a `refused` firing with its reason, so the
+trigger's firings show it.
 
 The services in `triggers.services` write these rows; nothing here dispatches, calls the
 network or writes another row. A trigger is disabled, never deleted, so every run keeps the
@@ -139,7 +141,7 @@ class Firing(models.Model):
     class State(models.TextChoices):
         QUEUED = "queued", "queued: held by admission control"
         STARTED = "started"
-        REFUSED = "refused", "refused when admitted (the reason says why)"
+        REFUSED = "refused", "refused: started no run (see reason and problems)"
 
     trigger = models.ForeignKey(Trigger, on_delete=models.PROTECT, related_name="firings")
     key = models.CharField(max_length=200, help_text='"slot:<time>", "delivery:<id>", '
@@ -153,8 +155,10 @@ class Firing(models.Model):
     fired_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                  on_delete=models.SET_NULL, related_name="+",
                                  help_text="The person who fired a programmatic trigger.")
-    refusal = models.JSONField(null=True, blank=True,
-                               help_text='Why a held firing was refused: {"reason", "problems"}.')
+    reason = models.CharField(max_length=32, blank=True,
+                              help_text="Why a refused firing started no run: invalid_input, "
+                                        "template_failed, rate, quota, budget, ...")
+    problems = models.JSONField(default=list, blank=True, help_text='[{"path", "message"}, ...]')
     created_at = models.DateTimeField(default=now)
     started_at = models.DateTimeField(null=True, blank=True, db_index=True)
 

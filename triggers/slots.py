@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery.schedules import crontab
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 MAX_CATCH_UP = 100
 # Counting missed slots stops here ("at least 10,000 slots were missed").
@@ -75,6 +75,11 @@ def schedule_problems(schedule: Schedule) -> list[dict]:
             except (ValueError, TypeError) as error:
                 problems.append({"path": "cron", "message": f"Celery beat cannot read "
                                                             f"'{schedule.cron}': {error}"})
+            try:  # a valid expression may still name no day that exists (31 February)
+                croniter(schedule.cron, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+            except CroniterBadDateError:
+                problems.append({"path": "cron", "message": f"'{schedule.cron}' names no "
+                                                            "date that exists"})
     if has_interval and schedule.interval_s < MIN_INTERVAL_S:
         problems.append({"path": "interval_s", "message": f"must be at least {MIN_INTERVAL_S} s"})
     try:
@@ -180,6 +185,27 @@ def plan_slots(schedule: Schedule, *, last: datetime | None, now: datetime, miss
                                 after=after, count=1)
         plan.skipped_last = previous[0] if previous else first
     return plan
+
+
+def slots_after(schedule: Schedule, *, after: datetime, count: int) -> list[datetime]:
+    """The next `count` slots strictly after `after`, oldest first (in UTC)."""
+    if schedule.interval_s:
+        anchor, step = schedule.anchor or after, timedelta(seconds=schedule.interval_s)
+        k = max(int((after - anchor) / step), 0) + 1
+        while anchor + k * step <= after:
+            k += 1
+        return [anchor + (k + i) * step for i in range(count)]
+    found, slot = [], after
+    for _ in range(count):
+        slot = _cron_after(schedule, slot)
+        found.append(slot)
+    return found
+
+
+def slot_label(slot: datetime, timezone: str) -> str:
+    """The slot as a person reads it, in the schedule's zone: "Mon 7 Dec 09:00 CET"."""
+    local = slot.astimezone(zone_of(timezone))
+    return f"{local:%a} {local.day} {local:%b %H:%M} {local.tzname()}"
 
 
 def slot_text(slot: datetime, timezone: str) -> str:

@@ -25,9 +25,14 @@
       box.appendChild(cell);
     }
   }
+  // Each row names its run in a data attribute of its id cell: rows are matched by run, never
+  // by the action checkbox, which a person without actions does not have.
   function idOf(row) {
-    const box = row.querySelector("input.action-select");
-    return box ? box.value : null;
+    const cell = row.querySelector("[data-run-id]");
+    return cell ? cell.dataset.runId : null;
+  }
+  function isCheckbox(cell) {
+    return cell.classList.contains("action-checkbox") || cell.querySelector("input.action-select");
   }
   async function rows() {
     const current = document.querySelector("#result_list tbody");
@@ -39,15 +44,43 @@
     const byId = new Map(freshRows.map((row) => [idOf(row), row]));
     const shown = Array.from(current.rows).map(idOf);
     for (const row of current.rows) {
-      const update = byId.get(idOf(row));
+      const id = idOf(row);
+      const update = id === null ? undefined : byId.get(id);
       if (!update) continue;
-      for (let i = 1; i < row.cells.length && i < update.cells.length; i++) {
+      for (let i = 0; i < row.cells.length && i < update.cells.length; i++) {
+        if (isCheckbox(row.cells[i])) continue;  // a selection in progress stays
         if (row.cells[i].innerHTML !== update.cells[i].innerHTML) row.cells[i].innerHTML = update.cells[i].innerHTML;
       }
     }
     const changed = freshRows.length !== shown.length || freshRows.some((row, i) => idOf(row) !== shown[i]);
     document.getElementById("run-list-changed").hidden = !changed;
+    ages();
   }
+  // The words of RunAdmin's relative times (orchestrator/admin.py, _ago and _seconds), kept
+  // current between nudges.
+  function ago(seconds) {
+    const minutes = Math.floor(seconds / 60);
+    if (minutes < 1) return "just now";
+    if (minutes < 60) return `${minutes} min ago`;
+    if (minutes < 24 * 60) return `${Math.floor(minutes / 60)} h ${minutes % 60} min ago`;
+    return `${Math.floor(minutes / (24 * 60))} d ago`;
+  }
+  function span(seconds) {
+    const total = Math.floor(seconds);
+    if (total < 60) return `${total} s`;
+    if (total < 3600) return `${Math.floor(total / 60)} min ${total % 60} s`;
+    return `${Math.floor(total / 3600)} h ${Math.floor((total % 3600) / 60)} min`;
+  }
+  function ages() {
+    const at = Date.now();
+    for (const el of document.querySelectorAll("#result_list time[datetime]")) {
+      el.textContent = ago(Math.max(0, (at - Date.parse(el.getAttribute("datetime"))) / 1000));
+    }
+    for (const el of document.querySelectorAll("#result_list [data-since]")) {
+      el.textContent = `${span(Math.max(0, (at - Date.parse(el.dataset.since)) / 1000))} so far`;
+    }
+  }
+  setInterval(ages, 30000);
   async function reread() {
     const response = await fetch(root.dataset.stateUrl, { credentials: "same-origin", cache: "no-store" });
     if (!response.ok) throw new Error(`HTTP ${response.status}`);

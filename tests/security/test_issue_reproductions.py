@@ -226,7 +226,7 @@ def test_a_queued_firing_of_a_person_removed_from_the_team_is_refused_when_admit
 
     firing = Firing.objects.get(key="request:two")
     assert firing.state == "refused" and firing.run is None
-    assert "may no longer start runs in team 'support'" in firing.refusal["problems"][0]["message"]
+    assert "may no longer start runs in team 'support'" in firing.problems[0]["message"]
     assert Run.objects.count() == 1
     seal_pending()
     assert AuditEntry.objects.filter(action="trigger.refused", outcome="refused_at_admission").count() == 1

@@ -1,4 +1,7 @@
 """Schedules: the beat entry they keep, and one run per slot whatever the ticks do."""
+from datetime import timedelta
+from zoneinfo import ZoneInfo
+
 import pytest
 from django_celery_beat.models import PeriodicTask, PeriodicTasks
 
@@ -56,11 +59,31 @@ def test_a_tick_starts_one_run_for_its_slot_and_a_duplicate_tick_starts_nothing(
     slot = frozen.moment.replace(second=0)
     assert run.trigger_firing.key == f"slot:{slot.isoformat()}"
     assert run.idempotency_key == f"trigger:{every_minute.id}:slot:{slot.isoformat()}"
-    assert run.input["body"].startswith("Daily digest at ") and "+01:00" in run.input["body"] \
-        or "+02:00" in run.input["body"]
+    # The slot in the schedule's zone: Paris is UTC+1 in winter, UTC+2 in summer.
+    paris = slot.astimezone(ZoneInfo("Europe/Paris")).isoformat()
+    assert paris.endswith(("+01:00", "+02:00"))
+    assert run.input["body"] == f"Daily digest at {paris}"
     frozen.advance(minutes=1)
     schedule_fire(str(every_minute.id))
     assert Run.objects.count() == 2
+
+
+def test_on_time_ticks_remember_their_slot_and_skip_nothing(every_minute, frozen):
+    """Each tick saves the slot it handled, so the next one plans from there: three on-time
+    ticks run three slots and no slot is reported skipped."""
+    slots = []
+    for _ in range(3):
+        frozen.advance(minutes=1)
+        slot = frozen.moment.replace(second=0)
+        assert [o.status for o in schedule_tick(trigger_id=every_minute.id)] == ["started"]
+        every_minute.refresh_from_db()
+        assert every_minute.last_slot == slot
+        slots.append(slot)
+
+    assert not AuditEntry.objects.filter(action="trigger.slots_skipped").exists()
+    assert sorted(Firing.objects.values_list("key", flat=True)) == [
+        f"slot:{slot.isoformat()}" for slot in slots]
+    assert slots[-1] - slots[0] == timedelta(minutes=2)
 
 
 def test_a_replayed_tick_for_a_slot_already_run_finds_its_firing(every_minute, frozen):

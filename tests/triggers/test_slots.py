@@ -66,6 +66,7 @@ def test_cron_slots_are_read_in_the_schedule_time_zone_across_a_daylight_saving_
     (Schedule(cron="61 * * * *"), "cron", "not a valid cron expression"),
     (Schedule(cron="0 9 * * mon", timezone="Mars/Olympus"), "timezone", "not an IANA time zone"),
     (Schedule(interval_s=0), "interval_s", "at least 1"),
+    (Schedule(cron="0 0 31 2 *"), "cron", "names no date that exists"),  # 31 February
 ])
 def test_a_bad_schedule_is_refused_with_its_path(schedule, path, says):
     problems = schedule_problems(schedule)

@@ -160,7 +160,8 @@ def test_a_disabled_trigger_refuses_with_409_and_an_unknown_one_is_a_404(client,
     trigger, secret = hook
     trigger_update(trigger_id=trigger.id, actor=SETUP, changes={"enabled": False})
     assert deliver(client, trigger, secret).status_code == 409
-    schedule, _ = make_trigger(team, "schedule", name="nightly", cron="0 3 * * *")
+    schedule, _ = make_trigger(team, "schedule", name="nightly", cron="0 3 * * *", input_template={
+        "ticket_id": "n-{{ slot }}", "body": "nightly", "customer_email": "ops@example.com"})
     assert client.post(f"/api/v1/hooks/{schedule.id}/", data=b"{}",
                        content_type="application/json").status_code == 404
     assert not Run.objects.exists()

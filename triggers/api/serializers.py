@@ -5,10 +5,12 @@ Request serializers check only the shape of a body; what a trigger must satisfy 
 representation: the create and rotate answers add it once, outside the serializer.
 """
 from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..models import EventDeadLetter, Firing, Trigger, TriggerKind
 from ..services.config import EDITABLE
+from ..services.schedules import next_slots, schedule_of
 
 
 def _absolute(serializer: serializers.Serializer, path: str) -> str:
@@ -18,6 +20,11 @@ def _absolute(serializer: serializers.Serializer, path: str) -> str:
 
 def webhook_path(trigger: Trigger) -> str:
     return reverse("api:trigger-webhook", kwargs={"trigger_id": trigger.id})
+
+
+class NextSlotSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="The slot, in UTC.")
+    label = serializers.CharField(help_text='As read in the schedule\'s zone: "Mon 7 Dec 09:00 CET".')
 
 
 class TriggerSerializer(serializers.ModelSerializer):
@@ -31,16 +38,27 @@ class TriggerSerializer(serializers.ModelSerializer):
     updated_by = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True,
         help_text="Who last changed the trigger or rotated its secret; null until then.")
+    next_slots = serializers.SerializerMethodField()
 
     class Meta:
         model = Trigger
         fields = ["id", "url", "team", "name", "description", "kind", "workflow",
                   "workflow_version", "enabled", "input_template", "filter", "max_per_minute",
                   "when_limited", "max_queued", "cron", "timezone", "interval_s", "missed_slots",
-                  "catch_up_max", "last_slot", "webhook_url", "secret_fingerprint",
+                  "catch_up_max", "last_slot", "next_slots", "webhook_url", "secret_fingerprint",
                   "previous_secret_until", "replay_window_s", "max_body_bytes", "source",
                   "exchange", "binding_key", "queue", "stream", "created_by", "created_at",
                   "updated_by", "updated_at", "revision"]
+
+    @extend_schema_field(NextSlotSerializer(many=True, allow_null=True))
+    def get_next_slots(self, trigger: Trigger) -> list[dict] | None:
+        """A schedule's next five slots (UTC, and as read in its time zone); null for another
+        kind of trigger, empty while it is disabled."""
+        if trigger.kind != TriggerKind.SCHEDULE:
+            return None
+        if not trigger.enabled or trigger.schedule_anchor is None:
+            return []
+        return next_slots(schedule_of(trigger), last_slot=trigger.last_slot)[0]
 
     def get_webhook_url(self, trigger: Trigger) -> str | None:
         """POST signed deliveries here (webhook triggers only)."""
@@ -91,8 +109,8 @@ class FiringSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Firing
-        fields = ["id", "key", "state", "run", "run_url", "refusal", "origin", "fired_by",
-                  "created_at", "started_at"]
+        fields = ["id", "key", "state", "run", "run_url", "reason", "problems", "origin",
+                  "fired_by", "created_at", "started_at"]
 
 
 class FireOutcomeSerializer(serializers.Serializer):

@@ -176,7 +176,8 @@ class TriggerViewSet(ServiceErrorsMixin, RunStartThrottleMixin, mixins.ListModel
     @extend_schema(responses=s.FiringSerializer(many=True))
     @action(detail=True, methods=["get"])
     def firings(self, request, pk=None):
-        """The trigger's firings, newest first: each key once, with the run it started."""
+        """The trigger's firings, newest first: each key once, with the run it started, or
+        (a schedule's refused slot) the reason and problems why it started none."""
         firings = self.get_object().firings.select_related("run", "fired_by").order_by("-created_at")
         page = self.paginate_queryset(firings)
         return self.get_paginated_response(

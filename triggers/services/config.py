@@ -18,15 +18,24 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 
 from orchestrator.authz import Action, Actor, label, person, require
 from orchestrator.clock import now
+from orchestrator.definitions.limits import run_input_problems
 from orchestrator.definitions.problems import format_path
 from orchestrator.errors import ServiceError
 from orchestrator.models import Team, Workflow
+from orchestrator.services.runs import input_problems
 from orchestrator.text import text_problem
 
 from .. import sealing, signatures
-from ..mapping import filter_problems, template_problems
+from ..mapping import (
+    MappingFailed,
+    filter_problems,
+    input_from_event,
+    template_problems,
+    template_shape_problems,
+)
 from ..models import MissedSlots, Trigger, TriggerKind, WhenLimited
-from ..slots import MAX_CATCH_UP, Schedule, cron_fields, schedule_problems
+from ..selectors import version_to_run
+from ..slots import MAX_CATCH_UP, Schedule, cron_fields, schedule_problems, slot_text
 from .firing import trigger_audit, trigger_lock
 
 SCHEDULE_TASK = "triggers.tasks.schedule_fire"
@@ -51,8 +60,11 @@ class TriggerInvalid(ServiceError):
     """The trigger's settings are not valid; `problems` lists every one. Nothing changed."""
 
 
-def trigger_problems(trigger: Trigger) -> list[dict]:
-    """Every problem with a trigger's settings (not yet saved), each with its path."""
+def trigger_problems(trigger: Trigger, *, check_input: bool = True) -> list[dict]:
+    """Every problem with a trigger's settings (not yet saved), each with its path.
+
+    `check_input`: also what it would give its workflow (`trigger_input_problems`), when the
+    template is valid."""
     problems = []
     if trigger.kind not in TriggerKind.values:
         return [{"path": "kind", "message": f"must be one of {', '.join(TriggerKind.values)}"}]
@@ -89,7 +101,54 @@ def trigger_problems(trigger: Trigger) -> list[dict]:
         problems.append({"path": "replay_window_s", "message": f"must be 10 to {MAX_REPLAY_WINDOW_S}"})
     if trigger.kind == TriggerKind.QUEUE:
         problems += _queue_problems(trigger)
+    if check_input and trigger.enabled and not any(
+            p["path"].startswith(("input_template", "workflow")) for p in problems):
+        problems += trigger_input_problems(trigger)
     return problems
+
+
+# What decides what a trigger gives its workflow: a change to one of these is checked against
+# the workflow's input schema again (a disabled trigger may be changed otherwise, broken or not).
+INPUT_FIELDS = frozenset({"workflow", "workflow_version", "input_template", "enabled"})
+
+
+def trigger_input_problems(trigger: Trigger) -> list[dict]:
+    """What the trigger would give its workflow, checked against the workflow's input schema:
+    each problem with its path in the input template.
+
+    A schedule's whole input is known: its template is rendered for a sample slot and the
+    result validated. A webhook's, a queue event's or a program's input depends on a payload
+    only its sender knows: what its template is sure to get wrong whatever the payload is
+    refused (`mapping.template_shape_problems`).
+    """
+    version = version_to_run(trigger) if trigger.workflow_id else None
+    if version is None:
+        return []
+    schema = version.normalized["input_schema"]
+    if trigger.kind != TriggerKind.SCHEDULE:
+        return _as_template_paths(trigger, template_shape_problems(trigger.input_template, schema))
+    if schedule_problems(Schedule(trigger.cron or "", trigger.timezone, trigger.interval_s)):
+        return []  # reported as the schedule's own problems
+    if trigger.input_template is None:
+        return [{"path": "input_template", "message": "is required for a schedule: a slot has "
+                 f"no payload, and workflow '{trigger.workflow.name}' needs an input object "
+                 "(the template reads {{ slot }}, {{ slot_utc }} and {{ trigger.name }})"}]
+    slot = now()
+    context = {"slot": slot_text(slot, trigger.timezone), "slot_utc": slot.isoformat(),
+               "trigger": {"name": trigger.name, "kind": trigger.kind}}
+    try:
+        run_input = input_from_event(trigger.input_template, context)
+    except MappingFailed as failed:
+        return failed.problems
+    return _as_template_paths(trigger, run_input_problems(run_input)
+                              or input_problems(schema, run_input))
+
+
+def _as_template_paths(trigger: Trigger, problems: list[dict]) -> list[dict]:
+    """Problems of the input ("input.x") as problems of the template that builds it."""
+    return [{"path": "input_template" + problem["path"].removeprefix("input"),
+             "message": f"gives {problem['message']} (the input schema of workflow "
+                        f"'{trigger.workflow.name}')"} for problem in problems]
 
 
 def _queue_problems(trigger: Trigger) -> list[dict]:
@@ -202,7 +261,7 @@ def trigger_update(*, trigger_id, actor: Actor, changes: dict) -> Trigger:
         before = _settings_of(trigger)
         for name, value in changes.items():
             setattr(trigger, name, value)
-        problems = trigger_problems(trigger)
+        problems = trigger_problems(trigger, check_input=bool(INPUT_FIELDS & changes.keys()))
         if "name" in changes and Trigger.objects.filter(team=trigger.team, name=trigger.name
                                                         ).exclude(id=trigger.id).exists():
             problems.append({"path": "name", "message": "another trigger of the team has it"})

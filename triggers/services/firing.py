@@ -177,8 +177,8 @@ def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
     actor = actor or trigger_actor(trigger)
     existing = Firing.objects.filter(trigger=trigger, key=key).select_related("run").first()
     if existing is not None and existing.state == Firing.State.REFUSED:
-        return FireOutcome("refused", firing=existing, reason="refused_at_admission",
-                           problems=existing.refusal["problems"])
+        return FireOutcome("refused", firing=existing, reason=existing.reason,
+                           problems=existing.problems)
     if existing is not None:
         return FireOutcome("duplicate", run=existing.run, firing=existing)
     who = label(actor)
@@ -290,9 +290,8 @@ def _admit_one(trigger_id) -> int | None:
 def _refuse_held(trigger: Trigger, firing: Firing, error: Exception, *, actor: str) -> None:
     problems = error.problems
     firing.state, firing.input = Firing.State.REFUSED, None
-    firing.refusal = {"reason": "refused_at_admission", "error": type(error).__name__,
-                      "problems": problems}
-    firing.save(update_fields=["state", "input", "refusal"])
+    firing.reason, firing.problems = "refused_at_admission", problems
+    firing.save(update_fields=["state", "input", "reason", "problems"])
     refusal(trigger, key=firing.key, reason="refused_at_admission", actor=actor,
             origin=firing.origin, problems=problems)
 
