@@ -516,6 +516,7 @@ SPECTACULAR_SETTINGS = {
         "ApprovalStateEnum": "approvals.models.ApprovalState",
         "StepKindEnum": "orchestrator.states.StepKind",
         "TriggerKindEnum": "triggers.models.TriggerKind",
+        "RiskTierEnum": "orchestrator.definitions.format.RISK_TIERS",
     },
 }
 

@@ -4,6 +4,7 @@ without one (chunked) is refused once the bytes that arrived pass the limit — 
 request to a path that does not exist included (Django would spool it all for the 404)."""
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -43,7 +44,11 @@ def post(path: str, *, total: int, declared: bool) -> tuple[dict, bytes, int]:
     async def send(message):
         sent.append(message)
 
-    asyncio.run(asyncio.wait_for(application(scope, receive, send), timeout=30))
+    # In a thread of its own: a session-wide browser (Playwright's sync API) may hold a running
+    # event loop in this one.
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, asyncio.wait_for(application(scope, receive, send),
+                                                    timeout=30)).result()
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return start, body, read

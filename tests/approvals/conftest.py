@@ -6,6 +6,7 @@ the outbox, a refused step — is what a worker would do. On-commit callbacks (d
 notification delivery) do not fire inside a test's transaction.
 """
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -71,8 +72,17 @@ def work(run: Run) -> Run:
             execute_step(step_id)
 
 
-def gate_of(run: Run) -> ApprovalRequest:
-    return ApprovalRequest.objects.select_related("run", "step").get(run=run)
+def gate_of(run: Run, *, wait_s: float = 30) -> ApprovalRequest:
+    """`run`'s approval request. Beside a live server's real workers (the browser tests), a
+    worker may hold one of the run's steps when `work` finds nothing queued: the request is
+    then waited for, working whatever is queued again meanwhile."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        request = ApprovalRequest.objects.select_related("run", "step").filter(run=run).first()
+        if request is not None or time.monotonic() > deadline:
+            return request or ApprovalRequest.objects.get(run=run)
+        time.sleep(0.2)
+        work(run)
 
 
 def support_gate(team, starter, *, changes: dict | None = None, body: str | None = None

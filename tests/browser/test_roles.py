@@ -147,12 +147,27 @@ def sign_in(walk: Walk, username: str) -> None:
     page.wait_for_url(f"{walk.server}/admin/", timeout=30000)
 
 
-def run_rows_match_the_api(walk: Walk, api) -> int:
-    """Compare each run row, once the live script has re-read the rows, with the API's answer."""
+def run_rows_match_the_api(walk: Walk, api, *, settle_s: float = 5) -> int:
+    """Compare each run row, once the live script has re-read the rows, with the API's answer.
+    A run that changed a moment ago (a cancelled parent's child) may reach the page a nudge
+    later: the rows are read again until they match or `settle_s` has passed."""
     page = walk.page
     page.wait_for_selector("#live-status.live-live")
     page.wait_for_selector("#run-counts div")  # the counts are re-read first, then the rows
     page.wait_for_load_state("networkidle")
+    deadline = time.monotonic() + settle_s
+    while True:
+        mismatches, count = _run_row_mismatches(page, api)
+        if not mismatches or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    for mismatch in mismatches:
+        walk._add(mismatch)
+    return count
+
+
+def _run_row_mismatches(page, api) -> tuple[list[str], int]:
+    mismatches = []
     rows = page.eval_on_selector_all("#result_list tbody tr", r"""rows => rows.map(row => {
         const cell = name => row.querySelector('.field-' + name);
         const text = name => cell(name) ? cell(name).innerText.trim() : null;
@@ -167,14 +182,15 @@ def run_rows_match_the_api(walk: Walk, api) -> int:
     })""")
     for row in rows:
         if row["id"] is None:
-            walk._add(f"a run row without a link to its run: {row}")
+            mismatches.append(f"a run row without a link to its run: {row}")
             continue
         run = api.get(f"/api/v1/runs/{row['id']}/").json()
+        people = (run.get("provenance") or {}).get("people") or []
         created = datetime.fromisoformat(run["created_at"].replace("Z", "+00:00")).astimezone(UTC)
         expected = {"id": run["id"], "workflow": run["workflow"], "version": str(run["version"]),
                     "team": run["team"], "state": run["state"].replace("_", " "),
                     "cost": run["cost_usd"], "trigger": run["trigger"],
-                    "started_by": run["created_by"] or (
+                    "started_by": ", ".join(p["username"] for p in people) or run["created_by"] or (
                         f"trigger {run['started_by']['name']}" if run["started_by"] else
                         "parent run" if run["parent_run"] else "-"),
                     "created": created.strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -182,8 +198,8 @@ def run_rows_match_the_api(walk: Walk, api) -> int:
                     else _seconds(run["duration_s"])}
         shown = {**row, "trigger": (row["trigger"] or "").split(" ")[0]}
         if shown != expected:
-            walk._add(f"run row {row['id']} shows {shown}, the API says {expected}")
-    return len(rows)
+            mismatches.append(f"run row {row['id']} shows {shown}, the API says {expected}")
+    return mismatches, len(rows)
 
 
 def walk_as(browser, web_server: str, role: str, user: User) -> tuple[list[str], set[str], int]:
