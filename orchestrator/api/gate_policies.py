@@ -34,9 +34,9 @@ class GatePolicySerializer(serializers.Serializer):
 
 class GatePolicyCreateSerializer(serializers.Serializer):
     team = serializers.SlugField(required=False, help_text="Needed when you belong to several teams.")
-    workflow = serializers.CharField(required=False, allow_null=True, max_length=100,
+    workflow = serializers.CharField(required=False, allow_null=True, min_length=1, max_length=100,
                                      help_text="A workflow of the team; leave out for every workflow.")
-    tool = serializers.CharField(max_length=100, help_text="A tool name or glob: email.send, payments.*")
+    tool = serializers.CharField(min_length=1, max_length=100, help_text="A tool name or glob: email.send, payments.*")
     target = serializers.CharField(required=False, allow_blank=True, max_length=200, default="",
                                    help_text="A glob over a call's named connection, recipients' "
                                    "domains and URL host; empty: every call of the tool.")

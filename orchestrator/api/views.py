@@ -312,7 +312,10 @@ class WorkflowViewSet(ServiceErrorsMixin, RunStartThrottleMixin, viewsets.Generi
     def start_path(self, request) -> str:
         """"builder" for the builder's Run (it says so in `?via=`), else "api": a label of the
         provenance; both are the same start, checked and limited alike."""
-        return "builder" if request.query_params.get("via") == "builder" else "api"
+        via = request.query_params.get("via", "api")
+        if via not in ("api", "builder"):
+            raise ValidationError({"errors": [{"path": "via", "message": "one of: api, builder"}]})
+        return via
 
     @staticmethod
     def _version_to_run(workflow: Workflow, number: int | None) -> WorkflowVersion:

@@ -226,3 +226,14 @@ def test_a_blank_callback_url_means_no_callback(api, support):
                         format="json")
 
     assert response.status_code == 202, response.json()
+
+
+def test_a_start_names_its_path_from_the_documented_ones_only(api, support):
+    refused = api.post(f"{RUNS}?via=AAA", {"input": SUPPORT_INPUT}, format="json")
+    from_builder = api.post(f"{RUNS}?via=builder", {"input": SUPPORT_INPUT}, format="json")
+
+    assert refused.status_code == 400
+    assert refused.json()["errors"] == [{"path": "via", "message": "one of: api, builder"}]
+    assert from_builder.status_code == 202
+    assert from_builder.json()["provenance"]["path"] == "builder"
+    assert Run.objects.count() == 1
