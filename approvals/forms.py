@@ -9,6 +9,7 @@ import json
 from django import forms
 
 from orchestrator.services.kinds.human_gate import MAX_NOTE
+from orchestrator.text import text_problem
 
 
 class DecisionForm(forms.Form):
@@ -62,7 +63,7 @@ class EditForm(forms.Form):
     def changes(self) -> dict:
         """{name: new value} for every parameter whose value differs from the current one."""
         found = {}
-        for key, raw in self.cleaned_data.items():
+        for key, raw in list(self.cleaned_data.items()):  # add_error removes a field from it
             if not key.startswith("param_"):
                 continue
             name = key.removeprefix("param_")
@@ -74,6 +75,9 @@ class EditForm(forms.Form):
                     value = json.loads(raw)
                 except ValueError:
                     self.add_error(key, "Not valid JSON (a number, true/false, a list or an object).")
+                    continue
+                if (invalid := text_problem(value)) is not None:
+                    self.add_error(key, invalid[1])
                     continue
             if value != before:
                 found[name] = value

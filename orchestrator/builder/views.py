@@ -6,7 +6,6 @@ an anonymous visitor the login page (the admin's `admin_view`). The page receive
 exactly as it was submitted (`WorkflowVersion.definition`), the format's JSON Schema it builds
 its forms from, and the saved positions; everything else it asks of the API.
 """
-import json
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -15,7 +14,9 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from ..authz import Action, require, teams_where, visible
+from ..definitions import DefinitionInvalid
 from ..definitions.format import definition_format_schema
+from ..definitions.loader import parse_json_text
 from ..errors import Forbidden, InputInvalid
 from ..gallery import sample_input_of, template_named, templates
 from ..models import Team, Workflow, WorkflowVersion, WorkflowVersionLayout
@@ -113,9 +114,10 @@ def builder_layout(request) -> JsonResponse:
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
     try:
-        body = json.loads(request.body or b"{}")
+        # The loader's strict JSON: no lone surrogate (nothing stores undecodable text).
+        body = parse_json_text(request.body or b"{}", what="layout")
         team, name, number = body["team"], body["workflow"], int(body["number"])
-    except (ValueError, KeyError, TypeError):
+    except (DefinitionInvalid, ValueError, KeyError, TypeError):
         return JsonResponse({"errors": [{"path": "", "message": "expected JSON with team, "
                                          "workflow, number and positions"}]}, status=400)
     version = visible(WorkflowVersion.objects.all(), request.user, team_field="workflow__team").filter(

@@ -131,6 +131,17 @@ def test_bad_positions_are_refused_with_their_path(client, editor, support):
     assert client.get(LAYOUT).status_code == 405
 
 
+def test_a_layout_with_text_that_is_not_valid_unicode_is_refused(client, editor, support):
+    client.force_login(editor)
+    body = ('{"team": "support", "workflow": "support-reply", "number": 1, '
+            '"positions": {"\\ud800": {"x": 1, "y": 2}}}')
+
+    response = client.post(LAYOUT, body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert not WorkflowVersionLayout.objects.exists()
+
+
 def test_a_member_who_may_not_save_cannot_store_a_layout(client, viewer, support):
     client.force_login(viewer)
     response = client.post(LAYOUT, json.dumps({"team": "support", "workflow": "support-reply", "number": 1,
