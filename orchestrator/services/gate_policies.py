@@ -102,7 +102,7 @@ def gate_policy_delete(*, policy_id: int, actor: Actor) -> None:
     """Remove a policy. Audited. Raises Forbidden without workflow.policy in its team,
     NotAllowed when there is no such policy."""
     with transaction.atomic():
-        policy = GatePolicy.objects.select_for_update().select_related("team", "workflow").filter(
+        policy = GatePolicy.objects.select_for_update(of=("self",)).select_related("team", "workflow").filter(
             pk=policy_id).first()
         if policy is None:
             raise NotAllowed(f"no gate policy {policy_id}")
@@ -131,7 +131,7 @@ def _scope(team_id: int, workflow_id: int | None):
 def _refresh_published(team_id: int, workflow_id: int | None) -> None:
     """Record on each workflow of the scope what the policies now in force find unguarded in
     its published version (in the caller's transaction)."""
-    for workflow in _scope(team_id, workflow_id).select_for_update().select_related("active_version"):
+    for workflow in _scope(team_id, workflow_id).select_for_update(of=("self",)).select_related("active_version"):
         found = [{"path": p.path, "message": p.message} for p in _unwaived(workflow.active_version)]
         if found != workflow.gates_unguarded:
             workflow.gates_unguarded = found

@@ -253,6 +253,10 @@ def test_a_tool_result_that_is_not_valid_unicode_fails_the_step_before_it_is_sto
 @pytest.mark.django_db
 def test_a_run_stored_with_invalid_text_still_shows_in_the_api_and_the_admin(api, team, requester,
                                                                              client):
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        pytest.skip("PostgreSQL's json refuses a lone surrogate: such text cannot be stored there")
     from django.contrib.auth.models import User
 
     from orchestrator.models import Run

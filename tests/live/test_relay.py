@@ -1,6 +1,7 @@
 """The outbox relay in one process: from committed `Event` rows to one nudge per changed run,
 catching up from the last id it sent, coalescing a burst."""
 import asyncio
+import time
 
 import pytest
 from channels.layers import get_channel_layer
@@ -16,6 +17,21 @@ from tests.factories import SETUP, member
 from .conftest import GATED, run_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def no_other_relay_in_this_process(settings):
+    """A websocket test earlier in this process may have started the process's own relay
+    (`ensure_started`) on an event loop that still runs: on a shared channel layer (Redis) it
+    would nudge the groups these tests listen to a second time. Stopped, and kept off."""
+    settings.STEPWISE_LIVE_RELAY = False
+    task = relay_module._task
+    if task is not None and not task.done() and task.get_loop().is_running():
+        task.get_loop().call_soon_threadsafe(task.cancel)
+        for _ in range(100):
+            if task.done():
+                break
+            time.sleep(0.02)
 
 TICKET: dict = {}
 
