@@ -22,6 +22,7 @@ Fixtures any browser test may use (the approvals inbox, the live run pages, ...)
 Browser tests use the transactional database (`django_db(transaction=True)`), so the server and
 the workers see what the test writes, and are marked `browser` and `integration`.
 """
+import contextlib
 import os
 import socket
 import subprocess
@@ -96,13 +97,14 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def web_server(django_db_setup, django_db_blocker):
+@contextlib.contextmanager
+def _served(name: str):
+    """A uvicorn process serving the ASGI app, as `make run` does; its URL."""
     env = {**worker_env(), "STEPWISE_REAP_INTERVAL_S": "3600"}
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT,
                    env=env, check=True)
     port = _free_port()
-    log = Path(settings.VAR_DIR) / f"itest-web-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.log"
+    log = Path(settings.VAR_DIR) / f"itest-{name}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "orchestrator.asgi:application", "--host", "127.0.0.1",
          "--port", str(port), "--log-level", "warning"],
@@ -118,12 +120,29 @@ def web_server(django_db_setup, django_db_blocker):
         time.sleep(0.1)
     else:
         raise RuntimeError(f"the web server did not listen: {log.read_text()[-3000:]}")
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="session")
+def web_server(django_db_setup, django_db_blocker):
+    with _served("web") as url:
+        yield url
+
+
+@pytest.fixture
+def fresh_web_server(django_db_setup):
+    """A web process of this test's own: it reads content types after the flush before this
+    test (the session's server keeps the ids of the first test it served, and an admin save
+    writes a log entry naming them)."""
+    with _served("fresh-web") as url:
+        yield url
 
 
 @pytest.fixture

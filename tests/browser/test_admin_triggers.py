@@ -39,7 +39,8 @@ def save(walk: Walk, trigger: Trigger) -> None:
 
 
 def test_an_editor_edits_and_saves_a_schedule_a_webhook_and_a_queue_trigger(
-        browser_page, web_server, team):
+        browser_page, fresh_web_server, team):
+    web_server = fresh_web_server
     editor = person(team, "tess_trigger_owner", role=Role.EDITOR)
     workflow_save(team=team, definition=example_definition("support"), actor=SETUP)
     schedule, _ = trigger_create(team=team, kind="schedule", name="support-digest",
