@@ -30,11 +30,10 @@ from orchestrator.api.errors import (
 )
 from orchestrator.api.filters import QueryForm
 from orchestrator.api.parsers import JSONBodyParser
-from orchestrator.api.permissions import team_for_write
+from orchestrator.api.permissions import team_and_workflow_for_write
 from orchestrator.api.serializers import ErrorsSerializer
 from orchestrator.authz import visible
 from orchestrator.clock import now
-from orchestrator.models import Workflow
 
 from .models import BudgetLimit, ModelPrice
 from .selectors import GROUPS, cost_report
@@ -132,13 +131,7 @@ class BudgetLimitViewSet(ServiceErrorsMixin, mixins.ListModelMixin, viewsets.Gen
                                "audited. docs/budgets.md.")
     def create(self, request):
         body = dict(valid_data(BudgetLimitCreateSerializer(data=request.data)))
-        team = team_for_write(request.user, body.pop("team", None))
-        name = body.pop("workflow", None)
-        workflow = None
-        if name:
-            workflow = Workflow.objects.filter(team=team, name=name).first()
-            if workflow is None:
-                raise ValidationError(error_body(f"team '{team.slug}' has no workflow '{name}'", "workflow"))
+        team, workflow = team_and_workflow_for_write(request.user, body)
         try:
             row = budget_limit_create(team=team, workflow=workflow, actor=request.user, **body)
         except DjangoValidationError as exc:

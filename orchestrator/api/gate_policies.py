@@ -5,16 +5,15 @@ Entry points only: they parse, call `services.gate_policies`, and serialize (doc
 """
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
-from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from ..authz import visible
 from ..definitions.format import RISK_TIERS
-from ..models import GatePolicy, Workflow
+from ..models import GatePolicy
 from ..services.gate_policies import gate_policy_create, gate_policy_delete, published_gate_problems
-from .errors import ServiceErrorsMixin, error_body, valid_data
+from .errors import ServiceErrorsMixin, valid_data
 from .parsers import JSONBodyParser
-from .permissions import team_for_write
+from .permissions import team_and_workflow_for_write
 from .serializers import ErrorsSerializer
 
 
@@ -70,14 +69,7 @@ class GatePolicyViewSet(ServiceErrorsMixin, mixins.ListModelMixin, viewsets.Gene
                                "(workflow.policy); audited. docs/permissions.md.")
     def create(self, request):
         body = dict(valid_data(GatePolicyCreateSerializer(data=request.data)))
-        team = team_for_write(request.user, body.pop("team", None))
-        name = body.pop("workflow", None)
-        workflow = None
-        if name:
-            workflow = Workflow.objects.filter(team=team, name=name).first()
-            if workflow is None:
-                raise ValidationError(error_body(f"team '{team.slug}' has no workflow '{name}'",
-                                                 "workflow"))
+        team, workflow = team_and_workflow_for_write(request.user, body)
         policy = gate_policy_create(team=team, workflow=workflow, actor=request.user, **body)
         data = {**GatePolicySerializer(policy).data,
                 "unguarded_published": published_gate_problems(policy)}

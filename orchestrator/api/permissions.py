@@ -6,7 +6,7 @@ service's check (`workflow_save`). Nothing here grants anything.
 from rest_framework.exceptions import ValidationError
 
 from ..authz import teams_visible_to
-from ..models import Team
+from ..models import Team, Workflow
 from .errors import error_body
 
 
@@ -30,3 +30,17 @@ def team_for_write(user, slug: str | None) -> Team:
     raise ValidationError(
         error_body(f"you belong to several teams ({slugs}); say which with 'team'", "team")
     )
+
+
+def team_and_workflow_for_write(user, body: dict) -> tuple[Team, Workflow | None]:
+    """Pop `team` and `workflow` (a name, optional) from a create body: the team as
+    `team_for_write` finds it, and that team's workflow of that name, or None when none is named.
+    Raises a 400 ValidationError for a workflow the team does not have."""
+    team = team_for_write(user, body.pop("team", None))
+    name = body.pop("workflow", None)
+    if not name:
+        return team, None
+    workflow = Workflow.objects.filter(team=team, name=name).first()
+    if workflow is None:
+        raise ValidationError(error_body(f"team '{team.slug}' has no workflow '{name}'", "workflow"))
+    return team, workflow
