@@ -424,9 +424,9 @@ class _Behind:
             finally:
                 try:
                     pipeline.__exit__(None, None, None)  # sync: every answer read, the first error raised
-                except Exception:
+                except Exception as error:
                     _raise_first_in_order(pending)
-                    raise
+                    raise _refusal(error) from None
         for (cursor, then), (queued_sql, _, _, _) in zip(pending, queued, strict=True):
             then(cursor)
             kept.give(queued_sql, cursor)
@@ -466,6 +466,17 @@ def _encoded(value) -> str:
 
 def _as_is(text: str) -> str:
     return text
+
+
+def _refusal(error: Exception) -> Exception:
+    """The statement's own error behind psycopg's `PipelineAborted`: the pipeline's exit reads
+    the answers left after the first error in a `finally`, whose "aborted" then replaces it."""
+    from psycopg.errors import PipelineAborted
+
+    cause = error
+    while isinstance(cause, PipelineAborted) and isinstance(cause.__context__, Exception):
+        cause = cause.__context__
+    return cause
 
 
 def _raise_first_in_order(pending: list[tuple[Any, Callable[[Any], None]]]) -> None:

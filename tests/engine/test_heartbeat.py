@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from orchestrator import leases
 from orchestrator.leases import heartbeat
 
 
@@ -48,10 +49,18 @@ def test_a_renewal_that_raises_is_tried_again_at_the_next_beat(short_lease):
     assert len(tries) >= 3
 
 
+def idle_again(count: int) -> None:
+    """Wait until `count` threads are idle: a block's thread returns after its block ends."""
+    deadline = time.monotonic() + 5
+    while leases._BEATERS.idle < count and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def test_blocks_one_after_another_reuse_one_thread(short_lease):
     with heartbeat(lambda: True, name="beat-warm"):
         pass
-    time.sleep(0.05)
+    idle_again(1)
+    idle = leases._BEATERS.idle
     before = beaters()
 
     seen: list[threading.Thread] = []  # the objects themselves: a new thread is a new object
@@ -59,7 +68,7 @@ def test_blocks_one_after_another_reuse_one_thread(short_lease):
         with heartbeat(lambda: True, name=f"beat-{i}"):
             time.sleep(0.02)  # for a thread to take the block up
             seen += [t for t in beaters() if t.name == f"beat-{i}"]
-        time.sleep(0.01)  # its beat returns its thread
+        idle_again(idle)  # its beat returns its thread
 
     assert len(seen) == 20
     assert all(any(t is b for b in before) for t in seen)  # no block started a thread

@@ -22,9 +22,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def no_other_relay_in_this_process(settings):
     """A websocket test earlier in this process may have started the process's own relay
-    (`ensure_started`) on an event loop that still runs: on a shared channel layer (Redis) it
-    would nudge the groups these tests listen to a second time. Stopped, and kept off."""
+    (`ensure_started`) on an event loop that still runs, and a web server a browser test
+    started reads the same database: on a shared channel layer (Redis) either would nudge the
+    groups these tests listen to a second time. The process's relay is stopped and kept off,
+    and these tests listen on a layer of their own process."""
     settings.STEPWISE_LIVE_RELAY = False
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     task = relay_module._task
     if task is not None and not task.done() and task.get_loop().is_running():
         task.get_loop().call_soon_threadsafe(task.cancel)
