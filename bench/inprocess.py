@@ -20,6 +20,8 @@ def _step_through(run, step_id: int, *, spy=None) -> None:
     """
     from contextlib import nullcontext
 
+    from audit.services import external_call_authorize
+    from budgets.services import cost_of
     from orchestrator.executors import ExecContext, execute
     from orchestrator.services.kinds import worker as services
 
@@ -29,7 +31,8 @@ def _step_through(run, step_id: int, *, spy=None) -> None:
     with spy("execute"):
         result = execute(claim.spec, claim.step_input,
                          ExecContext(str(run.id), claim.workflow, claim.spec["name"],
-                                     claim.attempt, claim.idempotency_key, step_id=step_id))
+                                     claim.attempt, claim.idempotency_key, step_id=step_id,
+                                     authorize=external_call_authorize, price=cost_of))
     with spy("succeed"):
         services.step_succeed(step_id=step_id, attempt=claim.attempt, output=result.output,
                               usage=services.Usage(), worker="bench")

@@ -1,10 +1,12 @@
 """Executors: run one step (or one map item) and return its output, or raise StepError.
 
 They perform the side effects — model calls, tool calls — and never change persisted state;
-the step services commit what they return (a side-effecting tool call goes through the effect
-ledger the services hand over in `ExecContext.effects`). Each validates what it returns against
-the step's output_schema, so malformed output is a classified failure, never data flowing on.
-Executors import no service.
+the step services commit what they return. Executors import no service: what they need of one
+comes in the `ExecContext` the calling service fills in — the effect ledger a side-effecting
+tool call goes through (`effects`), the ledger entry authorizing each external call
+(`authorize`), the price of a model call (`price`), the budget's reservations. Each validates
+what it returns against the step's output_schema, so malformed output is a classified failure,
+never data flowing on.
 """
 from ..retry import StepError
 from . import agent, router, tool

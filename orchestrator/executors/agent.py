@@ -6,21 +6,19 @@ checked strictly (unknown fields and enum values are rejected). A reply that fai
 back once per allowed repair (`repair_attempts`, default 1) with the problems listed; every
 call's tokens are summed into the attempt, so budgets see repairs. Each repair turn is a model
 call of its own for budgets too: it is reserved before it is made (`ctx.reserve_call`; a turn
-that would cross a limit is not made) and every call is settled to its cost once it returns
-(`ctx.settle_call`), like an attempt. After the bound the
+that would cross a limit is not made) and every call is priced (`ctx.price`) and settled to its
+cost once it returns (`ctx.settle_call`), like an attempt. After the bound the
 attempt fails as `invalid_output` — never a crash, never half-checked data flowing on.
 
 A proposal that passes is normalized and hashed, and our code — not the model — adds the
 risk block (`orchestrator.risk`) the approval gate's `when` reads. This executor changes no
-run or step state (it only records the audit entry authorizing each call) and runs no tool:
-an action is performed only by a tool step the definition names.
+run or step state (it only has the audit entry authorizing each call recorded: `ctx.authorize`)
+and runs no tool: an action is performed only by a tool step the definition names.
 """
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-
-from audit.services import external_call_authorize
-from budgets.services import cost_of
 
 from ..definitions import TemplateError, render_template
 from ..definitions.format import DEFAULT_REPAIR_ATTEMPTS
@@ -49,6 +47,8 @@ class Conversation:
     config: dict
     spec: dict
     deadline: float
+    # The price of a returned call (`ExecContext.price`).
+    price: Callable[..., Decimal]
     tokens_in: int = 0
     tokens_out: int = 0
     # Each call priced when it returned (a price change mid-attempt does not reprice it).
@@ -58,14 +58,14 @@ class Conversation:
     meta: dict = field(default_factory=dict)
 
     @classmethod
-    def start(cls, spec: dict) -> "Conversation":
+    def start(cls, spec: dict, *, price: Callable[..., Decimal]) -> "Conversation":
         try:
             provider, config = provider_for(spec["model"])
         except KeyError:
             raise StepError("permanent", f"model {spec['model']!r} or its provider is not "
                             "registered on this worker") from None
         deadline = time.monotonic() + float(spec.get("timeout_s") or 300)
-        return cls(provider, config, spec, deadline)
+        return cls(provider, config, spec, deadline, price)
 
     def ask(self, request: ModelRequest) -> ModelReply:
         remaining = self.deadline - time.monotonic()
@@ -77,7 +77,7 @@ class Conversation:
             raise self.failed(error) from error
         self.tokens_in += reply.tokens_in
         self.tokens_out += reply.tokens_out
-        self.last_cost_usd = cost_of(self.config, reply.tokens_in, reply.tokens_out, model=self.spec["model"])
+        self.last_cost_usd = self.price(self.config, reply.tokens_in, reply.tokens_out, model=self.spec["model"])
         self.cost_usd += self.last_cost_usd
         self.model_id = reply.model_id or self.model_id
         return reply
@@ -150,7 +150,7 @@ def repair_turns(reply: ModelReply, problems: list[str]) -> tuple[dict, dict]:
 def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
     """One attempt of an agent step. Raises StepError (a SpentStepError once tokens are spent)."""
     system, prompt = render_prompts(spec, step_input)
-    talk = Conversation.start(spec)
+    talk = Conversation.start(spec, price=ctx.price)
     contract = contract_of(spec)
     # A deterministic provider (scripted) would give the same reply again: no repair.
     bound = 0 if talk.provider.deterministic else int(
@@ -180,9 +180,9 @@ def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
                 raise talk.failed(error) from error
         # Audit: the entry authorizing this model call is committed before the call is made,
         # so a worker that dies during the call leaves the evidence (audit.services).
-        external_call_authorize(ctx=ctx, spec=spec, step_input=step_input, kind="model",
-                                target=f"{talk.provider.name}:{talk.model_name()}",
-                                request={"system": system, "prompt": prompt, "repair": repair})
+        ctx.authorize(ctx=ctx, spec=spec, step_input=step_input, kind="model",
+                      target=f"{talk.provider.name}:{talk.model_name()}",
+                      request={"system": system, "prompt": prompt, "repair": repair})
         reply = talk.ask(replace(request, messages=tuple(messages)))
         if ctx.settle_call:
             ctx.settle_call(repair, talk.last_cost_usd)

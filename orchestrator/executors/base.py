@@ -12,6 +12,9 @@ from ..retry import StepError
 
 @dataclass(frozen=True)
 class ExecContext:
+    """What an executor is handed by the step service that calls it: the call's identity, and
+    the services it may use only through this context (it imports none)."""
+
     run_id: str
     workflow: str
     step_name: str
@@ -39,6 +42,13 @@ class ExecContext:
     # services provide them; None: nothing is reserved (a direct call in a test).
     reserve_call: Callable[[int], None] | None = None
     settle_call: Callable[[int, Decimal], None] | None = None
+    # Commits the ledger entry that authorizes one tool or model call before it is made:
+    # `authorize(ctx=..., spec=..., step_input=..., kind=..., target=..., request=...)`
+    # (audit.services.external_call_authorize).
+    authorize: Callable[..., object] = field(kw_only=True)
+    # What a returned model call cost, at the prices in force when it returned:
+    # `price(model_config, tokens_in, tokens_out, model=...) -> USD` (budgets.services.cost_of).
+    price: Callable[..., Decimal] = field(kw_only=True)
 
 
 @dataclass(frozen=True)

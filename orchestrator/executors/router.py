@@ -7,8 +7,6 @@ default route. The model can only pick among the routes the definition declares;
 name a step, add a route or skip the router. A provider failure (rate limit, timeout, ...)
 is a classified StepError for the retry policy, not a silent default.
 """
-from audit.services import external_call_authorize
-
 from ..definitions import ExpressionError, evaluate_expression
 from ..hashing import digest_of
 from ..output_schemas import validate_output
@@ -79,7 +77,7 @@ def llm_decision(spec: dict, reply_output: object, invalid: str) -> dict:
 def choose_by_model(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
     system, prompt = render_prompts(spec, step_input)
     system = "\n\n".join(part for part in (system, route_menu(spec)) if part)
-    talk = Conversation.start(spec)
+    talk = Conversation.start(spec, price=ctx.price)
     schema = answer_schema(spec)
     talk.meta = {
         "prompt_hash": prompt_hash(spec, menu=route_menu(spec)),
@@ -93,9 +91,9 @@ def choose_by_model(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
                            script=spec.get("script") or [], context=step_input,
                            fixture_key=f"{ctx.workflow}.{ctx.step_name}")
     # Audit: the entry authorizing this model call is committed before the call is made.
-    external_call_authorize(ctx=ctx, spec=spec, step_input=step_input, kind="model",
-                            target=f"{talk.provider.name}:{talk.model_name()}",
-                            request={"system": system, "prompt": prompt, "repair": 0})
+    ctx.authorize(ctx=ctx, spec=spec, step_input=step_input, kind="model",
+                  target=f"{talk.provider.name}:{talk.model_name()}",
+                  request={"system": system, "prompt": prompt, "repair": 0})
     reply = talk.ask(request)
     decision = llm_decision(spec, reply.output, reply.invalid)
     talk.meta["decision"] = {**decision, "answer": reply.raw[:500]}

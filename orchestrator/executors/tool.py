@@ -1,13 +1,12 @@
 """Tool steps: render params, validate them against the tool's schema, call the tool.
 
-A side-effecting call goes through the effect ledger handed over in `ctx.effects`.
+A side-effecting call goes through the effect ledger handed over in `ctx.effects`; an external
+call is authorized first through `ctx.authorize`.
 """
 from collections.abc import Callable
 from functools import partial
 
 from jsonschema import Draft202012Validator
-
-from audit.services import external_call_authorize
 
 from ..definitions import TemplateError, render_value
 from ..models import Run
@@ -51,8 +50,8 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
         # effect makes no call, and so no entry. A call that stays in this process (a pure
         # tool) is not an external call: nothing to authorize, and no transaction of its own.
         if external:
-            external_call_authorize(ctx=ctx, spec=spec, step_input=step_input, kind="tool",
-                                    target=tool.name, request=params)
+            ctx.authorize(ctx=ctx, spec=spec, step_input=step_input, kind="tool",
+                          target=tool.name, request=params)
         return _call(tool, params, tool_ctx)
 
     return tool, call

@@ -15,6 +15,9 @@ import kombu.exceptions
 import redis.exceptions
 from django.db import InterfaceError, OperationalError, transaction
 
+from audit.services import external_call_authorize
+from budgets.services import cost_of
+
 from ..authz import System, label
 from ..clock import now
 from ..dispatch import compensate_on_commit
@@ -95,7 +98,7 @@ def _compensate_one(run: Run, step: StepRun, action: dict, key: str) -> None:
     """Undo `step` through the effect ledger, as a tool step of its own would call its tool."""
     secrets = revealed_for(run.id)  # in memory for this call only (secret_inputs)
     ctx = ExecContext(str(run.id), run.version.workflow.name, step.name, 1, key, step_id=step.id,
-                      scrub=secrets.scrub)
+                      scrub=secrets.scrub, authorize=external_call_authorize, price=cost_of)
     spec = {**action, "type": "tool", "name": step.name, "side_effect": True}
     tool, call = prepared_call(spec, secrets.reveal(_context(step)), ctx)
     effect_perform(tool=tool, call=call, step_id=step.id, key=key, action="compensate",

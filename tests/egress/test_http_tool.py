@@ -4,6 +4,8 @@ redirects and per-team policies, for real runs against real local servers."""
 import pytest
 from django.test import override_settings
 
+from audit.services import external_call_authorize
+from budgets.services import cost_of
 from orchestrator.executors import ExecContext, execute
 from orchestrator.retry import StepError
 from orchestrator.services.runs import run_start
@@ -37,7 +39,8 @@ def run_tool(team):
         started = run_start(version=version, input=run_input or {}, actor=SETUP)
         row = started.steps.get(name="call")
         ctx = ExecContext(str(started.id), version.workflow.name, "call", 1,
-                          f"{started.id}:call:default", step_id=row.id)
+                          f"{started.id}:call:default", step_id=row.id,
+                          authorize=external_call_authorize, price=cost_of)
         spec = version.normalized["steps"][0]
         return execute(spec, {"input": run_input or {}, "steps": {}}, ctx)
 

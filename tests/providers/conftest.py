@@ -1,6 +1,8 @@
 """Fixtures for provider tests: a fake OpenAI/Anthropic server and models registered on it."""
 import pytest
 
+from audit.services import external_call_authorize
+from budgets.services import cost_of
 from orchestrator.executors import ExecContext, execute
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
@@ -58,7 +60,8 @@ def run_step(team, models):
         started = run_start(version=version, input=run_input, actor=SETUP)
         step = started.steps.get(name=name)
         ctx = ExecContext(str(started.id), version.workflow.name, name, 1,
-                          f"{started.id}:{name}:default", step_id=step.id)
+                          f"{started.id}:{name}:default", step_id=step.id,
+                          authorize=external_call_authorize, price=cost_of)
         normalized = next(s for s in version.normalized["steps"] if s["name"] == name)
         return execute(normalized, step_input or {"input": run_input, "steps": {}}, ctx)
 

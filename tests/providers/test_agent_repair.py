@@ -4,6 +4,7 @@ from decimal import Decimal
 
 import pytest
 
+from budgets.services import cost_of
 from orchestrator.executors import ATTEMPT_META_FIELDS, SpentStepError
 from orchestrator.executors.agent import Conversation
 from orchestrator.retry import StepError
@@ -123,7 +124,7 @@ def test_the_scripted_provider_is_never_asked_to_repair(run_step):
 
 def test_a_model_missing_from_the_worker_registry_is_a_permanent_failure(models):
     with pytest.raises(StepError) as failure:
-        Conversation.start(classify("gpt-9"))
+        Conversation.start(classify("gpt-9"), price=cost_of)
     assert failure.value.error_class == "permanent"
 
 

@@ -14,7 +14,8 @@ from functools import partial
 from django.db import transaction
 from django.db.models import F, Q
 
-from budgets.services import budget_settle
+from audit.services import external_call_authorize
+from budgets.services import budget_settle, cost_of
 
 from ...authz import Actor, System, label
 from ...clock import now
@@ -124,7 +125,8 @@ def map_item_run(*, step_id: int, index: int) -> ItemOutcome:
                                       holds=lambda: _owned(item, attempt).exists(),
                                       scrub=secrets.scrub),
                       reserve_call=partial(_item_call_reserve, item=item, attempt=attempt),
-                      settle_call=partial(_item_call_settle, item=item, attempt=attempt))
+                      settle_call=partial(_item_call_settle, item=item, attempt=attempt),
+                      authorize=external_call_authorize, price=cost_of)
     try:
         with heartbeat(lambda: bool(_owned(item, attempt).update(lease_expires_at=lease_until())),
                        name=f"item-{item.id}"):

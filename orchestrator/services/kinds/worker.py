@@ -26,7 +26,8 @@ from django.db import transaction
 from django_fsm import ConcurrentTransition
 
 from approvals.binding import guarded_step_clearance
-from budgets.services import budget_release, budget_settle
+from audit.services import external_call_authorize
+from budgets.services import budget_release, budget_settle, cost_of
 
 from ... import limits, metrics, tracing
 from ...authz import REAPER, Actor, label, worker_actor
@@ -266,7 +267,8 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
                       params_override=claim.params_override, scrub=secrets.scrub,
                       fencing_token=claim.attempt,
                       reserve_call=partial(repair_reserve, step_id=step_id, attempt=claim.attempt),
-                      settle_call=partial(call_settle, step_id=step_id, attempt=claim.attempt))
+                      settle_call=partial(call_settle, step_id=step_id, attempt=claim.attempt),
+                      authorize=external_call_authorize, price=cost_of)
     dependency = limits.dependency_of(claim.spec)
     try:
         breaker = (limits.BreakerReading() if carry and dependency in carry.clean
