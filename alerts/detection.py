@@ -2,13 +2,14 @@
 
 `alerts_scan_events` reads the `orchestrator.models.Event` rows written since the last scan (its
 `AlertCursor`), in id order, and raises an alert for each condition one reports: a run failed or
-paused (by the budget gate or for an operator), work dead-lettered, a step retried more than its
-rule allows or held back by an open circuit breaker, a run flagged stuck by the reaper, a run
-past its deadline. Budget warnings and denials are raised by the budget gate itself
-(`budgets.alerts`), which knows the level and the figures. `alerts_check_time` finds what no
-event reports: runs without progress, deadlines at risk or passed, steps waiting too long in a
-queue. Both run from beat (`alerts.tasks.scan`) and only read the engine's rows; every alert goes
-through `alerts.services.alert_raise`, whose unique key makes a second sighting a no-op.
+paused (by the budget gate or for an operator), a budget past its warning fraction or refusing a
+step (the budget gate's `budget.warning` and `budget.denied` events, which carry the level and
+the figures: `budgets.alerts`), work dead-lettered, a step retried more than its rule allows or
+held back by an open circuit breaker, a run flagged stuck by the reaper, a run past its deadline.
+`alerts_check_time` finds what no event reports: runs without progress, deadlines at risk or
+passed, steps waiting too long in a queue. Both run from beat (`alerts.tasks.scan`) and only read
+the engine's rows; every alert goes through `alerts.services.alert_raise`, whose unique key makes
+a second sighting a no-op.
 """
 import logging
 from datetime import timedelta
@@ -17,6 +18,8 @@ from django.conf import settings
 from django.db import transaction
 
 from approvals.models import ApprovalRequest, ApprovalState
+from budgets.alerts import KINDS as BUDGET_KINDS
+from budgets.alerts import budget_alert
 from orchestrator.clock import now
 from orchestrator.models import Event, Run, StepRun
 from orchestrator.states import RUN_LIVE, RunState, StepKind, StepState
@@ -116,9 +119,12 @@ def _on_event(event: Event) -> int:
         return _raise(RuleKind.DEADLINE_BREACHED, run, f"deadline.breached:{run.pk}",
                       f"Run {short} of {name} passed its deadline",
                       _message(payload) or "The run was timed out at its deadline.")
+    if kind in BUDGET_KINDS:
+        return int(budget_alert(kind=kind, run=run, key=payload["key"], level=payload["level"],
+                                message=payload["message"]))
     if kind == "run.paused":
         if payload.get("class") == "budget":
-            return 0  # the budget gate raised its own alert, with the level and the figures
+            return 0  # its `budget.denied` event raises the alert, with the level and the figures
         return _raise(RuleKind.RUN_PAUSED, run, f"run.paused:{run.pk}",
                       f"Run {short} of {name} is paused",
                       "\n".join([f"Reason: {_message(payload) or 'a step failed'}.",

@@ -15,7 +15,7 @@ from alerts.models import Alert, AlertRule
 from alerts.rules import RuleKind
 from alerts.services import alert_raise, rule_for
 from notifications.models import Notification
-from orchestrator.models import Role, Run
+from orchestrator.models import Event, Role, Run
 from orchestrator.retry import StepError
 from orchestrator.services import reaper
 from orchestrator.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
@@ -146,9 +146,25 @@ def test_a_budget_denial_raises_a_budget_alert_not_a_pause_alert(team):
     assert "budget" in alert.body and alerts(RuleKind.RUN_PAUSED) == []
 
 
+def test_a_budget_denial_is_alerted_from_the_gates_outbox_event_once(team):
+    """The budget gate records its denial as a `budget.denied` event, with the level and the
+    figures, once however often it refuses; the alert is raised when the scan reads the event."""
+    run = start(team, {"name": "think", "type": "agent", "model": "fast", "prompt": "hi",
+                       "output_schema": {"type": "object"}},
+                budget={"max_cost_usd": 0.01})
+    [event] = Event.objects.filter(run=run, kind="budget.denied")
+    assert event.payload["level"] == "run" and "would exceed" in event.payload["message"]
+    assert alerts(RuleKind.BUDGET_DENIED) == []  # nothing is raised before the scan reads it
+    alerts_scan()
+    [alert] = alerts(RuleKind.BUDGET_DENIED)
+    assert alert.key == f"budget.denied:{event.payload['key']}"
+    assert alert.subject == "Budget stopped a step: watched (run)"
+    assert event.payload["message"] in alert.body
+
+
 def test_a_reservation_past_the_warning_share_of_the_budget_raises_one_alert(team):
-    """The budget gate raises it (budgets.alerts), with the level and the figures; the scan of
-    the same run's events adds nothing."""
+    """The budget gate records it as a `budget.warning` event, with the level and the figures;
+    alert detection raises it once."""
     run = start(team, {"name": "think", "type": "agent", "model": "fast", "prompt": "hi",
                        "output_schema": {"type": "object"}},
                 budget={"max_cost_usd": 0.12})  # the default estimate, $0.10, is 83 % of it

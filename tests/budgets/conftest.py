@@ -17,6 +17,13 @@ CALL = Decimal("0.07")
 ESTIMATE = Decimal("0.10")
 
 
+@pytest.fixture(autouse=True)
+def alerts_at_once(settings):
+    """Alert detection (`alerts_scan`, beat's) raises the budget alerts from the budget gate's
+    outbox events as soon as they are written, not once they are STEPWISE_ALERTS_SETTLE_S old."""
+    settings.STEPWISE_ALERTS_SETTLE_S = 0
+
+
 @pytest.fixture
 def fake_llm():
     with FakeLLM() as server:

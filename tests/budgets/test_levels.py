@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from alerts.detection import alerts_scan
 from alerts.models import Alert
 from audit.models import AuditEntry
 from budgets.models import BudgetOverride, Reservation
@@ -56,6 +57,8 @@ def workflow_of(run: Run):
 
 
 def warnings() -> set[tuple]:
+    """The budget warnings raised: alert detection reads the budget gate's events first."""
+    alerts_scan()
     return set(Alert.objects.filter(rule="budget.warning").values_list("run_id", "subject"))
 
 

@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 
+from alerts.detection import alerts_scan
 from budgets.models import BudgetAlert, Reservation
 from budgets.selectors import run_budget
 from notifications.models import Notification
@@ -154,6 +155,7 @@ def test_a_retry_that_would_cross_pauses_then_raise_resume_and_complete(team, se
     assert step_retry_due(step_id=step_id) is False  # 0.25 + 0.10 > 0.30: not dispatched
     assert states(run) == ("paused", {"think": "retrying", "write": "blocked"})
     assert Run.objects.get(pk=run.pk).error["level"] == "run"
+    alerts_scan()
     denied = Notification.objects.get(kind="alert.budget.denied")
     assert denied.recipients == ["operator@example.com"]
     assert "0.2500 committed + $0.1000 projected" in denied.body
@@ -225,8 +227,10 @@ def test_a_redrive_over_budget_is_refused_and_changes_nothing(team, settings, op
 def test_resuming_without_raising_pauses_again_before_the_call(team, settings, operator):
     settings.STEPWISE_DEFAULT_STEP_COST_USD = "0.10"
     run = start(team, [agent("think")], budget=0.05)
+    alerts_scan()
     run_resume(run_id=run.id, actor=operator)
     assert states(run) == ("paused", {"think": "ready"})
+    alerts_scan()
     assert Notification.objects.filter(kind="alert.budget.denied").count() == 1  # once per run and level
 
 
@@ -246,9 +250,11 @@ def test_the_warning_goes_out_once_per_run_and_level(team, settings, operator):
     run = start(team, [agent("a"), agent("b", after=["a"]), agent("c", after=["b"])], budget=1.0)
     assert not BudgetAlert.objects.exists()  # 0.45 of 1.00
     spend(run, "a", "0.40")                  # then b reserves: 0.40 + 0.45 = 0.85 >= 0.80
+    alerts_scan()
     assert Notification.objects.filter(kind="alert.budget.warning").count() == 1
     spend(run, "b", "0.05")                  # c reserves: 0.45 + 0.45 = 0.90, still past it
     spend(run, "c", "0.05")
+    alerts_scan()
 
     assert states(run)[0] == "completed"
     warning = Notification.objects.get(kind="alert.budget.warning")
@@ -260,6 +266,7 @@ def test_the_warning_fraction_is_configurable(team, settings, operator):
     settings.STEPWISE_DEFAULT_STEP_COST_USD = "0.45"
     settings.STEPWISE_BUDGET_WARN_AT = "0.4"
     start(team, [agent("a")], budget=1.0)
+    alerts_scan()
     assert Notification.objects.filter(kind="alert.budget.warning").count() == 1
 
 
