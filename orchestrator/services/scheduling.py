@@ -30,27 +30,29 @@ from ..states import (
     StepState,
 )
 from .budget_gate import dispatch_reserve
-from .kinds import handler_for
+from .kinds import Eager, handler_for
 
 
 def run_advance(run: Run, *, actor: Actor = SCHEDULER, pending: Sequence[Event] = (),
-                steps: Sequence[StepRun] | None = None) -> None:
+                steps: Sequence[StepRun] | None = None, eager: Eager | None = None) -> object | None:
     """Compute and apply the next transitions of `run`. Must run inside transaction.atomic().
 
     `pending`: events of the change that led here (the step that just completed), not yet
     written: they are written first, in the same INSERT as the scheduler's batch.
     `steps`: every step of the run as this transaction holds it (`selectors.lock_run_with_steps`),
     when nothing changed a step behind these instances since: spares reading them again.
+    `eager`: the worker whose transaction this is, offering to run one of the steps started
+    here itself (eager dispatch). Returns what it took (at most one step's claim), else None.
     """
     if run.state not in RUN_ADVANCING:
         events_record(list(pending))
-        return
+        return None
     with tracing.span("scheduler.advance", run=run.id):
-        _advance(run, actor=actor, pending=pending, steps=steps)
+        return _advance(run, actor=actor, pending=pending, steps=steps, eager=eager)
 
 
 def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
-             steps: Sequence[StepRun] | None = None) -> None:
+             steps: Sequence[StepRun] | None = None, eager: Eager | None = None) -> object | None:
     definition, graph = definition_of(run)
     steps = {s.name: s for s in (steps_of(run) if steps is None else steps)}
     views = {n: StepView(s.state, s.output) for n, s in steps.items()}
@@ -82,6 +84,7 @@ def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
         record(step, "step.failed", step.error)
 
     outcome, detail = decided.outcome, decided.detail
+    taken = None
     for name in decided.enqueue:
         spec = graph.steps[name]
         step = steps[name]
@@ -92,7 +95,11 @@ def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
         if denial:
             outcome, detail = "pause", denial
             break
-        handler_for(spec["type"]).start(run, steps[name], spec, record)
+        handler = handler_for(spec["type"])
+        if eager is not None and taken is None:
+            taken = handler.start_offered(run, steps[name], spec, record, eager)
+        else:
+            handler.start(run, steps[name], spec, record)
 
     for step in dirty.values():
         step.save()
@@ -107,9 +114,10 @@ def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
         # A control step is now waiting, or finished as it started (an empty map, a bad child
         # input), or a loop moved on: the outcome computed before is stale, so plan again. This
         # batch's events are written with that plan's, in one INSERT.
-        run_advance(run, actor=actor, pending=events)
-        return
+        again = run_advance(run, actor=actor, pending=events, eager=None if taken else eager)
+        return taken or again
     _apply_outcome(run, outcome, detail, actor=actor, pending=events)
+    return taken
 
 
 def _item_indexes(spec: dict, step: StepRun) -> list[int]:

@@ -16,18 +16,20 @@ from ..events import event_record, events_record
 from ..models import Event, Run, StepRun
 from ..selectors import lock_run_of_step, spec_of
 from ..states import RunState, StepState
-from .kinds import handler_for
+from .kinds import Eager, handler_for
 from .scheduling import run_advance, run_settle_cancel
 
 
 def step_ended(run: Run, step: StepRun, *, actor: Actor, pending: Sequence[Event] = (),
-               steps: Sequence[StepRun] | None = None) -> None:
+               steps: Sequence[StepRun] | None = None, eager: Eager | None = None) -> object | None:
     """`step` has just reached a terminal state: release what it owns, then move the run on.
 
     `pending`: the events of the step's end not yet written (`events.Event` instances, unsaved):
     they are written before anything that follows, batched with the run's next transitions.
     `steps`: the run's steps as the caller holds them, `step` among them, for the scheduler
     (`run_advance`); only for a completed step, whose end changes no other step.
+    `eager`: the worker that ended it, offering to run a next step itself (`run_advance`).
+    Returns what it took, else None.
     """
     if pending and (step.state not in (StepState.COMPLETED, StepState.SKIPPED)
                     or run.state == RunState.CANCELLING):
@@ -39,10 +41,10 @@ def step_ended(run: Run, step: StepRun, *, actor: Actor, pending: Sequence[Event
         budget_release(step_id=step.id)  # what it reserved and never spent
     if run.state == RunState.CANCELLING:
         run_settle_cancel(run, actor=actor)
-    else:
-        # What a release did to other steps is not in the caller's instances: read them again.
-        held = steps if step.state == StepState.COMPLETED else None
-        run_advance(run, actor=actor, pending=pending, steps=held)
+        return None
+    # What a release did to other steps is not in the caller's instances: read them again.
+    held = steps if step.state == StepState.COMPLETED else None
+    return run_advance(run, actor=actor, pending=pending, steps=held, eager=eager)
 
 
 def may_hold_reservations(run: Run, step: StepRun) -> bool:

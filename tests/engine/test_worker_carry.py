@@ -14,7 +14,13 @@ from django.test.utils import CaptureQueriesContext
 from approvals.models import ApprovalRequest
 from orchestrator.models import Event, Run, StepAttempt
 from orchestrator.services.kinds.human_gate import approval_grant, approval_revoke
-from orchestrator.services.kinds.worker import Carry, step_claim, step_execute
+from orchestrator.services.kinds.worker import (
+    Carry,
+    Usage,
+    step_claim,
+    step_execute,
+    step_succeed,
+)
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 from tests.engine.conftest import HANDED
@@ -58,6 +64,27 @@ def test_a_chain_runs_on_its_first_message_each_step_claimed_in_the_transaction_
         assert attempt.idempotency_key  # the same key a claim of its own would have given it
     running = Event.objects.get(run=run, step__name="s1", kind="step.running")
     assert (running.actor, running.payload) == ("worker:w", {"attempt": 1})
+
+
+def test_a_success_hands_its_carry_the_next_step_the_scheduler_claimed_for_it(
+        team, django_capture_on_commit_callbacks):
+    """The carry is handed to `step_succeed`, which passes it to the scheduler and hands it back
+    the step taken: no state held outside the call."""
+    run = start(team, *CHAIN)
+    s0 = step_of(run, "s0")
+    claim = step_claim(step_id=s0.id, worker="w")
+    taking = carry()
+    taking.worker = "w"
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert step_succeed(step_id=s0.id, attempt=claim.attempt, output={}, usage=Usage(),
+                            worker="w", carry=taking)
+
+    assert dispatched(callbacks) == []
+    taken = taking.take()
+    assert (taken.step_id, taken.attempt) == (step_of(run, "s1").id, 1)
+    assert (step_of(run, "s1").state, step_of(run, "s1").lease_owner) == ("running", "w")
+    assert taking.steps == 9 and taking.take() is None
 
 
 def test_a_carried_step_costs_no_claim_of_its_own(team):

@@ -14,12 +14,22 @@ registry, so they never import a kind module (which imports them): the import gr
 one-way. `orchestrator.services` imports every kind module, which registers it.
 """
 from collections.abc import Callable
+from typing import Protocol
 
 from ...models import Run, StepRun
 
 # record(step, kind, payload, actor=None): adds the step to the scheduler's batch, and its event
 # to the batch's one INSERT (by `actor`, a label; the scheduler's actor when None).
 Record = Callable[..., None]
+
+
+class Eager(Protocol):
+    """A worker offering to run, itself and next, one of the steps the transaction it commits
+    starts (eager dispatch: `worker.Carry`). `run_advance` offers it each step it starts until
+    one is taken, and returns what was taken."""
+
+    def takes(self, queue: str) -> bool:
+        """Whether it may take one more step from `queue`."""
 
 
 class StepKindHandler:
@@ -33,6 +43,13 @@ class StepKindHandler:
     def start(self, run: Run, step: StepRun, spec: dict, record: Record) -> None:
         """Move a ready step on: queue it for a worker, or start waiting for its event."""
         raise NotImplementedError
+
+    def start_offered(self, run: Run, step: StepRun, spec: dict, record: Record,
+                      eager: Eager) -> object | None:
+        """`start`, offering the step to `eager`: what that worker took (a claim of the step,
+        which it runs next with no message), or None. Only a kind a worker runs is taken."""
+        self.start(run, step, spec, record)
+        return None
 
     def time_out(self, *, step_id: int, reason: str) -> bool:
         """The reaper's verdict on a step past its deadline (in a transaction of its own).

@@ -16,7 +16,6 @@ transaction, so the next steps are dispatched with no extra broker hop.
 import json
 import time
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
@@ -68,7 +67,7 @@ from ..budget_gate import dispatch_reserve, run_pause_for_budget
 from ..deadletters import dead_letter_open
 from ..effects import effect_perform
 from ..step_end import may_hold_reservations, step_ended
-from . import Record, StepKindHandler, register
+from . import Eager, Record, StepKindHandler, register
 
 
 @dataclass(frozen=True)
@@ -109,12 +108,19 @@ class Claim:
 
 class WorkerStep(StepKindHandler):
     def start(self, run: Run, step: StepRun, spec: dict, record: Record) -> None:
+        self.start_offered(run, step, spec, record, None)
+
+    def start_offered(self, run: Run, step: StepRun, spec: dict, record: Record,
+                      eager: Eager | None) -> "Claim | None":
+        """Queue the step; claim it for the worker offering to take it (`Carry`), which runs it
+        next with no message, or send its message after commit."""
         queue = queue_for(spec)
         step.enqueue(queue=queue)
         record(step, "step.queued", {"queue": queue})
-        if _carried(run, step, spec, record):
-            return  # claimed by this worker, which runs it next: no message
-        step_dispatch_on_commit(step.id, queue, run_id=step.run_id, step_name=step.name)
+        carried = _carried(run, step, spec, record, eager) if isinstance(eager, Carry) else None
+        if carried is None:
+            step_dispatch_on_commit(step.id, queue, run_id=step.run_id, step_name=step.name)
+        return carried
 
     def time_out(self, *, step_id: int, reason: str) -> bool:
         """A running step past its timeout: timed_out, or retried if its policy allows."""
@@ -155,6 +161,8 @@ def step_execute(*, step_id: int, worker: str, carry: "Carry | None" = None) -> 
         if wait:
             return wait
     claim = step_claim(step_id=step_id, worker=worker)
+    if carry:
+        carry.worker = worker
     if carry and claim:
         carry.secrets = (claim.run_id, claim.sealed_secrets)
     while claim is not None:
@@ -176,13 +184,17 @@ class Carry:
     it is on the queue the message came from (so this worker serves it), no shared rate limit
     applies to it, its gates' approvals hold, fewer than `steps` steps were carried so far and
     the message has run for less than its time (until `until`, monotonic). Only one step per
-    success is carried; the others are dispatched as usual, for the other workers. Beyond the
-    bounds steps go through the broker again, behind the other runs' work: a worker never
-    holds a run for long, and a warm shutdown waits for at most one more step.
+    success is carried: the scheduler offers the carry each step it starts until one is taken
+    and returns that one (`run_advance`), which `step_succeed` hands to the carry. The others
+    are dispatched as usual, for the other workers. Beyond the bounds steps go through the
+    broker again, behind the other runs' work: a worker never holds a run for long, and a warm
+    shutdown waits for at most one more step.
     """
     queue: str
     steps: int
     until: float
+    # The worker this message runs on (`step_execute`): a carried step is claimed for it.
+    worker: str = ""
     taken: Claim | None = None
     # The sealed secrets of the run whose claim began this message ((run id, sealed)): a step
     # carried for the same run is handed them without reading them again.
@@ -217,39 +229,21 @@ class Carry:
         return claim
 
 
-# The carry of the success being committed, and its worker (set by `_execute_claimed` around
-# `step_succeed`, read by `WorkerStep.start` as the scheduler starts the run's next steps).
-_CARRYING: ContextVar[tuple[Carry, str] | None] = ContextVar("stepwise_carrying", default=None)
-
-
-@contextmanager
-def _carrying(carry: Carry | None, worker: str):
-    token = _CARRYING.set((carry, worker) if carry else None)
-    try:
-        yield
-    finally:
-        _CARRYING.reset(token)
-
-
-def _carried(run: Run, step: StepRun, spec: dict, record: Record) -> bool:
+def _carried(run: Run, step: StepRun, spec: dict, record: Record, carry: Carry) -> Claim | None:
     """Claim `step` (just queued) for the worker whose success started it, if its carry takes
-    it (`Carry`): in this transaction, recorded with the run's other transitions."""
-    carrying = _CARRYING.get()
-    if carrying is None:
-        return False
-    carry, worker = carrying
+    it (`Carry`): in this transaction, recorded with the run's other transitions. None if not."""
     if not carry.takes(step.queue):
-        return False
+        return None
     if settings.STEPWISE_RATE_LIMITS.get(limits.dependency_of(spec)):
-        return False  # throttled across workers: its message takes a slot first
+        return None  # throttled across workers: its message takes a slot first
     clearance = guarded_step_clearance(run=run, step=step)
     if clearance.refusal:
-        return False  # its message claims it, and refuses it (step_claim)
-    carry.taken = _claim_attempt(run, step, spec, worker=worker,
-                                 params_override=clearance.params_override,
-                                 sealed=carry.sealed_for(run))
+        return None  # its message claims it, and refuses it (step_claim)
+    claim = _claim_attempt(run, step, spec, worker=carry.worker,
+                           params_override=clearance.params_override,
+                           sealed=carry.sealed_for(run))
     record(step, "step.running", {"attempt": step.attempts})
-    return True
+    return claim
 
 
 def _execute_claimed(step_id: int, claim: Claim, worker: str,
@@ -297,9 +291,8 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
         step_fail(step_id=step_id, attempt=claim.attempt, error=error,
                   usage=Usage.of(getattr(error, "spent", None)), worker=worker)
         return None
-    with _carrying(carry, worker):
-        step_succeed(step_id=step_id, attempt=claim.attempt, output=secrets.scrub(result.output),
-                     usage=Usage.of(result), worker=worker)
+    step_succeed(step_id=step_id, attempt=claim.attempt, output=secrets.scrub(result.output),
+                 usage=Usage.of(result), worker=worker, carry=carry)
     return carry.take() if carry else None
 
 
@@ -464,8 +457,12 @@ def _close_attempt(run: Run, step: StepRun, attempt: int, *, outcome: str, usage
         budget_settle(step_id=step.id, attempt=attempt, actual=usage.cost_usd)
 
 
-def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: str) -> bool:
-    """Commit a step's output and move the run forward. False if the attempt is stale."""
+def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: str,
+                 carry: Carry | None = None) -> bool:
+    """Commit a step's output and move the run forward. False if the attempt is stale.
+
+    With a `carry`, a next step it takes is claimed in this transaction and handed to it
+    (`Carry.taken`) once committed."""
     with transaction.atomic():
         # The run's steps are read once, here: the scheduler plans from them (step_ended).
         run, step, steps = lock_run_with_steps(step_id)
@@ -485,7 +482,10 @@ def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: st
             completed = Event(run=run, step=step, kind="step.completed", actor=f"worker:{worker}",
                               payload={"attempt": attempt, "tokens_in": usage.tokens_in,
                                        "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd)})
-            step_ended(run, step, actor=worker_actor(worker), pending=[completed], steps=steps)
+            carried = step_ended(run, step, actor=worker_actor(worker), pending=[completed],
+                                 steps=steps, eager=carry)
+    if carried is not None:
+        carry.taken = carried
     return True
 
 
