@@ -23,6 +23,7 @@ export STEPWISE_EXAMPLE_RABBITMQ_PASSWORD
 # `make mutate` goes on where this one stopped. Not part of `make test`.
 MUTATE_MODULES ?= orchestrator.scheduler orchestrator.states orchestrator.models \
 	orchestrator.services.effects orchestrator.leases orchestrator.services.kinds.worker \
+	orchestrator.services.kinds.agent \
 	budgets.services audit.chain orchestrator.risk orchestrator.definitions.proposals \
 	approvals.authority orchestrator.authz triggers.services orchestrator.egress orchestrator.live
 MUTATE_BUDGET_S ?= 600

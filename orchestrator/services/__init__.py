@@ -8,7 +8,8 @@ the rules, the permission checks, the events and the audit rows exist once, here
 - scheduling: applying the scheduler's plan to a run, ending it (called inside other services)
 - step_end: what happens after any step ends (release what it owned, move the run on)
 - kinds/: one module per step kind, owning its start, finish, timeout and release:
-  worker (agent, tool, router), human_gate, sub_workflow, map_step, loop
+  agent, tool and router (on what every worker kind shares: worker), human_gate, sub_workflow,
+  map_step, loop
 - operators: an operator's redrive, retry, skip and resume
 - deadletters: recording work that failed for good
 - effects: the idempotency ledger every side effect goes through
@@ -18,4 +19,13 @@ the rules, the permission checks, the events and the audit rows exist once, here
 Importing this package registers every step kind with `kinds` (each kind module registers
 itself), so the scheduler and the reaper find them without importing them.
 """
-from .kinds import human_gate, loop, map_step, sub_workflow, worker  # noqa: F401  (registers the kinds)
+from .kinds import (  # noqa: F401  (registers the kinds)
+    agent,
+    human_gate,
+    loop,
+    map_step,
+    router,
+    sub_workflow,
+    tool,
+    worker,
+)

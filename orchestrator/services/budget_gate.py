@@ -3,7 +3,7 @@
 `dispatch_reserve` is called, in the transaction that dispatches and with the run row locked,
 before a step's first attempt (`scheduling.run_advance`), a retry (`kinds.worker`), a map
 item's attempt (`kinds.map_step`), an operator's retry or redrive (`kinds.worker.step_requeue`)
-and an agent attempt's repair turn (`kinds.worker.repair_reserve`, from the worker mid-attempt).
+and an agent attempt's repair turn (`kinds.agent.repair_reserve`, from the worker mid-attempt).
 A loop step reserves each iteration the same way (`items=[iteration]`). It reserves the call's
 projected cost against every level (`budgets.services.budget_reserve`) and returns None, or on a
 denial the run's pause reason — nothing is reserved then, and the caller does not dispatch. What

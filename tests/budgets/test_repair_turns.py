@@ -124,7 +124,8 @@ def test_a_repair_turn_of_an_attempt_that_no_longer_holds_its_step_is_refused_as
     """A worker whose attempt was superseded (its step not running, or running under a newer
     attempt) asks for a repair turn: the call is refused as `lost` and nothing is reserved."""
     from orchestrator.retry import StepError
-    from orchestrator.services.kinds.worker import repair_reserve, step_claim
+    from orchestrator.services.kinds.agent import repair_reserve
+    from orchestrator.services.kinds.worker import step_claim
 
     run = classify_run(team, budget=1.0)
     step = run.steps.get(name="classify")

@@ -23,13 +23,12 @@ from orchestrator import metrics
 from orchestrator.dispatch import BROKER_DELAY_LIMIT_S
 from orchestrator.models import DeadLetter, Run, StepAttempt
 from orchestrator.retry import StepError
+from orchestrator.services.kinds.agent import call_settle, repair_reserve
 from orchestrator.services.kinds.human_gate import approval_grant, approval_revoke
 from orchestrator.services.kinds.worker import (
     Usage,
-    call_settle,
     claim_holds,
     lease_extend,
-    repair_reserve,
     step_claim,
     step_execute,
     step_fail,

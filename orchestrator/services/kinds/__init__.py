@@ -1,7 +1,7 @@
 """Step kinds: one module each, owning everything that is particular to its kind.
 
-- `worker`: agent, tool and router steps — queued, claimed by a worker under a lease,
-  executed, retried under their policy;
+- `agent`, `tool`, `router`: the steps a worker runs — queued, claimed by a worker under a
+  lease, executed, retried under their policy, on the machinery they share (`worker`);
 - `human_gate`: opens an approval request and waits; approval decisions;
 - `sub_workflow`: starts a child run and waits for it;
 - `map_step`: fans items out as a Celery chord and joins them;

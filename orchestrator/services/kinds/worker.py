@@ -1,4 +1,5 @@
-"""Agent, tool and router steps: the kinds a worker runs.
+"""What the kinds a worker runs share: agent, tool and router steps (each kind registers its
+`WorkerStep` in a module of its own: `agent`, `tool`, `router`).
 
 A step's life: queued by the scheduler (`start`), claimed by a worker under a lease
 (`step_claim`, or at once by the worker whose step started it: `Carry`), executed outside any
@@ -15,10 +16,10 @@ transaction, so the next steps are dispatched with no extra broker hop.
 """
 import json
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import partial
 
 from django.conf import settings
 from django.db import transaction
@@ -65,9 +66,8 @@ from ...states import (
 )
 from ..budget_gate import dispatch_reserve, run_pause_for_budget
 from ..deadletters import dead_letter_open
-from ..effects import effect_perform
 from ..step_end import may_hold_reservations, step_ended
-from . import Eager, Record, StepKindHandler, register
+from . import Eager, Record, StepKindHandler, handler_for
 
 
 @dataclass(frozen=True)
@@ -139,9 +139,11 @@ class WorkerStep(StepKindHandler):
     # release: nothing to do; a running attempt stops at its next safe point (the effect
     # ledger refuses to start an effect for a run that is no longer live).
 
-
-for _kind in (StepKind.AGENT, StepKind.TOOL, StepKind.ROUTER):
-    register(_kind, WorkerStep())
+    def call_hooks(self, claim: "Claim", *, scrub: Callable[[object], object]) -> dict:
+        """What this kind's executor is handed in its `ExecContext` beyond what every worker
+        kind gets: the services it calls back during its call (`tool.ToolStep`: the effect
+        ledger; `agent.AgentStep`: a repair turn's reservation and each call's settlement)."""
+        return {}
 
 
 # --- on a worker ----------------------------------------------------------------------------
@@ -254,15 +256,10 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
     secrets = revealed_from(claim.sealed_secrets)
     ctx = ExecContext(str(claim.run_id), claim.workflow, claim.spec["name"], claim.attempt,
                       claim.idempotency_key, step_id=step_id,
-                      effects=partial(effect_perform, step_id=step_id, key=claim.idempotency_key,
-                                      fence=claim.attempt,
-                                      holds=partial(claim_holds, step_id=step_id, attempt=claim.attempt),
-                                      scrub=secrets.scrub),
                       params_override=claim.params_override, scrub=secrets.scrub,
                       fencing_token=claim.attempt,
-                      reserve_call=partial(repair_reserve, step_id=step_id, attempt=claim.attempt),
-                      settle_call=partial(call_settle, step_id=step_id, attempt=claim.attempt),
-                      authorize=external_call_authorize, price=cost_of)
+                      authorize=external_call_authorize, price=cost_of,
+                      **handler_for(claim.spec["type"]).call_hooks(claim, scrub=secrets.scrub))
     dependency = limits.dependency_of(claim.spec)
     try:
         breaker = (limits.BreakerReading() if carry and dependency in carry.clean
@@ -310,30 +307,6 @@ def _target(spec: dict) -> str:
 def _lease_kept(*, step_id: int, attempt: int):
     with heartbeat(lambda: lease_extend(step_id=step_id, attempt=attempt), name=f"lease-{step_id}"):
         yield
-
-
-def repair_reserve(turn: int, *, step_id: int, attempt: int) -> None:
-    """Before an agent attempt's repair `turn` is sent to the model: reserve its projected cost
-    against every level, like a dispatch (run locked). Raises StepError `budget` when a limit
-    would be crossed — the run is paused then, the call is not made, and the step is held to
-    run again once the run is resumed (`_fail_or_retry`) — or `lost` when this attempt no
-    longer holds its step."""
-    with transaction.atomic():
-        run, step = lock_run_of_step(step_id)
-        if not fenced(step, attempt):
-            raise StepError("lost", "the attempt no longer holds its step")
-        definition, graph = definition_of(run)
-        denial = dispatch_reserve(run, step, graph.steps[step.name], definition, attempt=attempt, turn=turn)
-        if denial:
-            run_pause_for_budget(run, denial)
-    # Raised after the commit: the pause and its alert stand, whatever the worker does next.
-    if denial:
-        raise StepError("budget", denial["message"])
-
-
-def call_settle(turn: int, cost_usd: Decimal, *, step_id: int, attempt: int) -> None:
-    """A model call of an attempt returned: settle its reservation to what it cost."""
-    budget_settle(step_id=step_id, attempt=attempt, actual=cost_usd, turn=turn)
 
 
 def step_claim(*, step_id: int, worker: str) -> Claim | None:
