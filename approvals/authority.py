@@ -121,11 +121,11 @@ def deciders(approval: ApprovalRequest) -> QuerySet:
 # --- what a person sees -------------------------------------------------------------------------
 
 
-def requests_visible_to(user: Actor, queryset: QuerySet[ApprovalRequest] | None = None
+def requests_visible_to(user: Actor, queryset: QuerySet[ApprovalRequest]
                         ) -> QuerySet[ApprovalRequest]:
-    """The requests a person sees in the admin: a superuser all; anyone else the requests of
-    their teams that wait for (or waited for) one of their groups, or that they acted on."""
-    queryset = ApprovalRequest.objects.all() if queryset is None else queryset
+    """`queryset` narrowed to the requests a person sees in the admin: a superuser all; anyone
+    else the requests of their teams that wait for (or waited for) one of their groups, or that
+    they acted on."""
     if isinstance(user, System) or (user.is_authenticated and user.is_superuser):
         return queryset
     scoped = visible(queryset, user, team_field="run__team")

@@ -128,7 +128,8 @@ def may(actor: Actor, action: Action, *, team: Team, run: Run | None = None) -> 
 def require(actor: Actor, action: Action, *, team: Team, run: Run | None = None) -> None:
     """Raise Forbidden unless `may(actor, action, team=team, run=run)`."""
     if not may(actor, action, team=team, run=run):
-        who = label(actor) if not is_person(actor) or actor.is_authenticated else "an anonymous user"
+        # `may` refuses only people (never the engine): a person signed in, or anonymous.
+        who = label(actor) if actor.is_authenticated else "an anonymous user"
         raise Forbidden(f"{who} may not {action.value} in team '{team.slug}' (docs/permissions.md)")
 
 
