@@ -401,6 +401,17 @@ def test_a_row_read_again_from_the_database_is_written_whole(run):
     assert (stored(StepRun, step.pk)["lease_owner"], stored(StepRun, step.pk)["skip_reason"]) == ("", "mine")
 
 
+def test_a_row_saved_by_djangos_own_save_in_between_is_written_whole(run):
+    """An admin's or operator's save is Django's: the store no longer knows what the row holds."""
+    step = read_step(run, "b")
+    step.lease_owner = "django"
+    step.save()
+    step.lease_owner = ""  # what the compiled read gave, not what Django's save wrote
+    step.skip_reason = "mine"  # so that the save is not of every column
+    save_row(step)
+    assert (stored(StepRun, step.pk)["lease_owner"], stored(StepRun, step.pk)["skip_reason"]) == ("", "mine")
+
+
 def test_a_run_inserted_with_its_own_key_is_the_row_save_writes_and_guards_its_state(run):
     from orchestrator.states import RunState
 
