@@ -54,9 +54,10 @@ test: install
 
 # The engine's suite on each store (orchestrator/store/, docs/testing.md): the reference store on
 # Django's public ORM API and the fast one must give the same rows and the same errors.
-ENGINE_SUITE := tests/engine tests/integration tests/audit tests/budgets
+ENGINE_SUITE := tests/engine tests/integration tests/audit tests/budgets tests/store
+STORES ?= reference fast
 test-stores: install
-	@for store in reference fast; do \
+	@for store in $(STORES); do \
 		echo "== the engine's suite on the $$store store"; \
 		STEPWISE_STORE=$$store $(BIN)/pytest -n 2 --dist loadfile -q \
 			-m "not ledger_prefix and not restarts_services and not fuzz and not soak" $(ENGINE_SUITE) || exit 1; \
