@@ -386,7 +386,7 @@ def _claim_attempt(run: Run, step: StepRun, spec: dict, *, worker: str, params_o
         save_row(step, CLAIMED_FIELDS)
     key = idempotency_key_for(run.id, step.name)
     insert_rows([build_row(StepAttempt, step=step, number=step.attempts, worker=worker,
-                             started_at=step.started_at, idempotency_key=key)], keys=False)
+                           started_at=step.started_at, idempotency_key=key)], keys=False)
     if step.queued_at:
         latency = (step.started_at - step.queued_at).total_seconds()
         metrics.SCHEDULING_LATENCY.labels(step.queue).observe(max(latency, 0))
@@ -480,9 +480,10 @@ def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: st
             save_row(step, COMPLETED_FIELDS)
             _close_attempt(run, step, attempt, outcome="succeeded", usage=usage)
             # Written with the run's next transitions, in one INSERT (step_ended, run_advance).
-            completed = build_row(Event, run=run, step=step, kind="step.completed", actor=f"worker:{worker}",
-                              payload={"attempt": attempt, "tokens_in": usage.tokens_in,
-                                       "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd)})
+            completed = build_row(Event, run=run, step=step, kind="step.completed",
+                                  actor=f"worker:{worker}",
+                                  payload={"attempt": attempt, "tokens_in": usage.tokens_in,
+                                           "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd)})
             step_ended(run, step, actor=worker_actor(worker), pending=[completed], steps=steps)
     return True
 
