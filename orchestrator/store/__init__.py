@@ -111,12 +111,13 @@ def save_row(obj: models.Model, fields: tuple[str, ...] | list[str] | None = Non
 
 
 @contextmanager
-def held_writes(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
-    """A service's unit of work, inside its transaction: the writes in the block whose answer
+def held_writes(service: str, *, using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """`service`'s unit of work, inside its transaction: the writes in the block whose answer
     the service does not read may be held and sent together. They are sent, and what they
-    raise is raised, at `flush()`, at the block's end, before any read of this store or any
-    statement Django sends; a block inside another is the outer one's."""
-    with implementation().held_writes(using):
+    raise is raised (with a note naming `service`), at `flush()`, at the block's end, before
+    any read of this store or any statement Django sends; a block inside another is the outer
+    one's."""
+    with implementation().held_writes(using, by=service):
         yield
 
 

@@ -76,7 +76,7 @@ def save_row(obj: models.Model, fields: tuple[str, ...] | list[str] | None = Non
 
 
 @contextmanager
-def held_writes(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+def held_writes(using: str = DEFAULT_DB_ALIAS, *, by: str = "") -> Iterator[None]:
     """Every write in the block is sent when it is asked for."""
     yield
 

@@ -165,6 +165,17 @@ def test_a_guarded_save_whose_state_moved_raises_concurrent_transition_when_answ
 
 
 @postgresql
+def test_the_error_of_a_held_write_names_the_service_that_held_it(run):
+    step = first_step(run)
+    StepRun.objects.filter(pk=step.pk).update(state=StepState.RUNNING)
+    step.lease_owner = "late"
+    with pytest.raises(ConcurrentTransition) as raised, transaction.atomic(), writes_behind(by="step_test"):
+        save_row(step, ["lease_owner"])
+        flush()
+    assert raised.value.__notes__ == ["raised by a write step_test held (orchestrator.store.held_writes)"]
+
+
+@postgresql
 def test_a_guarded_save_whose_state_moved_is_raised_before_the_error_of_a_write_after_it(run):
     """One by one, the save would have raised first: the write after it is never sent. Behind,
     both are answered together and the save's `ConcurrentTransition` is still what is raised."""

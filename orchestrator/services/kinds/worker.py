@@ -358,7 +358,7 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
             if clearance.refusal:
                 refusal = clearance.refusal
                 raise _Refused
-            with held_writes():  # the step and the attempt go with the event's INSERT
+            with held_writes("step_claim"):  # the step and the attempt go with the event's INSERT
                 claim = _claim_attempt(run, step, spec, worker=worker,
                                        params_override=clearance.params_override,
                                        sealed=sealed_of(run), save=True)
@@ -472,7 +472,7 @@ def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: st
             return False
         # Its writes up to the events' INSERT (the step, its attempt, the next step's claim)
         # go to the database in one round trip; the ledger's entries at the block's end.
-        with held_writes():
+        with held_writes("step_succeed"):
             # As a read of the saved row would give it (JSON: lists, string keys), since the
             # plan reads it from this instance.
             step.complete(output=json.loads(json.dumps(output)))

@@ -253,7 +253,7 @@ def execute(connection, sql: str, params: list, *, fetch: bool = False) -> tuple
 
 
 @contextmanager
-def writes_behind(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+def writes_behind(using: str = DEFAULT_DB_ALIAS, *, by: str = "") -> Iterator[None]:
     """Inside a transaction: the writes in this block whose answer the caller does not read go
     to the database without waiting for it, and their answers are collected with the next
     statement that needs one.
@@ -282,6 +282,8 @@ def writes_behind(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     them). Anywhere else every write is answered at once, as without this block: SQLite,
     pipelining off (`STEPWISE_FAST_STORE`), another engine, outside a transaction; a block
     inside another is the outer one's.
+
+    `by` names the service whose writes these are: an error a held write raises says so.
     """
     connection = connections[using]
     behind = _behind_of(connection)
@@ -294,6 +296,8 @@ def writes_behind(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
             yield
             return
         behind = connection._stepwise_behind = _Behind(connection)
+    if by and not behind.in_block:
+        behind.by = by
     # else: writes an earlier block left for the COMMIT; this block's go behind them.
     behind.in_block = True
     try:
@@ -372,6 +376,7 @@ class _Behind:
         # (statement, values, how its answer is read, whether it may wait for the COMMIT)
         self.pending: list[tuple[str, list, Callable[[Any], None], bool]] = []
         self.in_block = False
+        self.by = ""  # the service whose writes are held (`writes_behind(by=...)`)
 
     def send(self, sql: str, params: list, then: Callable[[Any], None], *, to_commit: bool = False) -> None:
         """Hold a write until an answer is wanted; `then(cursor)` reads its answer then (raises
@@ -403,7 +408,12 @@ class _Behind:
         try:
             if not queued and not commit:
                 return (None, -1) if sql is None else execute(self.connection, sql, params, fetch=fetch)
-            return self._send(queued, sql, params, fetch=fetch, commit=commit)
+            try:
+                return self._send(queued, sql, params, fetch=fetch, commit=commit)
+            except Exception as error:
+                if self.by:
+                    error.add_note(f"raised by a write {self.by} held (orchestrator.store.held_writes)")
+                raise
         finally:
             if not self.in_block and not self.pending:
                 self.end()
