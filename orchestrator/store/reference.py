@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 from django.db import DEFAULT_DB_ALIAS, models
 from django.db.models import QuerySet
+from django.utils.dateparse import parse_datetime
 from django_fsm import ConcurrentTransitionMixin
 
 
@@ -20,16 +23,30 @@ class Read:
     """A read defined once by `build(*values) -> QuerySet`; `rows(*values)` lists its rows.
 
     The placeholders say the values' types (the fast store compiles the queryset with them);
-    the values are given as the database takes them (`field.get_db_prep_value`)."""
+    the values are given as the database takes them (`field.get_db_prep_value`), which on
+    SQLite is text for a timestamp or a UUID: read back here into the placeholder's type, as
+    a queryset's filters take it."""
 
     def __init__(self, build: Callable[..., QuerySet], *placeholders: Any) -> None:
         self._build = build
-        self._arity = len(placeholders)
+        self._types = [type(placeholder) for placeholder in placeholders]
 
     def rows(self, *values: Any, using: str = DEFAULT_DB_ALIAS) -> list[models.Model]:
-        if len(values) != self._arity:
-            raise TypeError(f"this read takes {self._arity} values, {len(values)} given")
-        return list(self._build(*values).using(using))
+        if len(values) != len(self._types):
+            raise TypeError(f"this read takes {len(self._types)} values, {len(values)} given")
+        given = [_as_python(kind, value) for kind, value in zip(self._types, values, strict=True)]
+        return list(self._build(*given).using(using))
+
+
+def _as_python(kind: type, value: Any) -> Any:
+    if type(value) is not str or kind is str:
+        return value
+    if kind is datetime:  # the database's text of an aware value, in UTC
+        parsed = parse_datetime(value)
+        return parsed if parsed is None or parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    if kind is UUID:
+        return UUID(value)
+    return value
 
 
 def read_together(*reads: tuple[Read, tuple], using: str = DEFAULT_DB_ALIAS) -> list[list[models.Model]]:
