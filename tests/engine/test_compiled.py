@@ -18,14 +18,14 @@ from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 from django_fsm import ConcurrentTransition
-from orchestrator.store.fast import save_row
-from orchestrator.store.fast.compiled import MAX_COMPILED_ROWS, CompiledRead, build_row, insert_rows
 
 from audit.models import AuditEntry
 from orchestrator import selectors
 from orchestrator.models import Event, Run, StepAttempt, StepRun
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
+from orchestrator.store.fast import save_row
+from orchestrator.store.fast.compiled import MAX_COMPILED_ROWS, CompiledRead, build_row, insert_rows
 from tests.factories import SETUP
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.fast_store]
@@ -432,9 +432,8 @@ def test_a_run_inserted_with_its_own_key_is_the_row_save_writes_and_guards_its_s
 def test_updated_rows_are_what_a_querysets_update_writes(run):
     from decimal import Decimal
 
-    from orchestrator.store.fast.compiled import update_rows
-
     from orchestrator.models import StepAttempt
+    from orchestrator.store.fast.compiled import update_rows
 
     step = run.steps.get(name="a")
     for number in (1, 2):
@@ -513,9 +512,9 @@ def test_every_shortcut_gives_what_the_fields_own_chain_gives():
     from decimal import Decimal
 
     from django.utils import timezone
-    from orchestrator.store.fast.compiled import _preparer
 
     from orchestrator.models import StepAttempt
+    from orchestrator.store.fast.compiled import _preparer
 
     aware = timezone.now()
     samples = [None, "", "text", 0, 7, 2**40, True, False, Decimal("1.5"), aware,

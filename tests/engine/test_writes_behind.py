@@ -15,8 +15,6 @@ import pytest
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django_fsm import ConcurrentTransition
-from orchestrator.store.fast import save_row
-from orchestrator.store.fast.compiled import flush, insert_json_rows, insert_rows, update_rows, writes_behind
 
 from bench.inprocess import round_trips
 from orchestrator import selectors
@@ -24,6 +22,14 @@ from orchestrator.models import Event, Run, StepAttempt, StepRun
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 from orchestrator.states import StepState
+from orchestrator.store.fast import save_row
+from orchestrator.store.fast.compiled import (
+    flush,
+    insert_json_rows,
+    insert_rows,
+    update_rows,
+    writes_behind,
+)
 from tests.factories import SETUP
 
 # The fast store's own statements: with that store only.
