@@ -16,7 +16,7 @@ export STEPWISE_BASE_URL
 STEPWISE_EXAMPLE_RABBITMQ_PASSWORD ?= guest
 export STEPWISE_EXAMPLE_RABBITMQ_PASSWORD
 
-.PHONY: run test install lint bench clean mutate mutate-results soak
+.PHONY: run test test-stores install lint bench clean mutate mutate-results soak
 
 # Mutation testing of the core (docs/testing.md): one module at a time, two mutants at once,
 # each module stopped after MUTATE_BUDGET_S seconds. Results are kept in mutants/, so the next
@@ -52,6 +52,18 @@ test: install
 	$(BIN)/pytest -p no:xdist -q -m fuzz
 	$(BIN)/pytest -p no:xdist -q -m soak
 	$(BIN)/pytest -p no:xdist -q -m restarts_services
+
+# The engine's suite on each store (orchestrator/store/, docs/testing.md): the reference store on
+# Django's public ORM API and the fast one must give the same rows and the same errors.
+ENGINE_SUITE := tests/engine tests/integration tests/audit tests/budgets tests/store
+STORES ?= reference fast
+test-stores: install
+	@for store in $(STORES); do \
+		echo "== the engine's suite on the $$store store"; \
+		STEPWISE_STORE=$$store $(BIN)/pytest -n 2 --dist loadfile -q \
+			-m "not ledger_prefix and not restarts_services and not fuzz and not soak" $(ENGINE_SUITE) || exit 1; \
+		STEPWISE_STORE=$$store $(BIN)/pytest -p no:xdist -q -m ledger_prefix tests/audit || exit 1; \
+	done
 
 lint: install
 	$(BIN)/ruff check .

@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 
 from django.db import connection
 
-from orchestrator.compiled import insert_json_rows, insert_rows
 from orchestrator.hashing import canonical_json, sha256_hex
+from orchestrator.store import build_row, insert_json_rows, insert_rows
 from orchestrator.txscope import TransactionMemo
 
 from .models import GENESIS_HASH, AuditEntry
@@ -95,7 +95,7 @@ def link_and_insert(entry: AuditEntry) -> AuditEntry:
 
 def link_and_insert_all(entries: list[AuditEntry], *, keys: bool = True) -> list[AuditEntry]:
     """Append `entries` in order, in one INSERT (inside the caller's transaction). `keys=False`:
-    the caller reads none of their keys now (`orchestrator.compiled.writes_behind`).
+    the caller reads none of their keys now (`orchestrator.store.held_writes`).
 
     On SQLite the chain head is read once per transaction, then carried from append to append.
     """
@@ -119,16 +119,16 @@ def append_all(entries: list[dict]) -> None:
     """Append entries given by their content fields (`CONTENT_FIELDS`, as `AuditEntry` takes
     them), in order, in one INSERT (inside the caller's transaction); their keys are not read.
 
-    On PostgreSQL the rows the digest is computed on are what is sent: no model instance is
-    built. On SQLite, `link_and_insert_all` links and inserts their instances.
+    On PostgreSQL with the fast store the rows the digest is computed on are what is sent: no
+    model instance is built. Elsewhere `link_and_insert_all` links and inserts their instances.
     """
-    if not seals_in_database():
-        link_and_insert_all([AuditEntry(**fields) for fields in entries], keys=False)
-        return
-    rows = [_plain({**fields, "sequence": None, "prev_hash": None, "hash": None}) for fields in entries]
-    for row in rows:
-        row["digest"] = content_digest(row)
-    insert_json_rows(AuditEntry, rows)
+    if seals_in_database():
+        rows = [_plain({**fields, "sequence": None, "prev_hash": None, "hash": None}) for fields in entries]
+        for row in rows:
+            row["digest"] = content_digest(row)
+        if insert_json_rows(AuditEntry, rows):
+            return
+    link_and_insert_all([build_row(AuditEntry, **fields) for fields in entries], keys=False)
 
 
 def chain_head() -> tuple[int, str] | None:

@@ -16,8 +16,6 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F
 
-from orchestrator.compiled import KeywordInit
-
 GENESIS_HASH = "0" * 64
 
 
@@ -38,7 +36,7 @@ class SubjectType(models.TextChoices):
     TRIGGER = "trigger"
 
 
-class AuditEntry(KeywordInit, models.Model):
+class AuditEntry(models.Model):
     """One ledger entry. `sequence`, `prev_hash` and `hash` link it into the chain.
 
     On SQLite the chain fields are filled when the row is inserted; on PostgreSQL a deferred

@@ -227,9 +227,12 @@ def measure(args, result: dict) -> None:
         """Write what is measured so far: an interrupted or overrunning run keeps its phases."""
         write_result(args.out, result)
 
-    def start_workers():
+    def start_workers(store: str | None = None):
+        """Stepwise's workers; `store` names the store they use (`STEPWISE_STORE`), else the
+        settings' default."""
         return celery_worker("stepwise", "orchestrator", concurrency=args.workers_concurrency,
-                             env=env, var_dir=var_dir, deadline=args.deadline)
+                             env=env if store is None else dict(env, STEPWISE_STORE=store),
+                             var_dir=var_dir, deadline=args.deadline)
 
     say("starting the API server (uvicorn) and a Stepwise worker")
     with ExitStack() as stack:
@@ -309,11 +312,27 @@ def throughput_rounds(args, result: dict, version, *, start_workers, env: dict, 
     """The loaded throughput again, Stepwise then the floor, `--rounds` times in all (the first
     round is the loaded phases above). The machine's speed moves within a minute, and each
     loaded phase lasts seconds: the ratio of one round can catch one side in a slow moment.
-    Each round's ratio is kept; the table gives them and their median."""
+    Each round's ratio is kept; the table gives them and their median. Each round also runs
+    Stepwise on the reference store (orchestrator/store/reference.py), so its ratio is read
+    beside the fast store's under the same conditions."""
     from . import floor
 
+    def on_the_reference_store() -> float | None:
+        workers = start_workers(store="reference")
+        try:
+            done = chain_throughput(version, runs=args.runs, steps=args.steps,
+                                    deadline=time.time() + ROUND_BUDGET_S / 2, check=workers.check)
+        finally:
+            workers.stop()
+        return done["steps_per_s"] if done["steps_done"] == done["steps_expected"] else None
+
     sw, fl = result.get("stepwise", {}).get("steps_per_s"), result.get("floor", {}).get("steps_per_s")
-    rounds = result["throughput_rounds"] = [{"stepwise": sw, "floor": fl, "ratio": ratio(sw, fl)}]
+    say(f"throughput round 1/{args.rounds}: {args.runs} Stepwise runs on the reference store")
+    reference = on_the_reference_store()
+    rounds = result["throughput_rounds"] = [{"stepwise": sw, "floor": fl, "ratio": ratio(sw, fl),
+                                             "reference": reference,
+                                             "reference_ratio": ratio(reference, fl)}]
+    checkpoint()
     for n in range(2, args.rounds + 1):
         if time.time() + ROUND_BUDGET_S > args.deadline - 60:  # leave the in-process phases time
             result.setdefault("incidents", []).append(f"throughput rounds: stopped before round {n}"
@@ -334,7 +353,10 @@ def throughput_rounds(args, result: dict, version, *, start_workers, env: dict, 
             result.setdefault("incidents", []).append(f"floor round {n}: {str(exc)[-500:]}")
             theirs = None
         sw = mine["steps_per_s"] if mine["steps_done"] == mine["steps_expected"] else None
-        rounds.append({"stepwise": sw, "floor": theirs, "ratio": ratio(sw, theirs)})
+        say(f"throughput round {n}/{args.rounds}: {args.runs} Stepwise runs on the reference store")
+        reference = on_the_reference_store()
+        rounds.append({"stepwise": sw, "floor": theirs, "ratio": ratio(sw, theirs),
+                       "reference": reference, "reference_ratio": ratio(reference, theirs)})
         checkpoint()
 
 

@@ -103,10 +103,18 @@ def table(results: list[dict]) -> str:
         sps, fps = sw.get("steps_per_s"), fl.get("steps_per_s")
         lines.append(f"{b:<10}throughput steps/s  stepwise={_fmt(sps)} floor={_fmt(fps)} "
                      f"ratio={_fmt(ratio(sps, fps))}")
-        if len(rounds := r.get("throughput_rounds") or []) > 1:
+        rounds = r.get("throughput_rounds") or []
+        if len(rounds) > 1:
             ratios = [x["ratio"] for x in rounds if x["ratio"] is not None]
             each = ", ".join(f"{_fmt(x['stepwise'])}/{_fmt(x['floor'])}={_fmt(x['ratio'])}" for x in rounds)
             lines.append(f"{b:<10}throughput rounds  {each}; median ratio="
+                         f"{_fmt(statistics.median(ratios) if ratios else None)}")
+        if any("reference" in x for x in rounds):
+            # The same rounds' floor, Stepwise on the reference store (Django's ORM API only).
+            ratios = [x["reference_ratio"] for x in rounds if x.get("reference_ratio") is not None]
+            each = ", ".join(f"{_fmt(x.get('reference'))}/{_fmt(x['floor'])}={_fmt(x.get('reference_ratio'))}"
+                             for x in rounds)
+            lines.append(f"{b:<10}reference store rounds  {each}; median ratio="
                          f"{_fmt(statistics.median(ratios) if ratios else None)}")
         lines.append(f"{b:<10}wall time (s)  stepwise={_fmt(sw.get('wall_s'))} "
                      f"floor={_fmt(fl.get('wall_s'))}  ({sw.get('steps_done', 0)}/"

@@ -31,11 +31,11 @@ from django.db.models.functions import Coalesce
 from audit.services import audit_record
 from orchestrator.authz import Action, Actor, label, person, require
 from orchestrator.clock import now
-from orchestrator.compiled import CompiledRead
 from orchestrator.definitions import ExpressionError, calls_model, evaluate_expression
 from orchestrator.errors import BudgetExceeded, Forbidden
 from orchestrator.models import Run, StepAttempt, StepRun, Team, Workflow
 from orchestrator.states import RUN_TERMINAL
+from orchestrator.store import Read
 
 from .models import BudgetLimit, BudgetOverride, ModelPrice, Reservation
 
@@ -260,8 +260,8 @@ def limits_in_force(*, team_id: int, workflow_id: int | None, at: datetime | Non
 
 
 # Read at every run's start (`budget_admit`) and every dispatch: compiled once per connection
-# (`orchestrator.compiled`), whose values go in the order of the filters, as written here.
-_CANDIDATE_LIMITS = CompiledRead(
+# (`orchestrator.store.Read`), whose values go in the order of the filters, as written here.
+_CANDIDATE_LIMITS = Read(
     lambda workflow_id, at, team_id, at_again: BudgetLimit.objects
     .filter(Q(workflow_id=None) | Q(workflow_id=workflow_id)).filter(effective_from__lte=at)
     .filter(team_id=team_id).filter(Q(effective_to=None) | Q(effective_to__gt=at_again))

@@ -9,16 +9,14 @@ class OrchestratorConfig(AppConfig):
     def ready(self) -> None:
         # Imported once the app registry is ready (Django's way for code that needs models):
         # the tool modules the settings name (plugins, loaded by name), the worker heartbeat
-        # signals, and the C timestamp loader every new PostgreSQL connection is given.
+        # signals, and what the chosen store gives every new connection.
         from django.conf import settings
-        from django.db.backends.signals import connection_created
 
-        from . import signals, tracing  # noqa: F401  (signals: connected on import)
-        from .compiled import read_timestamps_in_c
+        from . import signals, store, tracing  # noqa: F401  (signals: connected on import)
         from .definitions import limits
         from .tools import registry
 
-        connection_created.connect(read_timestamps_in_c, dispatch_uid="stepwise-timestamps")
+        store.set_up()
 
         registry.load_tool_modules()
         # The render budget is a setting; definitions/ reads no settings itself.

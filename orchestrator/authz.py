@@ -20,9 +20,9 @@ from enum import StrEnum
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
-from .compiled import CompiledRead
 from .errors import Forbidden
 from .models import Role, Run, Team, TeamMembership, Workflow
+from .store import Read
 
 
 class Action(StrEnum):
@@ -103,9 +103,9 @@ def role_in(user: Actor, team: Team) -> str | None:
     return found[0].role if found else None
 
 
-# Read at every check of a person's permission (each API request): compiled once per
-# connection (`compiled`), as building the query cost more than running it.
-_ROLE = CompiledRead(lambda team_id, user_id: TeamMembership.objects.only("role").filter(
+# Read at every check of a person's permission (each API request): defined once, so the fast
+# store compiles it once per connection.
+_ROLE = Read(lambda team_id, user_id: TeamMembership.objects.only("role").filter(
     team_id=team_id, user_id=user_id)[:1], 0, 0)
 
 
@@ -184,7 +184,7 @@ def visible_workflows_named(user: Actor, name: str, *, team_slug: str | None = N
     return _WORKFLOWS_NAMED[bool(member), bool(team)].rows(*member, *team, name)
 
 
-def _workflows_named(member: bool, team: bool) -> CompiledRead:
+def _workflows_named(member: bool, team: bool) -> Read:
     def build(*values) -> QuerySet[Workflow]:
         given = iter(values)
         workflows = Workflow.objects.select_related("team", "active_version")
@@ -194,7 +194,7 @@ def _workflows_named(member: bool, team: bool) -> CompiledRead:
             workflows = workflows.filter(team__slug=next(given))
         return workflows.filter(name=next(given)).order_by("name", "team__slug")[:10]
 
-    return CompiledRead(build, *([0] if member else []), *([""] if team else []), "")
+    return Read(build, *([0] if member else []), *([""] if team else []), "")
 
 
 _WORKFLOWS_NAMED = {(member, team): _workflows_named(member, team)

@@ -28,11 +28,11 @@ from django.db import connection, transaction
 from audit.services import audit_record_events
 from notifications.models import CallbackDelivery, RunCallback
 
-from .compiled import CompiledRead, insert_rows
 from .dispatch import callback_on_commit
 from .logcontext import describing
 from .metrics import observe_event
 from .models import Event, Run, StepRun, WorkflowVersion
+from .store import Read, build_row, insert_rows
 
 log = logging.getLogger("stepwise.events")
 
@@ -115,7 +115,7 @@ def event_record(*, run: Run, kind: str, step: StepRun | None = None, payload: d
     """Append an event for `run` (and `step`). Raises RuntimeError outside a transaction."""
     if not connection.in_atomic_block:
         raise RuntimeError("event_record must run inside the transaction of the change it records")
-    event = Event(run=run, step=step, kind=kind, actor=actor, payload=payload or {})
+    event = build_row(Event, run=run, step=step, kind=kind, actor=actor, payload=payload or {})
     insert_rows([event])
     audit_record_events([event])
     _log_after_commit([event])
@@ -152,7 +152,7 @@ def _owe_callbacks(events: list[Event]) -> None:
 
 # Read as every run ends (compiled once per connection: building the queryset cost more than
 # the database spent on it).
-_CALLBACK_OF_RUN = CompiledRead(lambda run_id: RunCallback.objects.filter(run_id=run_id), UUID(int=0))
+_CALLBACK_OF_RUN = Read(lambda run_id: RunCallback.objects.filter(run_id=run_id), UUID(int=0))
 
 
 # The channel the outbox's INSERT trigger notifies (migration 0015 names it too).

@@ -10,12 +10,11 @@ from decimal import Decimal
 from functools import cache
 
 from django.conf import settings
-from django.db import DatabaseError, models
+from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, FSMFieldMixin, transition
 
 from .artifacts import ArtifactJSONField
 from .clock import now
-from .compiled import KeywordInit, update_row
 from .states import (
     RUN_LIVE,
     RUN_TERMINAL,
@@ -179,36 +178,11 @@ class WorkflowVersionLayout(models.Model):
 class CachedStateFieldsMixin(ConcurrentTransitionMixin):
     """django-fsm's optimistic lock (each save of a transition is an UPDATE ... WHERE state =
     the state it was read in), with the model's state fields found once per class: the mixin
-    looks for them among all the fields at every instantiation and every save, and a step
-    makes a dozen of these rows."""
+    looks for them among all the fields at every instantiation and every save."""
 
     @property
     def state_fields(self) -> tuple[FSMFieldMixin, ...]:
         return _state_fields(type(self))
-
-    def save(self, *args, **kwargs) -> None:
-        """A saved row is written with one UPDATE whose text is built once (`compiled`):
-        Django's own save compiled it anew each time, and every transition saves a row. The
-        same state guard; a whole save of a row read by a compiled read writes the columns
-        that changed, which leaves the row as Django's save of every column would. Anything
-        else (a new row, other options) goes through Django's save."""
-        if args or self._state.adding or set(kwargs) - {"update_fields"}:
-            self._state.loaded = None  # what the row holds is no longer followed
-            super().save(*args, **kwargs)
-            return
-        fields = kwargs.get("update_fields")
-        if fields is not None:
-            fields = tuple(fields)
-            if not fields:
-                return  # as Django: nothing to write
-        if not update_row(self, fields):
-            if fields is not None:
-                raise DatabaseError("Save with update_fields did not affect any rows.")
-            super().save()  # the row is gone: Django inserts it again
-
-    def refresh_from_db(self, *args, **kwargs) -> None:
-        self._state.loaded = None  # the values read now are not those a compiled read kept
-        super().refresh_from_db(*args, **kwargs)
 
 
 @cache
@@ -494,7 +468,7 @@ class StepRun(CachedStateFieldsMixin, models.Model):
         self.skip_reason = ""
         self.finished_at = None
 
-class StepAttempt(KeywordInit, models.Model):
+class StepAttempt(models.Model):
     """One execution of a step by a worker: who, when, what it cost and how it ended."""
 
     # Indexed by `attempt_number_unique`, whose first column it is.
@@ -571,7 +545,7 @@ class MapItem(models.Model):
         return f"item {self.index} of step {self.step_id}"
 
 
-class Event(KeywordInit, models.Model):
+class Event(models.Model):
     """The transactional outbox: one row per transition, written in the same transaction.
 
     The audit ledger, the live dashboard and notifications read from here.

@@ -8,11 +8,12 @@ from uuid import UUID
 
 from django.db import connection
 from django.db.models import QuerySet, Subquery
+from rest_framework.authtoken.models import Token
 
-from .compiled import CompiledRead, read_together
 from .models import Effect, Run, StepRun, Team, Workflow, WorkflowVersion
 from .scheduler import Graph, graph_of
 from .states import StepState
+from .store import Read, read_together
 
 
 @lru_cache(maxsize=512)
@@ -91,17 +92,27 @@ def _locked_runs() -> QuerySet[Run]:
     return runs_with_version().select_related("team").select_for_update(of=("self",), no_key=True)
 
 
-# The reads of every transition, compiled once per connection (`compiled`): building and
-# compiling these querysets cost the worker more than the database spent running them.
-_LOCKED_RUN = CompiledRead(lambda run_id: _locked_runs().filter(id=run_id), UUID(int=0))
-_LOCKED_RUN_OF_STEP = CompiledRead(lambda step_id: _locked_runs().filter(steps__id=step_id), 0)
-_STEP = CompiledRead(lambda step_id: StepRun.objects.defer("input").filter(id=step_id), 0)
-_STEP_TO_CLAIM = CompiledRead(lambda step_id: StepRun.objects.select_related(
+# The reads of every transition, defined once (`store.Read`: the fast store compiles each once
+# per connection).
+_LOCKED_RUN = Read(lambda run_id: _locked_runs().filter(id=run_id), UUID(int=0))
+_LOCKED_RUN_OF_STEP = Read(lambda step_id: _locked_runs().filter(steps__id=step_id), 0)
+_STEP = Read(lambda step_id: StepRun.objects.defer("input").filter(id=step_id), 0)
+_STEP_TO_CLAIM = Read(lambda step_id: StepRun.objects.select_related(
     "run", "run__team", "run__version__workflow", "run__sealed_secrets").defer(
     "run__version__definition", "run__version__normalized").filter(id=step_id), 0)
-_STEPS_OF = CompiledRead(lambda run_id: StepRun.objects.defer("input").filter(run_id=run_id), UUID(int=0))
-_STEPS_OF_RUN_OF_STEP = CompiledRead(lambda step_id: StepRun.objects.defer("input").filter(
+_STEPS_OF = Read(lambda run_id: StepRun.objects.defer("input").filter(run_id=run_id), UUID(int=0))
+_STEPS_OF_RUN_OF_STEP = Read(lambda step_id: StepRun.objects.defer("input").filter(
     run_id=Subquery(StepRun.objects.filter(id=step_id).values("run_id")[:1])), 0)
+
+
+
+def token_with_user(key: str) -> Token | None:
+    """The API token `key` with its user, or None (every API request reads it)."""
+    found = _TOKEN.rows(key)
+    return found[0] if found else None
+
+
+_TOKEN = Read(lambda key: Token.objects.select_related("user").filter(key=key), "")
 
 
 def _only(found: list, model: type, which) -> object:

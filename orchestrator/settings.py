@@ -148,36 +148,47 @@ WSGI_APPLICATION = None
 ASGI_APPLICATION = "orchestrator.asgi.application"
 
 # --- database -----------------------------------------------------------------------------
+# How services read and write the engine's rows (orchestrator/store/, docs/architecture.md):
+# "fast" (statements compiled once; on PostgreSQL, held writes sent together and with the
+# COMMIT) or "reference" (Django's public ORM API only). Fast on both databases: its compiled
+# statements serve the embedded SQLite path too.
+STEPWISE_STORE = os.environ.get("STEPWISE_STORE", "fast").strip().lower()
+if STEPWISE_STORE not in ("fast", "reference"):
+    raise ImproperlyConfigured(f"STEPWISE_STORE must be fast or reference, not {STEPWISE_STORE!r}")
+# The fast store's own switches (docs/operations.md#database-connections).
+# PIPELINE: on PostgreSQL a service's held writes go in one round trip (psycopg's pipeline
+# mode); off, each write waits for its answer. PREPARE_AFTER: psycopg prepares a statement on
+# the server after it has run this many times on a connection, and values travel apart from
+# the statement (server-side binding); "off" sends every statement as text with its values
+# inlined, for a pooler that cannot keep prepared statements (PgBouncer in transaction mode
+# before 1.21).
+STEPWISE_FAST_STORE = {
+    "PIPELINE": deployment.env_bool("STEPWISE_DB_PIPELINE", True),
+    "PREPARE_AFTER": os.environ.get("STEPWISE_DB_PREPARE_AFTER", "5").strip().lower(),
+}
+if STEPWISE_FAST_STORE["PREPARE_AFTER"] != "off" and not STEPWISE_FAST_STORE["PREPARE_AFTER"].isdigit():
+    raise ImproperlyConfigured("STEPWISE_DB_PREPARE_AFTER must be a number of runs (0 or "
+                               f"more) or off, not {STEPWISE_FAST_STORE['PREPARE_AFTER']!r}")
 DB_POOL_MAX = int(os.environ.get("STEPWISE_DB_POOL", "0"))
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": dj_database_url.parse(
         os.environ["DATABASE_URL"], conn_health_checks=True,
         conn_max_age=int(os.environ.get("STEPWISE_DB_CONN_MAX_AGE_S", "60")))}
     DATABASES["default"].setdefault("TEST", {})
-    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        # Django's, with a transaction's COMMIT sent with the writes left for it
-        # (orchestrator.compiled.writes_behind).
-        DATABASES["default"]["ENGINE"] = "orchestrator.postgresql"
-    # Statements prepared once per connection (docs/operations.md#database-connections): the
-    # engine sends the same few statements for every step, and psycopg prepares one on the
-    # server after it has run `STEPWISE_DB_PREPARE_AFTER` times on a connection, so
-    # PostgreSQL no longer parses and plans it each time; the values travel apart from the
-    # statement (server-side binding). `off` sends every statement as text with its values
-    # inlined, as Django does by default: for a pooler that cannot keep prepared statements
-    # (PgBouncer in transaction mode before 1.21).
-    PREPARE_AFTER = os.environ.get("STEPWISE_DB_PREPARE_AFTER", "5").strip().lower()
-    if PREPARE_AFTER != "off" and not PREPARE_AFTER.isdigit():
-        raise ImproperlyConfigured("STEPWISE_DB_PREPARE_AFTER must be a number of runs (0 or "
-                                   f"more) or off, not {PREPARE_AFTER!r}")
-    if DATABASES["default"]["ENGINE"] == "orchestrator.postgresql" and PREPARE_AFTER != "off":
-        DATABASES["default"].setdefault("OPTIONS", {}).update(
-            server_side_binding=True, prepare_threshold=int(PREPARE_AFTER))
+    POSTGRESQL = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+    if POSTGRESQL and STEPWISE_STORE == "fast":
+        # Django's, sending the fast store's held writes before its own statements and with
+        # the COMMIT (orchestrator/store/fast/postgresql).
+        DATABASES["default"]["ENGINE"] = "orchestrator.store.fast.postgresql"
+        if STEPWISE_FAST_STORE["PREPARE_AFTER"] != "off":
+            DATABASES["default"].setdefault("OPTIONS", {}).update(
+                server_side_binding=True, prepare_threshold=int(STEPWISE_FAST_STORE["PREPARE_AFTER"]))
     # The web server's PostgreSQL connection pool (docs/benchmark.md#the-api-under-load). Under
     # ASGI every request runs in a thread of its own, so a persistent connection never outlives
     # its request: without a pool each request opened a connection (a backend fork and its
     # authentication, 2-5 ms). `orchestrator/asgi.py` turns it on for the web process only;
     # workers keep one persistent connection per process (CELERY_DB_REUSE_MAX below).
-    if DB_POOL_MAX > 0 and DATABASES["default"]["ENGINE"] == "orchestrator.postgresql":
+    if DB_POOL_MAX > 0 and POSTGRESQL:
         # CONN_HEALTH_CHECKS (on) makes Django give the pool a check: a connection is tested as
         # it is handed out, so after a database restart the pool replaces its dead connections
         # instead of failing a request on each.
@@ -205,10 +216,6 @@ else:
             "TEST": {"NAME": str(VAR_DIR / "test_stepwise.sqlite3")},
         }
     }
-# PostgreSQL: a step's writes whose answers it does not read are sent without waiting for each,
-# in one round trip (psycopg's pipeline mode; orchestrator.compiled.writes_behind). Off: each
-# write waits for its answer, as Django's own statements do.
-STEPWISE_DB_PIPELINE = deployment.env_bool("STEPWISE_DB_PIPELINE", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = []

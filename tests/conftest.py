@@ -11,6 +11,18 @@ from .factories import TeamFactory, member
 from .support.egress import LOCAL_SERVERS
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests of the fast store's own statements (`fast_store`) run with that store only."""
+    from django.conf import settings
+
+    if settings.STEPWISE_STORE == "fast":
+        return
+    skip = pytest.mark.skip(reason="about the fast store's own statements (STEPWISE_STORE=fast)")
+    for item in items:
+        if "fast_store" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def egress_allows_local_servers():
     """Tests call local servers on 127.0.0.1: allow loopback explicitly for the whole session

@@ -1,9 +1,7 @@
-"""The API's token authentication, its one read compiled.
+"""The API's token authentication.
 
-Every API request reads its token and the token's user. Building that query through the ORM
-(a queryset, its compiler) cost more than the database spent answering it, so the read is
-compiled once per connection (`orchestrator.compiled`); what is read and what is refused are
-DRF's `TokenAuthentication`'s.
+Every API request reads its token and the token's user (`selectors.token_with_user`, a read
+of the store's); what is read and what is refused are DRF's `TokenAuthentication`'s.
 
 The token is sent as `Authorization: Bearer <key>` (what OpenAPI tools, Swagger's "Authorize"
 included, send for an HTTP bearer scheme) or `Authorization: Token <key>` (DRF's own scheme,
@@ -13,11 +11,8 @@ with a 401 that names both schemes, and every 401 says them in its WWW-Authentic
 from django.utils.translation import gettext_lazy as _
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
-from rest_framework.authtoken.models import Token
 
-from ..compiled import CompiledRead
-
-_TOKEN = CompiledRead(lambda key: Token.objects.select_related("user").filter(key=key), "")
+from ..selectors import token_with_user
 
 #: The schemes an Authorization header may use, in the order the 401 names them.
 SCHEMES = ("Bearer", "Token")
@@ -56,10 +51,9 @@ class CompiledTokenAuthentication(TokenAuthentication):
         return ", ".join(f'{scheme} realm="api"' for scheme in SCHEMES)
 
     def authenticate_credentials(self, key: str):
-        found = _TOKEN.rows(key)
-        if not found:
+        token = token_with_user(key)
+        if token is None:
             raise exceptions.AuthenticationFailed(_("Invalid token."))
-        token = found[0]
         if not token.user.is_active:
             raise exceptions.AuthenticationFailed(_("User inactive or deleted."))
         return token.user, token

@@ -17,7 +17,6 @@ from notifications.services import callback_problems, run_callback_register
 
 from ..authz import REAPER, Action, Actor, is_person, label, may, require
 from ..clock import now
-from ..compiled import insert_rows
 from ..definitions.limits import run_input_problems
 from ..definitions.mandatory_gates import weakened_gates
 from ..errors import (
@@ -36,6 +35,7 @@ from ..provenance import of_start as provenance_of_start
 from ..secret_inputs import seal_for, secret_paths, split
 from ..selectors import definition_of, lock_run
 from ..states import RUN_CANCELLABLE, RUN_LIVE, STOPPED_BY_RUN_END, RunState, StepState
+from ..store import build_row, insert_rows
 from .admission import start_refusal_record
 from .budget_gate import duration_denial, run_pause_for_budget
 from .gate_policies import url_params, version_gate_problems
@@ -205,8 +205,8 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
         created["origin"] = origin
     created["provenance"] = provenance
     # Written first, in the scheduler's INSERT of events (and its ledger entries), in this order.
-    started = [Event(run=run, kind="run.created", actor=who, payload=created),
-               Event(run=run, kind="run.running", actor=who)]
+    started = [build_row(Event, run=run, kind="run.created", actor=who, payload=created),
+               build_row(Event, run=run, kind="run.running", actor=who)]
     # A database that cannot return the ids of a bulk INSERT leaves them to be read back.
     run_advance(run, actor=actor, pending=started,
                 steps=steps if all(step.pk for step in steps) else None)

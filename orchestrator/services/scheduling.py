@@ -29,6 +29,7 @@ from ..states import (
     RunState,
     StepState,
 )
+from ..store import build_row, save_row
 from .budget_gate import dispatch_reserve
 from .kinds import Eager, handler_for
 
@@ -69,7 +70,7 @@ def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
 
     def record(step: StepRun, kind: str, payload: dict | None = None, actor: str | None = None) -> None:
         dirty[step.name] = step
-        events.append(Event(run=run, step=step, kind=kind, actor=actor or who, payload=payload or {}))
+        events.append(build_row(Event, run=run, step=step, kind=kind, actor=actor or who, payload=payload or {}))
 
     for name, reason in decided.skip:
         steps[name].skip(reason=reason)
@@ -102,7 +103,7 @@ def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
             handler.start(run, steps[name], spec, record)
 
     for step in dirty.values():
-        step.save()
+        save_row(step)
     if decided.loops:
         events_record(events)  # before what the loops' next iterations record
         events = []
@@ -149,8 +150,8 @@ def _apply_outcome(run: Run, outcome: str | None, detail: dict, *, actor: Actor,
         else:
             _note_progress(run)
         return
-    run.save()
-    events_record([*pending, Event(run=run, kind=f"run.{run.state}", actor=label(actor),
+    save_row(run)
+    events_record([*pending, build_row(Event, run=run, kind=f"run.{run.state}", actor=label(actor),
                                    payload=detail or {})])
 
 
@@ -165,7 +166,7 @@ def _note_progress(run: Run) -> None:
     if at - run.progressed_at < PROGRESS_RESOLUTION:
         return
     run.progressed_at = at
-    run.save(update_fields=["progressed_at"])
+    save_row(run, ["progressed_at"])
 
 
 def run_finish(run: Run, *, outcome: str, detail: dict, actor: Actor) -> None:
@@ -182,7 +183,7 @@ def run_finish(run: Run, *, outcome: str, detail: dict, actor: Actor) -> None:
             compensate_on_commit(run.id)
         else:
             run.fail(error=detail)
-    run.save()
+    save_row(run)
     event_record(run=run, kind=f"run.{run.state}", actor=label(actor), payload=detail)
     run_ended_notify(run)
 
@@ -212,7 +213,7 @@ def steps_stop(run: Run, *, reason: str, actor: Actor) -> int:
     stoppable = sorted(run.steps.filter(state__in=STEP_CANCELLABLE_NOW), key=lambda s: s.kind in CONTROL_KINDS)
     for step in stoppable:
         step.cancel(reason=reason)
-        step.save()
+        save_row(step)
         event_record(run=run, step=step, kind="step.cancelled", actor=who, payload={"reason": reason})
         handler_for(step.kind).release(run, step, actor=actor)
         budget_release(step_id=step.id)
@@ -227,6 +228,6 @@ def run_settle_cancel(run: Run, *, running: int | None = None, actor: Actor) -> 
         running = run.steps.filter(state=StepState.RUNNING).count()
     if running == 0:
         run.cancel()
-        run.save()
+        save_row(run)
         event_record(run=run, kind="run.cancelled", actor=label(actor))
         run_ended_notify(run)

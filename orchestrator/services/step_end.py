@@ -16,6 +16,7 @@ from ..events import event_record, events_record
 from ..models import Event, Run, StepRun
 from ..selectors import lock_run_of_step, spec_of
 from ..states import RunState, StepState
+from ..store import save_row
 from .kinds import Eager, handler_for
 from .scheduling import run_advance, run_settle_cancel
 
@@ -67,7 +68,7 @@ def waiting_step_time_out(*, step_id: int, reason: str) -> bool:
         if step.state != StepState.WAITING:
             return False
         step.time_out(error={"class": "timeout", "message": reason})
-        step.save()
+        save_row(step)
         event_record(run=run, step=step, kind="step.timed_out", actor=label(REAPER),
                      payload=step.error)
         step_ended(run, step, actor=REAPER)

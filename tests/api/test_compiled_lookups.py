@@ -1,4 +1,4 @@
-"""The API's per-request reads, compiled (`orchestrator.compiled`), give what the ORM gives.
+"""The API's per-request reads, compiled (`orchestrator.store`), give what the ORM gives.
 
 The token and its user (`CompiledTokenAuthentication`), a person's role in a team
 (`authz.role_in`) and the workflow a run is started from (`authz.visible_workflows_named`)

@@ -1,4 +1,6 @@
-"""A compiled statement does what the ORM's own path does.
+"""A compiled statement of the fast store does what the ORM's own path does.
+
+The fast store's own statements, so these run with the fast store only (marker `fast_store`).
 
 A compiled read gives what its queryset gives: the same rows, fields, deferred fields and
 joined instances, the same lock, and the same error outside a transaction. A compiled insert
@@ -19,13 +21,14 @@ from django_fsm import ConcurrentTransition
 
 from audit.models import AuditEntry
 from orchestrator import selectors
-from orchestrator.compiled import MAX_COMPILED_ROWS, CompiledRead, insert_rows
 from orchestrator.models import Event, Run, StepAttempt, StepRun
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
+from orchestrator.store.fast import save_row
+from orchestrator.store.fast.compiled import MAX_COMPILED_ROWS, CompiledRead, build_row, insert_rows
 from tests.factories import SETUP
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.fast_store]
 
 
 @pytest.fixture
@@ -164,7 +167,7 @@ def test_inserted_rows_are_the_rows_bulk_create_writes_and_get_their_keys(run, r
 
 @pytest.mark.parametrize("operation", ["insert", "save"])
 def test_a_related_object_not_saved_is_refused_as_django_refuses_it(run, operation):
-    from orchestrator.compiled import update_row
+    from orchestrator.store.fast.compiled import update_row
 
     unsaved = StepRun(run=run, name="unsaved", kind="tool", position=9)
     if operation == "insert":
@@ -262,7 +265,7 @@ def test_timestamps_read_through_the_c_loader_are_what_djangos_loader_reads():
     connection.ensure_connection()
     oid = types["timestamptz"].oid
     ours = connection.connection.adapters.get_loader(oid, Format.TEXT)
-    assert ours.__module__ == "orchestrator.compiled"
+    assert ours.__module__ == "orchestrator.store.fast.connection"
     assert ours.timezone is connection.timezone
     texts = ["2026-12-04 13:59:09.279645+00", "2026-01-02 03:04:05.123456+05:30",
              "0044-03-15 12:00:00+00", "1999-12-31 23:59:59.999999-08", "2000-02-29 00:00:00+00"]
@@ -283,7 +286,7 @@ def test_timestamps_read_through_the_c_loader_are_what_djangos_loader_reads():
 def test_an_update_writes_only_the_named_columns(run):
     step = run.steps.get(name="a")
     step.lease_owner, step.skip_reason = "written", "not written"
-    step.save(update_fields=["lease_owner"])
+    save_row(step, ["lease_owner"])
     row = stored(StepRun, step.pk)
     assert (row["lease_owner"], row["skip_reason"]) == ("written", "")
 
@@ -292,7 +295,7 @@ def test_a_whole_save_of_a_row_read_without_its_input_leaves_the_input_alone(run
     before = stored(StepRun, run.steps.get(name="a").pk)["input"]
     step = StepRun.objects.defer("input").get(run=run, name="a")
     step.lease_owner = "written"
-    step.save()
+    save_row(step)
     row = stored(StepRun, step.pk)
     assert row["lease_owner"] == "written" and row["input"] == before
 
@@ -304,16 +307,16 @@ def test_a_save_after_another_writer_moved_the_state_raises_concurrent_transitio
     theirs.save()
     mine.skip(reason="mine")
     with pytest.raises(ConcurrentTransition):
-        mine.save()
+        save_row(mine)
     assert stored(StepRun, mine.pk)["skip_reason"] == "theirs"
 
 
 def test_a_save_moves_the_guard_to_the_new_state(run):
     step = run.steps.get(name="b")
     step.skip(reason="first")
-    step.save()
+    save_row(step)
     step.skip_reason = "again"
-    step.save()  # guarded by the state it was saved in, not the one it was read in
+    save_row(step)  # guarded by the state it was saved in, not the one it was read in
     assert stored(StepRun, step.pk)["skip_reason"] == "again"
 
 
@@ -321,8 +324,8 @@ def test_saving_named_columns_of_a_row_that_is_gone_raises_and_a_whole_save_inse
     step = run.steps.get(name="c")
     StepRun.objects.filter(pk=step.pk).delete()
     with pytest.raises(DatabaseError, match="did not affect any rows"):
-        step.save(update_fields=["lease_owner"])
-    step.save()  # as Django's save does: the row is written again
+        save_row(step, ["lease_owner"])
+    save_row(step)  # as Django's save does: the row is written again
     assert stored(StepRun, step.pk)["name"] == "c"
 
 
@@ -331,9 +334,9 @@ def test_a_transitions_save_builds_no_statement_through_the_orms_compiler(run):
     with mock.patch.object(SQLUpdateCompiler, "as_sql", autospec=True,
                            side_effect=SQLUpdateCompiler.as_sql) as compiled:
         step.skip(reason="compiled once")
-        step.save()
+        save_row(step)
         run.progressed_at = run.progressed_at
-        run.save(update_fields=["progressed_at"])
+        save_row(run, ["progressed_at"])
     assert compiled.call_count == 0
     assert stored(StepRun, step.pk)["state"] == "skipped"
 
@@ -352,7 +355,7 @@ def test_a_whole_save_of_a_read_row_writes_the_columns_its_transition_changed(ru
     step = read_step(run, "b")
     step.skip(reason="changed")
     with CaptureQueriesContext(connection) as queries:
-        step.save()
+        save_row(step)
     assert set_columns(queries) == [{"state", "skip_reason", "finished_at"}]
     expected = stored(StepRun, step.pk)
     assert (expected["state"], expected["skip_reason"]) == ("skipped", "changed")
@@ -362,20 +365,20 @@ def test_a_whole_save_of_a_read_row_writes_the_columns_its_transition_changed(ru
 def test_a_column_set_back_to_the_value_it_was_read_with_is_written(run):
     step = read_step(run, "b")
     step.lease_owner = "worker:one"
-    step.save()
+    save_row(step)
     step.lease_owner = ""  # what it was read with, and no longer what the row holds
     step.skip_reason = "second"  # so that the save is not of every column
-    step.save()
+    save_row(step)
     assert (stored(StepRun, step.pk)["lease_owner"], stored(StepRun, step.pk)["skip_reason"]) == ("", "second")
 
 
 def test_a_value_changed_in_place_is_written(run):
     step = read_step(run, "b")
     step.error = {"class": "first", "tries": [1]}
-    step.save()
+    save_row(step)
     step.error["tries"].append(2)
     step.skip_reason = "second"  # so that the save is not of every column
-    step.save()
+    save_row(step)
     assert stored(StepRun, step.pk)["error"] == {"class": "first", "tries": [1, 2]}
 
 
@@ -385,7 +388,7 @@ def test_a_whole_save_that_changes_nothing_still_finds_the_state_moved(run):
     theirs.skip(reason="theirs")
     theirs.save()
     with pytest.raises(ConcurrentTransition):
-        mine.save()
+        save_row(mine)
 
 
 def test_a_row_read_again_from_the_database_is_written_whole(run):
@@ -394,7 +397,18 @@ def test_a_row_read_again_from_the_database_is_written_whole(run):
     step.refresh_from_db()
     step.lease_owner = ""  # what the compiled read gave, not what refresh_from_db did
     step.skip_reason = "mine"  # so that the save is not of every column
+    save_row(step)
+    assert (stored(StepRun, step.pk)["lease_owner"], stored(StepRun, step.pk)["skip_reason"]) == ("", "mine")
+
+
+def test_a_row_saved_by_djangos_own_save_in_between_is_written_whole(run):
+    """An admin's or operator's save is Django's: the store no longer knows what the row holds."""
+    step = read_step(run, "b")
+    step.lease_owner = "django"
     step.save()
+    step.lease_owner = ""  # what the compiled read gave, not what Django's save wrote
+    step.skip_reason = "mine"  # so that the save is not of every column
+    save_row(step)
     assert (stored(StepRun, step.pk)["lease_owner"], stored(StepRun, step.pk)["skip_reason"]) == ("", "mine")
 
 
@@ -411,15 +425,15 @@ def test_a_run_inserted_with_its_own_key_is_the_row_save_writes_and_guards_its_s
         row.pop(differs), expected.pop(differs)
     assert row == expected and row["state"] == RunState.RUNNING
     ours.pause(reason={"class": "test"})
-    ours.save()  # guarded by the state it was inserted in
+    save_row(ours)  # guarded by the state it was inserted in
     assert stored(Run, ours.pk)["state"] == ours.state
 
 
 def test_updated_rows_are_what_a_querysets_update_writes(run):
     from decimal import Decimal
 
-    from orchestrator.compiled import update_rows
     from orchestrator.models import StepAttempt
+    from orchestrator.store.fast.compiled import update_rows
 
     step = run.steps.get(name="a")
     for number in (1, 2):
@@ -452,15 +466,16 @@ def test_text_values_of_every_kind_are_stored_as_the_orm_stores_them(run):
 
 
 def test_the_widest_compiled_insert_is_parsed_by_psycopg_once(run):
-    from psycopg import _queries
-
-    from orchestrator.compiled import _insert_plan
+    from orchestrator.store.fast.compiled import _insert_plan
 
     widest = max(len(_insert_plan(model, connection, MAX_COMPILED_ROWS)[1])
                  for model in (AuditEntry, Event, Run, StepRun))
-    assert _queries.MAX_CACHED_STATEMENT_PARAMS >= MAX_COMPILED_ROWS * widest
     if connection.vendor != "postgresql":
         return  # SQLite's driver has no such cache
+    from psycopg import _queries
+
+    connection.ensure_connection()  # the store raises the bound as it sets a connection up
+    assert _queries.MAX_CACHED_STATEMENT_PARAMS >= MAX_COMPILED_ROWS * widest
     with transaction.atomic():
         insert_rows(events_of(run, MAX_COMPILED_ROWS, "test.first"))  # 96 values
         before = _queries._query2pg.cache_info()
@@ -474,7 +489,7 @@ def test_a_statement_sent_again_goes_on_its_cursor_with_the_drivers_adapters_kep
     new adapters for its values and columns whenever the cursor's statement changes."""
     if connection.vendor != "postgresql":
         pytest.skip("psycopg's adapters")
-    from orchestrator.compiled import _cursors, _insert_plan
+    from orchestrator.store.fast.compiled import _cursors, _insert_plan
 
     step = run.steps.get(name="a")
     seen = []
@@ -498,8 +513,8 @@ def test_every_shortcut_gives_what_the_fields_own_chain_gives():
 
     from django.utils import timezone
 
-    from orchestrator.compiled import _preparer
     from orchestrator.models import StepAttempt
+    from orchestrator.store.fast.compiled import _preparer
 
     aware = timezone.now()
     samples = [None, "", "text", 0, 7, 2**40, True, False, Decimal("1.5"), aware,
@@ -564,7 +579,7 @@ def keyword_builds(run, step) -> list[tuple]:
 def test_a_row_built_from_keywords_is_what_djangos_init_builds(run):
     step = run.steps.get(name="a")
     for model, kwargs in keyword_builds(run, step):
-        ours, theirs = model(**kwargs), built_by_django(model, **kwargs)
+        ours, theirs = build_row(model, **kwargs), built_by_django(model, **kwargs)
         assert instance_state(ours) == instance_state(theirs), model.__name__
 
 
@@ -572,12 +587,12 @@ def test_a_row_built_from_keywords_does_not_go_through_djangos_init(run):
     step = run.steps.get(name="a")
     with mock.patch.object(Model, "__init__", autospec=True, side_effect=Model.__init__) as django_init:
         for model, kwargs in keyword_builds(run, step):
-            model(**kwargs)
+            build_row(model, **kwargs)
     assert django_init.call_count == 0
 
 
 def test_a_default_made_by_a_callable_is_made_for_each_row(run):
-    first, second = Event(run=run, kind="one"), Event(run=run, kind="two")
+    first, second = build_row(Event, run=run, kind="one"), build_row(Event, run=run, kind="two")
     assert first.payload == second.payload == {} and first.payload is not second.payload
 
 
@@ -587,10 +602,10 @@ def test_what_djangos_init_refuses_is_refused_the_same_way(run):
                           ({"run": step, "kind": "x"}, ValueError),
                           ({"run": run, "run_id": run.id, "kind": "x"}, None)):
         if error is None:  # both the instance and its key: Django sets the key after
-            assert instance_state(Event(**kwargs)) == instance_state(built_by_django(Event, **kwargs))
+            assert instance_state(build_row(Event, **kwargs)) == instance_state(built_by_django(Event, **kwargs))
             continue
         with pytest.raises(error) as ours:
-            Event(**kwargs)
+            build_row(Event, **kwargs)
         with pytest.raises(error) as theirs:
             built_by_django(Event, **kwargs)
         assert str(ours.value) == str(theirs.value)

@@ -1,4 +1,5 @@
-"""Writes sent behind (`orchestrator.compiled.writes_behind`): the database ends up holding
+"""Writes sent behind (`orchestrator.store.fast.compiled.writes_behind`, the fast store's
+`held_writes`): the database ends up holding
 what answering every write at once leaves, the same errors are raised (at the next statement
 that needs an answer, or the block's end), and the writes cost fewer round trips. Reads sent
 together (`compiled.read_together`): a run locked and its steps read in one round trip, the
@@ -17,14 +18,22 @@ from django_fsm import ConcurrentTransition
 
 from bench.inprocess import round_trips
 from orchestrator import selectors
-from orchestrator.compiled import insert_json_rows, insert_rows, update_rows, writes_behind
 from orchestrator.models import Event, Run, StepAttempt, StepRun
 from orchestrator.services.runs import run_start
 from orchestrator.services.workflows import workflow_save
 from orchestrator.states import StepState
+from orchestrator.store.fast import save_row
+from orchestrator.store.fast.compiled import (
+    flush,
+    insert_json_rows,
+    insert_rows,
+    update_rows,
+    writes_behind,
+)
 from tests.factories import SETUP
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The fast store's own statements: with that store only.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.fast_store]
 postgresql = pytest.mark.skipif("connection.vendor != 'postgresql'",
                                 reason="writes are sent behind on PostgreSQL only (pipeline mode)")
 
@@ -45,7 +54,7 @@ def first_step(run) -> StepRun:
 def some_writes(run, step: StepRun) -> StepAttempt:
     """A save, an UPDATE whose count is not read and an INSERT whose key is not read."""
     step.lease_owner = "w1"
-    step.save(update_fields=["lease_owner"])
+    save_row(step, ["lease_owner"])
     update_rows(StepRun, count=False, where={"run": run, "name": "b"}, values={"lease_owner": "w2"})
     attempt = StepAttempt(step=step, number=7, worker="w1", idempotency_key="k")
     insert_rows([attempt], keys=False)
@@ -115,7 +124,7 @@ def test_a_held_write_stores_the_value_it_was_given_even_if_the_object_changes_a
     step = first_step(run)
     with transaction.atomic(), writes_behind():
         step.output = {"answer": 1, "items": [1]}
-        step.save(update_fields=["output"])
+        save_row(step, ["output"])
         step.output["answer"] = 2  # changed in place while the write waits to be sent
         step.output["items"].append(2)
         stored = StepRun.objects.values_list("output", flat=True).get(pk=step.pk)  # collects
@@ -155,10 +164,21 @@ def test_a_guarded_save_whose_state_moved_raises_concurrent_transition_when_answ
     step.lease_owner = "late"
 
     with pytest.raises(ConcurrentTransition), transaction.atomic(), writes_behind():
-        step.save()  # sent, not answered: no error yet
+        save_row(step)  # sent, not answered: no error yet
         reached = True
     assert reached
     assert StepRun.objects.get(pk=step.pk).lease_owner != "late"  # rolled back with the rest
+
+
+@postgresql
+def test_the_error_of_a_held_write_names_the_service_that_held_it(run):
+    step = first_step(run)
+    StepRun.objects.filter(pk=step.pk).update(state=StepState.RUNNING)
+    step.lease_owner = "late"
+    with pytest.raises(ConcurrentTransition) as raised, transaction.atomic(), writes_behind(by="step_test"):
+        save_row(step, ["lease_owner"])
+        flush()
+    assert raised.value.__notes__ == ["raised by a write step_test held (orchestrator.store.held_writes)"]
 
 
 @postgresql
@@ -171,7 +191,7 @@ def test_a_guarded_save_whose_state_moved_is_raised_before_the_error_of_a_write_
     step.lease_owner = "late"
 
     with pytest.raises(ConcurrentTransition), transaction.atomic(), writes_behind():
-        step.save()
+        save_row(step)
         insert_rows([StepAttempt(step=step, number=7, worker="w1", idempotency_key="k")], keys=False)
 
 
@@ -183,7 +203,7 @@ def test_a_save_of_a_row_that_is_gone_raises(run):
     step.lease_owner = "w"
 
     with pytest.raises(DatabaseError, match="no longer exists"), transaction.atomic(), writes_behind():
-        step.save()
+        save_row(step)
 
 
 @postgresql
@@ -202,11 +222,11 @@ def test_a_savepoint_rolled_back_in_the_block_undoes_only_the_writes_made_inside
     step, other = first_step(run), StepRun.objects.get(run=run, name="b")
     with transaction.atomic(), writes_behind():
         step.lease_owner = "kept"
-        step.save(update_fields=["lease_owner"])
+        save_row(step, ["lease_owner"])
         try:
             with transaction.atomic():
                 other.lease_owner = "undone"
-                other.save(update_fields=["lease_owner"])
+                save_row(other, ["lease_owner"])
                 raise ValueError
         except ValueError:
             pass
@@ -221,27 +241,41 @@ def test_writes_sent_before_an_error_left_the_block_stay_when_the_transaction_go
         try:
             with writes_behind():
                 step.lease_owner = "before the error"
-                step.save(update_fields=["lease_owner"])
+                save_row(step, ["lease_owner"])
                 raise ValueError
         except ValueError:
             pass
     assert StepRun.objects.get(pk=step.pk).lease_owner == "before the error"
 
 
-def test_where_statements_are_counted_every_write_is_sent_at_once(run):
+@postgresql
+def test_where_statements_are_counted_the_writes_are_held_as_anywhere_and_logged_when_sent(run):
+    """DEBUG and `CaptureQueriesContext` see the path production runs: nothing is sent until
+    the flush, then every held write is logged."""
     step = first_step(run)
     with CaptureQueriesContext(connection) as counted, transaction.atomic(), writes_behind():
         some_writes(run, step)
-        written = len(counted.captured_queries)
-    assert written == 4  # BEGIN and the three writes, each sent when made
+        held = [q["sql"] for q in counted.captured_queries]
+        flush()
+        sent = [q["sql"].split()[0] for q in counted.captured_queries[len(held):]]
+    assert (held, sent) == (["BEGIN"], ["UPDATE", "UPDATE", "INSERT"])
     assert StepAttempt.objects.filter(step=step, number=7).exists()
+
+
+@postgresql
+def test_a_statement_django_sends_in_the_block_goes_after_the_held_writes_and_sees_them(run):
+    step = first_step(run)
+    with transaction.atomic(), writes_behind():
+        step.lease_owner = "held"
+        save_row(step, ["lease_owner"])
+        assert StepRun.objects.get(pk=step.pk).lease_owner == "held"
 
 
 def test_outside_a_transaction_the_block_writes_at_once(run):
     step = first_step(run)
     with writes_behind():
         step.lease_owner = "now"
-        step.save(update_fields=["lease_owner"])
+        save_row(step, ["lease_owner"])
         assert StepRun.objects.get(pk=step.pk).lease_owner == "now"
         assert update_rows(StepRun, where={"id": step.pk}, values={"lease_owner": "again"}) == 1
 
@@ -257,7 +291,7 @@ def test_a_save_refused_before_an_error_left_the_block_is_not_lost_behind_that_e
     with pytest.raises(ConcurrentTransition), transaction.atomic():
         try:
             with writes_behind():
-                step.save()
+                save_row(step)
                 raise ValueError
         except ValueError:
             pass
@@ -265,7 +299,7 @@ def test_a_save_refused_before_an_error_left_the_block_is_not_lost_behind_that_e
 
 @postgresql
 def test_with_the_pipeline_turned_off_every_write_waits_for_its_answer(run, settings):
-    settings.STEPWISE_DB_PIPELINE = False
+    settings.STEPWISE_FAST_STORE = {**settings.STEPWISE_FAST_STORE, "PIPELINE": False}
     step = first_step(run)
 
     def write():
@@ -293,7 +327,7 @@ def kinds_stored(run) -> list[str]:
 
 
 def nothing_left_behind() -> bool:
-    return not connection.execute_wrappers and getattr(connection, "_stepwise_behind", None) is None
+    return getattr(connection, "_stepwise_behind", None) is None
 
 
 @postgresql
@@ -358,16 +392,15 @@ def test_a_write_left_for_the_commit_that_fails_fails_the_commit_and_nothing_sta
 
 
 @postgresql
-def test_with_an_engine_whose_commit_sends_nothing_held_the_writes_go_at_the_blocks_end(run, monkeypatch):
+def test_with_an_engine_that_holds_nothing_every_write_is_sent_at_once(run, monkeypatch):
     """Django's own PostgreSQL engine (a settings module naming it instead of `DATABASE_URL`)
-    commits without the writes left for it: they must not be left, or the COMMIT would pass
-    them by and the next transaction would send them."""
+    neither sends held writes before its statements nor with its COMMIT: nothing is held."""
     from django.db import connections
     from django.db.backends.postgresql.base import DatabaseWrapper
 
     wrapper = connections["default"]
     monkeypatch.setattr(wrapper, "_commit", partial(DatabaseWrapper._commit, wrapper))
-    monkeypatch.setattr(wrapper, "commits_behind", False, raising=False)
+    monkeypatch.setattr(wrapper, "holds_writes", False, raising=False)
 
     def write():
         with transaction.atomic():
@@ -378,7 +411,7 @@ def test_with_an_engine_whose_commit_sends_nothing_held_the_writes_go_at_the_blo
 
     trips, _ = round_trips(write)
 
-    assert trips == 4  # BEGIN; the UPDATE; the INSERT at the block's end; COMMIT
+    assert trips == 4  # BEGIN; the UPDATE; the INSERT; COMMIT
     assert kinds_stored(run) == ["sent.at.block.end"]
 
 
@@ -472,7 +505,7 @@ def test_reads_together_give_what_each_read_gives_alone(run):
     assert (alone[0].pk, alone[1].pk) == (run.pk, step.pk)
 
 
-def test_reads_together_where_statements_are_counted_are_sent_one_by_one(run):
+def test_reads_together_where_statements_are_counted_are_logged_one_by_one(run):
     step = first_step(run)
     with CaptureQueriesContext(connection) as counted, transaction.atomic():
         selectors.lock_run_with_steps(step.id)

@@ -21,7 +21,9 @@ from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.perf.test_query_count import chain_definition
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("without_workers")]
+# The fast store's statements are what is counted here.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("without_workers"),
+              pytest.mark.fast_store]
 
 
 def test_a_chains_step_statements_are_prepared_on_the_server(team):

@@ -20,7 +20,9 @@ from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 
 # A worker the session started (an integration test) must not take these steps first.
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("without_workers")]
+# The fast store's statements are what is counted here.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("without_workers"),
+              pytest.mark.fast_store]
 
 TX_CONTROL = {"BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE"}
 

@@ -1,6 +1,6 @@
 """The round trips to PostgreSQL a step costs are bounded (docs/benchmark.md, "Round trips per
 step"): a statement added to the step path, or a write that waits for its answer where it need
-not (`compiled.writes_behind`), fails here.
+not (the fast store's `held_writes`), fails here.
 
 The same chain as tests/perf/test_query_count.py, driven through `step_execute` with real
 transactions, with statements not logged (logging them sends every write at once); the round
@@ -25,11 +25,12 @@ pytestmark = [
     pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("without_workers"),
     pytest.mark.skipif("connection.vendor != 'postgresql'",
                        reason="round trips are counted with libpq's trace (PostgreSQL)"),
+    pytest.mark.fast_store,  # the fast store's pipelining is what is counted
 ]
 
 # BEGIN with the step and its run (one pipeline: the transaction's BEGIN goes with its first
-# statement, `compiled._begin_behind`); its attempt, the step and the `step.running` event
-# (one pipeline); the event's ledger entry with the COMMIT (`compiled.commit_behind`). Then
+# statement, `store.fast.compiled._begin_behind`); its attempt, the step and the `step.running` event
+# (one pipeline); the event's ledger entry with the COMMIT (`store.fast.compiled.commit_behind`). Then
 # BEGIN with the run locked and its steps (one pipeline); the step, its attempt, the next
 # step and the events (one pipeline); their ledger entries with the COMMIT.
 STEP = 6

@@ -32,7 +32,6 @@ from budgets.services import budget_release, budget_settle, cost_of
 from ... import limits, metrics, tracing
 from ...authz import REAPER, Actor, label, worker_actor
 from ...clock import now
-from ...compiled import insert_rows, update_rows, writes_behind
 from ...dispatch import (
     BROKER_DELAY_LIMIT_S,
     queue_for,
@@ -64,6 +63,7 @@ from ...states import (
     StepKind,
     StepState,
 )
+from ...store import build_row, held_writes, insert_rows, save_row, update_rows
 from ..budget_gate import dispatch_reserve, run_pause_for_budget
 from ..deadletters import dead_letter_open
 from ..step_end import may_hold_reservations, step_ended
@@ -326,7 +326,7 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
             if clearance.refusal:
                 refusal = clearance.refusal
                 raise _Refused
-            with writes_behind():  # the step and the attempt go with the event's INSERT
+            with held_writes("step_claim"):  # the step and the attempt go with the event's INSERT
                 claim = _claim_attempt(run, step, spec, worker=worker,
                                        params_override=clearance.params_override,
                                        sealed=sealed_of(run), save=True)
@@ -351,10 +351,10 @@ def _claim_attempt(run: Run, step: StepRun, spec: dict, *, worker: str, params_o
         # this row and then finds it no longer queued (ConcurrentTransition, a stale delivery),
         # instead of colliding with this attempt's number. What the claim changed only: the
         # input (every upstream output) is not written back.
-        step.save(update_fields=CLAIMED_FIELDS)
+        save_row(step, CLAIMED_FIELDS)
     key = idempotency_key_for(run.id, step.name)
-    insert_rows([StepAttempt(step=step, number=step.attempts, worker=worker,
-                             started_at=step.started_at, idempotency_key=key)], keys=False)
+    insert_rows([build_row(StepAttempt, step=step, number=step.attempts, worker=worker,
+                           started_at=step.started_at, idempotency_key=key)], keys=False)
     if step.queued_at:
         latency = (step.started_at - step.queued_at).total_seconds()
         metrics.SCHEDULING_LATENCY.labels(step.queue).observe(max(latency, 0))
@@ -414,7 +414,7 @@ def _charge(run: Run, step: StepRun, usage: Usage) -> None:
     run.tokens_in += usage.tokens_in
     run.tokens_out += usage.tokens_out
     run.cost_usd += usage.cost_usd
-    run.save(update_fields=["tokens_in", "tokens_out", "cost_usd"])
+    save_row(run, ["tokens_in", "tokens_out", "cost_usd"])
 
 
 def _close_attempt(run: Run, step: StepRun, attempt: int, *, outcome: str, usage: Usage,
@@ -444,17 +444,18 @@ def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: st
             return False
         # Its writes up to the events' INSERT (the step, its attempt, the next step's claim)
         # go to the database in one round trip; the ledger's entries at the block's end.
-        with writes_behind():
+        with held_writes("step_succeed"):
             # As a read of the saved row would give it (JSON: lists, string keys), since the
             # plan reads it from this instance.
             step.complete(output=json.loads(json.dumps(output)))
             _charge(run, step, usage)
-            step.save(update_fields=COMPLETED_FIELDS)
+            save_row(step, COMPLETED_FIELDS)
             _close_attempt(run, step, attempt, outcome="succeeded", usage=usage)
             # Written with the run's next transitions, in one INSERT (step_ended, run_advance).
-            completed = Event(run=run, step=step, kind="step.completed", actor=f"worker:{worker}",
-                              payload={"attempt": attempt, "tokens_in": usage.tokens_in,
-                                       "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd)})
+            completed = build_row(Event, run=run, step=step, kind="step.completed",
+                                  actor=f"worker:{worker}",
+                                  payload={"attempt": attempt, "tokens_in": usage.tokens_in,
+                                           "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd)})
             carried = step_ended(run, step, actor=worker_actor(worker), pending=[completed],
                                  steps=steps, eager=carry)
     if carried is not None:

@@ -1,4 +1,4 @@
-"""Statements on the engine's hot path, built once and then sent with new values.
+"""The fast store's statements: built once per model and shape, then sent with new values.
 
 Every transition of a run locks it, reads its steps, saves the steps it moved and appends its
 events and their ledger entries. Building those statements through the ORM (querysets, the
@@ -14,10 +14,15 @@ database spent running them.
   is built once per model and row count.
 - `update_row` writes named columns of a saved row as `Model.save(update_fields=...)` does,
   guarded by the row's state where the model is a state machine (django-fsm's optimistic lock).
-- `writes_behind` lets the writes whose answer the caller does not read go to PostgreSQL
-  without waiting for it, with the next statement that needs one, and `read_together` sends
-  reads that do not depend on each other at once: a carried step makes 5 round trips to the
-  database instead of 10.
+- `writes_behind` holds the writes whose answer the caller does not read and sends them to
+  PostgreSQL together (psycopg's pipeline mode) when an answer is wanted, and `read_together`
+  sends reads that do not depend on each other at once.
+- `build_row` makes a new instance from keywords as the model's `__init__` would.
+
+Every statement goes out the same way whether or not statements are logged (DEBUG,
+`CaptureQueriesContext`): each is appended to the connection's query log as Django's debug
+cursor appends it. The private APIs this relies on are listed in docs/architecture.md and
+guarded by tests/store/test_internals.py.
 
 None of them may change what the ORM would read or write: `tests/engine/test_compiled.py`
 compares each with the ORM's own path. Values are prepared by the fields themselves
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time as clock
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,6 +49,7 @@ from django.db.models.base import ModelState
 from django.db.models.query import get_related_populators
 from django.db.models.signals import post_init, pre_init
 from django.db.transaction import TransactionManagementError
+from django_fsm import ConcurrentTransitionMixin
 
 
 @dataclass(frozen=True)
@@ -143,17 +150,20 @@ def read_together(*reads: tuple[CompiledRead, tuple], using: str = DEFAULT_DB_AL
     behind = _behind_of(connection)
     if behind is not None and behind.pending:
         behind.collect()
-    if not (_may_pipeline(connection) and _fast(connection, behind)):
+    if not (_may_pipeline(connection) and _fast(connection)):
         return [_built(plan, using, execute(connection, plan.sql, values, fetch=True)[0])
                 for plan, (_, values) in zip(plans, reads, strict=True)]
     connection.validate_thread_sharing()
     connection.validate_no_broken_transaction()
     kept = _cursors(connection)
     cursors = [kept.take(plan.sql) for plan in plans]
+    started = clock.monotonic()
     with connection.wrap_database_errors, connection.connection.pipeline():
         _begin_behind(connection.connection)
         for cursor, plan, (_, values) in zip(cursors, plans, reads, strict=True):
             cursor.execute(plan.sql, values)
+    for cursor, plan, (_, values) in zip(cursors, plans, reads, strict=True):
+        _log(connection, cursor, plan.sql, values, started)
     found = [_built(plan, using, cursor.fetchall()) for cursor, plan in zip(cursors, plans, strict=True)]
     for cursor, plan in zip(cursors, plans, strict=True):
         kept.give(plan.sql, cursor)
@@ -169,8 +179,7 @@ def _begin_behind(driver) -> None:
     This sends the same BEGIN (`_get_tx_start_command`: isolation level, read only...) the
     way psycopg sends its other commands in a pipeline (`_exec_command`): its answer is read
     with the others', and an error in it fails the pipeline, as it would fail the statement.
-    Once it is sent, the driver sees the transaction under way and sends no BEGIN of its own.
-    A driver without these methods keeps its own way."""
+    Once it is sent, the driver sees the transaction under way and sends no BEGIN of its own."""
     if not _unbegun(driver) or driver._pipeline is None:
         return
     driver.wait(driver._exec_command(driver._get_tx_start_command()))
@@ -179,51 +188,45 @@ def _begin_behind(driver) -> None:
 
 def _unbegun(driver) -> bool:
     """Whether the driver would send a BEGIN before its next statement."""
-    return _BEGINS_BEHIND and not driver.autocommit and driver.pgconn.transaction_status == _IDLE
+    from psycopg.pq import TransactionStatus
 
-
-def _begins_behind():
-    """(whether the driver has what `_begin_behind` uses, its status of a connection that is
-    in no transaction)."""
-    try:
-        from psycopg import Connection, pq
-        from psycopg._pipeline import Pipeline
-    except ImportError:
-        return False, None
-    has = (all(hasattr(Connection, name) for name in ("_exec_command", "_get_tx_start_command", "wait"))
-           and hasattr(Pipeline, "_communicate_gen"))
-    return has, pq.TransactionStatus.IDLE
-
-
-_BEGINS_BEHIND, _IDLE = _begins_behind()
+    return not driver.autocommit and driver.pgconn.transaction_status == TransactionStatus.IDLE
 
 
 def _may_pipeline(connection) -> bool:
     """Whether statements may be sent on `connection` without waiting for each answer."""
-    return settings.STEPWISE_DB_PIPELINE and connection.vendor == "postgresql" and _pipelines()
+    return settings.STEPWISE_FAST_STORE["PIPELINE"] and connection.vendor == "postgresql" and _pipelines()
 
 
-def _fast(connection, behind: _Behind | None) -> bool:
-    """Whether a statement may go out on the driver's cursor: nothing watches statements
-    (the debug log, which tests' query counts read, an `execute_wrapper` other than
-    `writes_behind`'s), and no health check is due."""
-    return not (connection.queries_logged or _wrapped(connection, behind) or connection.connection is None
+def _fast(connection) -> bool:
+    """Whether a statement may go out on the driver's cursor: the connection is open and no
+    health check is due (Django's cursor opens it and runs the check)."""
+    return not (connection.connection is None
                 or (connection.health_check_enabled and not connection.health_check_done))
+
+
+def _log(connection, cursor, sql: str, params, started: float) -> None:
+    """Log a statement sent on a kept cursor as Django's debug cursor logs its own: the query
+    log DEBUG and `CaptureQueriesContext` read."""
+    if connection.queries_logged:
+        try:
+            text = connection.ops.last_executed_query(cursor, sql, params) or sql
+        except Exception:  # a value the log cannot render: the statement's text is enough
+            text = sql
+        connection.queries_log.append({"sql": text, "time": "%.3f" % (clock.monotonic() - started)})
 
 
 def execute(connection, sql: str, params: list, *, fetch: bool = False) -> tuple[list | None, int]:
     """Send one statement: (its rows when `fetch`, else None; the rows it touched).
 
-    Through Django's own cursor when anything watches statements (the debug log, which tests'
-    query counts read, and `execute_wrapper`s) or the connection is due its health check; else
-    on a cursor kept for the connection, as Django's cursor would send it (the transaction
-    checked first, the driver's errors raised as Django's), without building and closing a
-    cursor and its wrappers per statement: those were a tenth of a step's Python.
+    Through Django's own cursor when the connection is closed or due its health check; else on a cursor kept for the connection, as Django's cursor would
+    send it (the transaction checked first, the driver's errors raised as Django's), without
+    building and closing a cursor and its wrappers per statement.
     """
     behind = _behind_of(connection)
     if behind is not None and behind.pending:
         return behind.collect(sql, params, fetch=fetch)
-    if not _fast(connection, behind):
+    if not _fast(connection):
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return (cursor.fetchall() if fetch else None), cursor.rowcount
@@ -232,6 +235,7 @@ def execute(connection, sql: str, params: list, *, fetch: bool = False) -> tuple
     kept = _cursors(connection)
     cursor = kept.take(sql)
     driver = connection.connection
+    started = clock.monotonic()
     with connection.wrap_database_errors:
         if _may_pipeline(connection) and _unbegun(driver):
             with driver.pipeline():  # the transaction's BEGIN and this statement together
@@ -239,30 +243,26 @@ def execute(connection, sql: str, params: list, *, fetch: bool = False) -> tuple
                 cursor.execute(sql, params)
         else:
             cursor.execute(sql, params)
+        _log(connection, cursor, sql, params, started)
         answer = (cursor.fetchall() if fetch else None), cursor.rowcount
     kept.give(sql, cursor)
     return answer
-
-
-def _wrapped(connection, behind: _Behind | None) -> bool:
-    """Whether an `execute_wrapper` other than `writes_behind`'s watches statements."""
-    wrappers = connection.execute_wrappers
-    return bool(wrappers) and not (behind is not None and wrappers == [behind.answer_first])
 
 
 # --- writes sent behind ---------------------------------------------------------------------
 
 
 @contextmanager
-def writes_behind(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+def writes_behind(using: str = DEFAULT_DB_ALIAS, *, by: str = "") -> Iterator[None]:
     """Inside a transaction: the writes in this block whose answer the caller does not read go
     to the database without waiting for it, and their answers are collected with the next
     statement that needs one.
 
     On PostgreSQL (psycopg's pipeline mode), a save (`update_row`), `update_rows(count=False)`
     and `insert_rows(keys=False)` are held in the worker, not waited for. The next statement
-    that needs an answer — a read, a write whose result is read, any statement Django sends
-    itself (the ORM, a savepoint), or the end of this block — is sent behind them, all in one
+    that needs an answer — a read, a write whose result is read, `flush`, any statement Django
+    sends itself (the fast engine's cursor flushes first: `orchestrator.store.fast.postgresql`),
+    or the end of this block — is sent behind them, all in one
     pipeline (the database is woken once for them, not once per write), and then every answer
     is read in the order sent: a write that failed raises there what it would have
     raised (a database error; `ConcurrentTransition` for a guarded save whose row's state had
@@ -274,16 +274,16 @@ def writes_behind(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     An INSERT whose only answer is success or a database error (`insert_json_rows`: the
     ledger's entries) may wait longer: when such writes are the last of the block, they are
     held after it, and go with the next statement the transaction sends — its COMMIT, most
-    often (`commit_behind`, which the PostgreSQL engine `orchestrator.postgresql` calls), in
-    the same pipeline, so a step's ledger entries cost no round trip of their own. A failure
-    of theirs fails that statement, or the COMMIT, as a database error, and the transaction
-    rolls back, as if it had been raised at the block's end; a rollback takes them back unsent.
-    Only an engine whose COMMIT sends them (`commits_behind`) is left any: with another
-    (Django's own, named by a settings module) they are sent at the block's end.
+    often (`commit_behind`, which the fast engine calls), in the same pipeline. A failure of
+    theirs fails that statement, or the COMMIT, as a database error, and the transaction rolls
+    back, as if it had been raised at the block's end; a rollback takes them back unsent.
 
-    Anywhere else every write is answered at once, as without this block: SQLite,
-    `STEPWISE_DB_PIPELINE` off, a connection whose statements are logged or wrapped (query
-    counts, `execute_wrapper`), outside a transaction; a block inside another is the outer one's.
+    Writes are held only on the fast engine (`holds_writes`: its cursor and its COMMIT send
+    them). Anywhere else every write is answered at once, as without this block: SQLite,
+    pipelining off (`STEPWISE_FAST_STORE`), another engine, outside a transaction; a block
+    inside another is the outer one's.
+
+    `by` names the service whose writes these are: an error a held write raises says so.
     """
     connection = connections[using]
     behind = _behind_of(connection)
@@ -291,12 +291,13 @@ def writes_behind(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
         yield  # the outer block's
         return
     if behind is None:
-        if (not _may_pipeline(connection) or not connection.in_atomic_block
-                or connection.queries_logged or connection.execute_wrappers):
+        if (not getattr(connection, "holds_writes", False) or not _may_pipeline(connection)
+                or not connection.in_atomic_block):
             yield
             return
         behind = connection._stepwise_behind = _Behind(connection)
-        connection.execute_wrappers.append(behind.answer_first)
+    if by and not behind.in_block:
+        behind.by = by
     # else: writes an earlier block left for the COMMIT; this block's go behind them.
     behind.in_block = True
     try:
@@ -308,7 +309,20 @@ def writes_behind(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
         behind.collect()
         raise
     behind.in_block = False
-    behind.collect(keep_for_commit=getattr(connection, "commits_behind", False))
+    behind.collect(keep_for_commit=True)
+
+
+def flush(using: str = DEFAULT_DB_ALIAS) -> None:
+    """Send every held write of the connection now and read their answers: what one of them
+    raises (a database error, `ConcurrentTransition`) is raised here."""
+    flush_on(connections[using])
+
+
+def flush_on(connection) -> None:
+    """`flush` for a connection in hand (the fast engine's cursors)."""
+    behind = _behind_of(connection)
+    if behind is not None and behind.pending:
+        behind.collect()
 
 
 def commit_behind(connection) -> bool:
@@ -321,8 +335,8 @@ def commit_behind(connection) -> bool:
     if not behind.pending or connection.connection is None:
         behind.end()
         return False
-    behind.collect(commit=_BEGINS_BEHIND)
-    return _BEGINS_BEHIND
+    behind.collect(commit=True)
+    return True
 
 
 def forget_behind(connection) -> None:
@@ -362,7 +376,7 @@ class _Behind:
         # (statement, values, how its answer is read, whether it may wait for the COMMIT)
         self.pending: list[tuple[str, list, Callable[[Any], None], bool]] = []
         self.in_block = False
-        self.answer_first = self._answer_first  # one bound method: found again by identity
+        self.by = ""  # the service whose writes are held (`writes_behind(by=...)`)
 
     def send(self, sql: str, params: list, then: Callable[[Any], None], *, to_commit: bool = False) -> None:
         """Hold a write until an answer is wanted; `then(cursor)` reads its answer then (raises
@@ -376,8 +390,6 @@ class _Behind:
     def end(self) -> None:
         """No longer between the connection and its statements."""
         connection = self.connection
-        if self.answer_first in connection.execute_wrappers:
-            connection.execute_wrappers.remove(self.answer_first)
         if _behind_of(connection) is self:
             connection._stepwise_behind = None
 
@@ -396,7 +408,12 @@ class _Behind:
         try:
             if not queued and not commit:
                 return (None, -1) if sql is None else execute(self.connection, sql, params, fetch=fetch)
-            return self._send(queued, sql, params, fetch=fetch, commit=commit)
+            try:
+                return self._send(queued, sql, params, fetch=fetch, commit=commit)
+            except Exception as error:
+                if self.by:
+                    error.add_note(f"raised by a write {self.by} held (orchestrator.store.held_writes)")
+                raise
         finally:
             if not self.in_block and not self.pending:
                 self.end()
@@ -406,6 +423,7 @@ class _Behind:
         connection, pending = self.connection, []
         kept = _cursors(connection)
         last = None
+        started = clock.monotonic()
         with connection.wrap_database_errors:
             driver = connection.connection
             pipeline = driver.pipeline()
@@ -427,6 +445,12 @@ class _Behind:
                 except Exception as error:
                     _raise_first_in_order(pending)
                     raise _refusal(error) from None
+        for (cursor, _), (queued_sql, queued_params, _, _) in zip(pending, queued, strict=True):
+            _log(connection, cursor, queued_sql, queued_params, started)
+        if last is not None:
+            _log(connection, last, sql, params, started)
+        if commit and connection.queries_logged:
+            connection.queries_log.append({"sql": "COMMIT", "time": "%.3f" % (clock.monotonic() - started)})
         for (cursor, then), (queued_sql, _, _, _) in zip(pending, queued, strict=True):
             then(cursor)
             kept.give(queued_sql, cursor)
@@ -435,11 +459,6 @@ class _Behind:
         answer = (last.fetchall() if fetch else None), last.rowcount
         kept.give(sql, last)
         return answer
-
-    def _answer_first(self, execute, sql, params, many, context):
-        """An `execute_wrapper`: a statement Django sends waits for the pending writes."""
-        self.collect()
-        return execute(sql, params, many, context)
 
 
 def _as_now(params: list) -> list:
@@ -538,11 +557,9 @@ def _from_db(model: type[Model]) -> Callable[[str, list, tuple], Model]:
     (which then notes the state the row was read in). The columns not loaded stay absent from
     the instance, deferred, as `from_db` leaves them. A state machine's row also keeps the
     values it was read with, so that its whole save writes only what changed (`update_row`)."""
-    from django_fsm import ConcurrentTransitionMixin
-
     fsm = issubclass(model, ConcurrentTransitionMixin)
     if (pre_init.has_listeners(model) or post_init.has_listeners(model)
-            or model.__init__ not in (Model.__init__, ConcurrentTransitionMixin.__init__, KeywordInit.__init__)):
+            or model.__init__ not in (Model.__init__, ConcurrentTransitionMixin.__init__)):
         return model.from_db
     new = model.__new__
 
@@ -554,37 +571,36 @@ def _from_db(model: type[Model]) -> Callable[[str, list, tuple], Model]:
         obj.__dict__.update(loaded)
         if fsm:
             obj._update_initial_state()
-            state.loaded = loaded  # what a whole save compares with (`update_row`)
+            _remember_loaded(obj, loaded)
         return obj
 
     return build
 
 
-class KeywordInit:
-    """Model mixin: a new row built from keywords (`Event(run=run, kind=...)`, a step makes a
-    dozen) as Django's `__init__` builds it, without its walk through every field: each value
-    given, or the field's default, goes into the instance as Django's descriptors would put
-    it; a related instance is still set through its descriptor (its checks and cache).
+def build_row(model: type[Model], /, **kwargs: Any) -> Model:
+    """A new, unsaved `model(**kwargs)` built as Django's `__init__` builds it, without its
+    walk through every field: each value given, or the field's default, goes into the
+    instance as Django's descriptors would put it; a related instance is still set through
+    its descriptor (its checks and cache).
 
-    Django's own `__init__` builds it where anything could differ: positional values (a row
-    read by the ORM), a name that is not a field (it raises), DEFERRED, init-signal
-    receivers, database routers, a field with a descriptor of its own.
+    Django's own `__init__` builds it where anything could differ: a name that is not a field
+    (it raises), DEFERRED, init-signal receivers, database routers, a field with a descriptor
+    of its own, a model whose `__init__` is not Django's.
     """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        plan = None if args else _keyword_plan(type(self))
-        if plan is None or not plan.takes(kwargs):
-            super().__init__(*args, **kwargs)
-            return
-        self._state = ModelState()
-        values = self.__dict__
-        for attname, default, call in plan.plain:
-            values[attname] = kwargs[attname] if attname in kwargs else default() if call else default
-        for name, attname, default in plan.related:
-            if name in kwargs:
-                setattr(self, name, kwargs[name])  # the descriptor: type, database, cache
-            else:
-                values[attname] = kwargs.get(attname, default)
+    plan = _keyword_plan(model)
+    if plan is None or not plan.takes(kwargs):
+        return model(**kwargs)
+    obj = model.__new__(model)
+    obj._state = ModelState()
+    values = obj.__dict__
+    for attname, default, call in plan.plain:
+        values[attname] = kwargs[attname] if attname in kwargs else default() if call else default
+    for name, attname, default in plan.related:
+        if name in kwargs:
+            setattr(obj, name, kwargs[name])  # the descriptor: type, database, cache
+        else:
+            values[attname] = kwargs.get(attname, default)
+    return obj
 
 
 @dataclass(frozen=True)
@@ -606,6 +622,8 @@ def _keyword_plan(model: type[Model]) -> _KeywordPlan | None:
     from django.db.models.query_utils import DeferredAttribute
 
     plain, related, plan = [], [], None
+    if model.__init__ is not Model.__init__:
+        return None  # a model with its own construction (django-fsm's notes its state)
     opts = model._meta
     for field in opts.fields:
         descriptor = type(model.__dict__.get(field.attname))
@@ -630,28 +648,6 @@ def _keyword_plan(model: type[Model]) -> _KeywordPlan | None:
 # Larger batches (a map's fan-out) go through `bulk_create`, which splits them to the
 # database's limit on parameters; a statement per row count up to here is kept.
 MAX_COMPILED_ROWS = 16
-
-
-# psycopg caches how it parses a statement's placeholders only for statements of at most 50
-# values (`psycopg._queries.MAX_CACHED_STATEMENT_PARAMS`), so that ORMs' INSERTs of any number
-# of rows do not fill its cache. A compiled insert is one of a bounded set (a statement per
-# model and row count up to MAX_COMPILED_ROWS), yet a step's four ledger entries are 100
-# values: each was parsed again, a seventh of the step's Python calls. The bound is raised to
-# what the widest model's largest compiled insert takes; the cache keeps its size (128
-# statements, each at most 4 KB of text). A psycopg without the constant keeps its own way.
-_CACHED_PARAMS = MAX_COMPILED_ROWS * 32
-
-
-def _let_psycopg_cache_compiled_statements() -> None:
-    try:
-        from psycopg import _queries
-    except ImportError:  # no PostgreSQL driver: nothing to tune
-        return
-    if getattr(_queries, "MAX_CACHED_STATEMENT_PARAMS", _CACHED_PARAMS) < _CACHED_PARAMS:
-        _queries.MAX_CACHED_STATEMENT_PARAMS = _CACHED_PARAMS
-
-
-_let_psycopg_cache_compiled_statements()
 
 
 def insert_rows(objs: list[Model], *, using: str = DEFAULT_DB_ALIAS, keys: bool = True) -> None:
@@ -854,12 +850,10 @@ def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str 
     In a `writes_behind` block the UPDATE is sent behind and True returned: what it would have
     raised is raised when its answer is read, and a row found gone raises `DatabaseError`.
     """
-    from django_fsm import ConcurrentTransitionMixin
-
     using = using or obj._state.db or DEFAULT_DB_ALIAS
     connection = connections[using]
     model = type(obj)
-    loaded = getattr(obj._state, "loaded", None)
+    loaded = _loaded_of(obj)
     guarded = isinstance(obj, ConcurrentTransitionMixin)
     if fields is None:
         deferred = obj.get_deferred_fields()
@@ -884,11 +878,26 @@ def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str 
             _not_saved(model, obj.pk, guards, using, gone=False)
     if updated and guarded:
         obj._update_initial_state()
-    if loaded is not None:
+    if loaded is not None and updated:
         # What the row now holds: a column set back to what it was read with is written.
         current = obj.__dict__
-        obj._state.loaded = {**loaded, **{f.attname: current[f.attname] for f in columns}} if updated else None
+        _remember_loaded(obj, {**loaded, **{f.attname: current[f.attname] for f in columns}})
     return updated
+
+
+def _remember_loaded(obj: Model, loaded: dict) -> None:
+    """Keep what the row holds beside the state django-fsm noted with it: Django's own save
+    and `refresh_from_db` note the state anew (a new dict), which makes this record stale."""
+    obj._state.stepwise_loaded = (obj._ConcurrentTransitionMixin__initial_states, loaded)
+
+
+def _loaded_of(obj: Model) -> dict | None:
+    """What the row held when this store last read or wrote it, if nothing wrote or read it
+    since (else None: a whole save then writes every column)."""
+    kept = getattr(obj._state, "stepwise_loaded", None)
+    if kept is None or kept[0] is not getattr(obj, "_ConcurrentTransitionMixin__initial_states", None):
+        return None
+    return kept[1]
 
 
 def _saved_behind(cursor, model: type[Model], pk: Any, guards: list, using: str) -> None:
@@ -992,50 +1001,3 @@ def _db_key(field, value, connection):
         value = value.pk
     target = field.target_field if field.is_relation else field
     return target.get_db_prep_value(value, connection)
-
-
-# --- timestamps read by psycopg's C loader --------------------------------------------------
-
-
-def read_timestamps_in_c(sender=None, connection=None, **kwargs) -> None:
-    """`connection_created`: a PostgreSQL connection's `timestamptz` columns are read by the
-    driver's C loader, then given the connection's time zone as Django's own loader gives it.
-
-    Django registers a loader of its own that derives from psycopg's pure-Python one (Django
-    ticket #36960: the C class cannot be subclassed), so with psycopg's C implementation
-    installed every timestamp was still parsed in Python: a step reads about thirty of them,
-    a twelfth of the worker's CPU. Without the C implementation, Django's loader stays.
-    """
-    if connection is None or connection.vendor != "postgresql" or not settings.USE_TZ:
-        return
-    from psycopg.postgres import adapters, types
-    from psycopg.pq import Format
-
-    oid = types["timestamptz"].oid
-    optimised = adapters.get_loader(oid, Format.TEXT)
-    if optimised is None or optimised.__module__.startswith("psycopg."):
-        return  # the pure-Python implementation: nothing faster to delegate to
-    connection.connection.adapters.register_loader(
-        "timestamptz", _timestamptz_loader(optimised, connection.timezone))
-
-
-@cache
-def _timestamptz_loader(optimised: type, timezone) -> type:
-    """A loader giving what Django's `BaseTzLoader` gives: the value parsed (here by
-    `optimised`, in the connection's time zone), then `.replace(tzinfo=timezone)`."""
-    from psycopg.adapt import Loader
-
-    class TimestamptzLoader(Loader):
-        # Django's `create_cursor` compares this with the connection's own time zone and
-        # registers its loader again, per cursor, where they differ.
-        timezone = None
-
-        def __init__(self, oid: int, context=None) -> None:
-            super().__init__(oid, context)
-            self._parse = optimised(oid, context).load
-
-        def load(self, data) -> datetime:
-            return self._parse(data).replace(tzinfo=self.timezone)
-
-    TimestamptzLoader.timezone = timezone
-    return TimestamptzLoader
