@@ -46,23 +46,28 @@ run: install
 # The suite (docs/testing.md): the tests that need an empty audit ledger and the API fuzzer in a
 # session of their own (its database and broker are not the parallel session's), beside the
 # parallel session of everything else, the short soak included, in TEST_WORKERS processes (more
-# than the cores: most tests wait on worker processes, servers and browsers); then the fault
-# suite alone, which restarts the broker and the database. The fuzzer, the soak and the fault
-# suite run short forms by default (STEPWISE_FUZZ_EXAMPLES, STEPWISE_SOAK_TEST_MINUTES,
-# STEPWISE_FAULT_ITERATIONS); CI sets longer ones.
+# than the cores: most tests wait on worker processes, servers and browsers). The fault suite
+# restarts the broker and the database: on PostgreSQL or Redis it runs alone afterwards; on the
+# embedded default its broker folder and SQLite file are its session's own, so it joins the
+# session beside. The fuzzer, the soak and the fault suite run short forms by default
+# (STEPWISE_FUZZ_EXAMPLES, STEPWISE_SOAK_TEST_MINUTES, STEPWISE_FAULT_ITERATIONS); CI sets longer.
 TEST_WORKERS ?= 3
+SHARED_SERVERS := $(strip $(DATABASE_URL)$(CELERY_BROKER_URL))
+ALONE := ledger_prefix or fuzz$(if $(SHARED_SERVERS),, or restarts_services)
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	@mkdir -p var
-	@$(BIN)/pytest -p no:xdist -p no:cacheprovider -q -m "ledger_prefix or fuzz" \
+	@$(BIN)/pytest -p no:xdist -p no:cacheprovider -q -m "$(ALONE)" \
 		> var/test-alone.log 2>&1 & alone=$$!; trap 'kill $$alone 2>/dev/null' INT TERM; \
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -q \
 		-m "not ledger_prefix and not fuzz and not restarts_services"; parallel=$$?; \
 	wait $$alone; own=$$?; \
-	echo "== the ledger_prefix tests and the API fuzzer (var/test-alone.log)"; cat var/test-alone.log; \
+	echo "== $(ALONE) (var/test-alone.log)"; cat var/test-alone.log; \
 	[ $$parallel -eq 0 ] && [ $$own -eq 0 ]
+ifneq ($(SHARED_SERVERS),)
 	$(BIN)/pytest -p no:xdist -q -m restarts_services
+endif
 
 lint: install
 	$(BIN)/ruff check .

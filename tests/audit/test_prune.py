@@ -16,7 +16,8 @@ from orchestrator import clock
 from .conftest import ledger
 
 # The ledger is append-only and outlives test flushes, so these run first in a session of their
-# own (`make test`: the `ledger_prefix` tests and the API fuzzer, without xdist).
+# own (`make test`: the `ledger_prefix` tests, the API fuzzer and on the embedded default the
+# fault suite, without xdist).
 pytestmark = [pytest.mark.django_db, pytest.mark.ledger_prefix]
 
 

@@ -32,7 +32,9 @@ What is counted, and asserted:
 The totals are printed and written to var/fault-suite-totals.json. STEPWISE_FAULT_ITERATIONS
 (default 4: each moment of a kill once, and each server restarted) and STEPWISE_FAULT_SEED tune
 it; CI runs more iterations. It restarts shared servers, so it runs in a session of its own:
-`pytest -p no:xdist -m restarts_services` (`make test` runs it after the `ledger_prefix` tests).
+`pytest -p no:xdist -m restarts_services` (`make test`: alone on PostgreSQL and Redis; on the
+embedded default, whose broker folder and SQLite file are its session's own, beside the
+parallel session).
 """
 import json
 import os
