@@ -16,7 +16,7 @@ export STEPWISE_BASE_URL
 STEPWISE_EXAMPLE_RABBITMQ_PASSWORD ?= guest
 export STEPWISE_EXAMPLE_RABBITMQ_PASSWORD
 
-.PHONY: run test test-stores install lint bench clean mutate mutate-results soak
+.PHONY: run test test-stores install lint bench clean mutate mutate-results soak fuzz
 
 # Mutation testing of the core (docs/testing.md): one module at a time, two mutants at once,
 # each module stopped after MUTATE_BUDGET_S seconds. Results are kept in mutants/, so the next
@@ -44,14 +44,31 @@ run: install
 	rm -rf var/prometheus  # the metrics of processes that ended (docs/operations.md#metrics)
 	$(BIN)/honcho start -f Procfile -p $(PORT)
 
+# The suite (docs/testing.md): the tests that need an empty audit ledger and the API fuzzer in a
+# session of their own (its database and broker are not the parallel session's), beside the
+# parallel session of everything else, the short soak included, in TEST_WORKERS processes (more
+# than the cores: most tests wait on worker processes, servers and browsers). The fault suite
+# restarts the broker and the database: on PostgreSQL or Redis it runs alone afterwards; on the
+# embedded default its broker folder and SQLite file are its session's own, so it joins the
+# session beside. The fuzzer, the soak and the fault suite run short forms by default
+# (STEPWISE_FUZZ_EXAMPLES, STEPWISE_SOAK_TEST_MINUTES, STEPWISE_FAULT_ITERATIONS); CI sets longer.
+TEST_WORKERS ?= 3
+SHARED_SERVERS := $(strip $(DATABASE_URL)$(CELERY_BROKER_URL))
+ALONE := ledger_prefix or fuzz$(if $(SHARED_SERVERS),, or restarts_services)
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/pytest -n 2 --dist loadfile -q -m "not ledger_prefix and not restarts_services and not fuzz and not soak"
-	$(BIN)/pytest -p no:xdist -q -m ledger_prefix
-	$(BIN)/pytest -p no:xdist -q -m fuzz
-	$(BIN)/pytest -p no:xdist -q -m soak
+	@mkdir -p var
+	@$(BIN)/pytest -p no:xdist -p no:cacheprovider -q -m "$(ALONE)" \
+		> var/test-alone.log 2>&1 & alone=$$!; trap 'kill $$alone 2>/dev/null' INT TERM; \
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -q \
+		-m "not ledger_prefix and not fuzz and not restarts_services"; parallel=$$?; \
+	wait $$alone; own=$$?; \
+	echo "== $(ALONE) (var/test-alone.log)"; cat var/test-alone.log; \
+	[ $$parallel -eq 0 ] && [ $$own -eq 0 ]
+ifneq ($(SHARED_SERVERS),)
 	$(BIN)/pytest -p no:xdist -q -m restarts_services
+endif
 
 # The engine's suite on each store (orchestrator/store/, docs/testing.md): the reference store on
 # Django's public ORM API and the fast one must give the same rows and the same errors.
@@ -75,6 +92,12 @@ SOAK_MINUTES ?= 10
 SOAK_SEED ?= 1
 soak: install
 	$(BIN)/python manage.py stepwise_soak --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED)
+
+# The API fuzzer at the budget CI runs (tests/api/test_openapi_fuzz.py, docs/security.md);
+# `make test` runs it at a small one.
+FUZZ_EXAMPLES ?= 15
+fuzz: install
+	STEPWISE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -p no:xdist -q -m fuzz
 
 bench: install
 	$(BIN)/python bench/run.py --backend embedded

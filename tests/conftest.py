@@ -1,5 +1,6 @@
 """Shared fixtures: personas (requester, approver, operator, outsider) and API clients."""
 import os
+from collections import Counter
 
 import pytest
 from rest_framework.authtoken.models import Token
@@ -11,16 +12,32 @@ from .factories import TeamFactory, member
 from .support.egress import LOCAL_SERVERS
 
 
-def pytest_collection_modifyitems(config, items):
-    """Tests of the fast store's own statements (`fast_store`) run with that store only."""
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected what does not run
+def pytest_collection_modifyitems(items):
+    """The `ledger_prefix` tests first: they need a ledger no other test wrote to. Under xdist
+    (`make test`: `--dist loadfile --no-loadscope-reorder` hands out files in this order) the
+    soak comes next, then the files with the most tests first, as xdist's own reordering would:
+    a soak of one test handed out last would run alone at the end.
+    Tests of the fast store's own statements (`fast_store`) run with that store only."""
     from django.conf import settings
 
-    if settings.STEPWISE_STORE == "fast":
-        return
-    skip = pytest.mark.skip(reason="about the fast store's own statements (STEPWISE_STORE=fast)")
-    for item in items:
-        if "fast_store" in item.keywords:
-            item.add_marker(skip)
+    per_file = Counter(item.path for item in items)
+
+    def rank(item) -> tuple[int, int]:
+        if item.get_closest_marker("ledger_prefix"):
+            return 0, 0
+        if not os.environ.get("PYTEST_XDIST_WORKER"):
+            return 2, 0
+        if item.get_closest_marker("soak"):
+            return 1, 0
+        return 2, -per_file[item.path]
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
+    if settings.STEPWISE_STORE != "fast":
+        skip = pytest.mark.skip(reason="about the fast store's own statements (STEPWISE_STORE=fast)")
+        for item in items:
+            if "fast_store" in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -33,6 +50,18 @@ def egress_allows_local_servers():
     settings.STEPWISE_EGRESS = LOCAL_SERVERS
     yield
     settings.STEPWISE_EGRESS = before
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quick_password_hashing():
+    """Test users' passwords hashed at one iteration (tests/support/hashers.py): the default
+    hasher spends about half a second of CPU on each user created or signed in with one."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["tests.support.hashers.QuickPBKDF2PasswordHasher",
+                                             *settings.PASSWORD_HASHERS]):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -12,13 +12,17 @@ body), and on invalid input the API accepts. Settings live in `schemathesis.toml
 
 Three callers: an owner of the team who is also an approver (every endpoint reachable), an
 editor (saves workflows and starts runs, may not publish against a gate or manage the team), and
-a plain member (mostly 403s and 404s, which must be documented too). The budget is bounded for CI
-(`STEPWISE_FUZZ_EXAMPLES` cases per operation and phase, a fixed seed); run it longer locally
-with a larger budget and `STEPWISE_FUZZ_SEED=random`.
+a plain member (mostly 403s and 404s, which must be documented too). The budget is bounded:
+`STEPWISE_FUZZ_EXAMPLES` cases per operation and phase (3, as `make test` runs it; 15 in CI and
+`make fuzz`) and a fixed seed; run it longer locally with a larger budget and
+`STEPWISE_FUZZ_SEED=random`.
 
-Runs in a session of its own (marker `fuzz`): the web process dispatches work for the runs it
+Runs in a session of its own (marker `fuzz`; `make test` runs that session beside the parallel
+one, on a database and broker of its own): the web process dispatches work for the runs it
 starts, and no worker may be consuming this session's queues meanwhile; the queues are purged
-afterwards so no later session receives that work.
+afterwards so no later session receives that work. Beside other test files, a worker another
+file started would run the seeded runs' steps, and later tests would count the ledger entries
+it leaves (the ledger outlives flushes).
 """
 import json
 import os
@@ -50,10 +54,10 @@ from tests.support.live_server import ROOT, LiveServer
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
 
-EXAMPLES_PER_OPERATION = int(os.environ.get("STEPWISE_FUZZ_EXAMPLES", "15"))
+EXAMPLES_PER_OPERATION = int(os.environ.get("STEPWISE_FUZZ_EXAMPLES", "3"))
 SEED = os.environ.get("STEPWISE_FUZZ_SEED", "20260101")
-# Per caller, so a stall fails the test instead of hanging CI: 10 minutes at the CI budget
-# (which takes under 2), more for a larger one.
+# Per caller, so a stall fails the test instead of hanging CI: 10 minutes up to the CI budget,
+# more for a larger one.
 WALL_CLOCK_S = 24 * max(EXAMPLES_PER_OPERATION, 25)
 
 FRAGILE = {"name": "fragile", "input_schema": {"type": "object"}, "steps": [

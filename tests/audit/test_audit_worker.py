@@ -12,7 +12,9 @@ from tests.integration.conftest import WorkerGroup, wait_for
 
 from .test_anchoring import record
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The session's worker group, if an earlier file started it, is stopped meanwhile: a late step
+# of an earlier test would record an entry after the checkpoint this test expects to match.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("without_workers")]
 
 
 @pytest.fixture

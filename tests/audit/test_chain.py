@@ -121,8 +121,8 @@ def test_each_entry_links_to_the_previous_one():
 
 @pytest.mark.ledger_prefix
 def test_the_first_entry_of_an_empty_ledger_links_to_genesis():
-    """Run with the other `ledger_prefix` tests, in a session of their own (`make test`), so the
-    ledger is empty here; it fails rather than skips when it is not."""
+    """Run with the other `ledger_prefix` tests, first in a session without xdist (`make test`),
+    so the ledger is empty here; it fails rather than skips when it is not."""
     assert not AuditEntry.objects.exists(), "the ledger is not empty: run `pytest -m ledger_prefix` alone"
     first = ledger(id__in=[e.id for e in record(2)])[0]
     assert (first.sequence, first.prev_hash) == (1, GENESIS_HASH)

@@ -15,7 +15,7 @@ from audit.models import CheckpointRecord
 from .test_anchoring import checkpoint_files, record, rewrite_and_rechain
 
 # They count the ledger's entries from its first: the ledger is append-only and outlives test
-# flushes, so they run with the other `ledger_prefix` tests in a session of their own.
+# flushes, so they run with the other `ledger_prefix` tests, first in a session without xdist.
 pytestmark = [pytest.mark.django_db, pytest.mark.ledger_prefix]
 EXPECTED = "a signed checkpoint is expected and missing"
 

@@ -15,8 +15,9 @@ from orchestrator import clock
 
 from .conftest import ledger
 
-# The ledger is append-only and outlives test flushes, so these run in a session of their
-# own (`make test` runs the `ledger_prefix` tests after the rest, without xdist).
+# The ledger is append-only and outlives test flushes, so these run first in a session of their
+# own (`make test`: the `ledger_prefix` tests, the API fuzzer and on the embedded default the
+# fault suite, without xdist).
 pytestmark = [pytest.mark.django_db, pytest.mark.ledger_prefix]
 
 

@@ -78,8 +78,11 @@ class WorkerGroup:
         return self.proc.pid
 
     def stop(self) -> None:
+        """A warm shutdown, asked of the main process only: it ends its pool children itself.
+        A SIGTERM to the whole group also reaches the children, which the pool's supervisor
+        may then replace while the main process waits for them, until the kill below."""
         if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.terminate()
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:

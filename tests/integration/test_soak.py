@@ -6,6 +6,8 @@ stuck, every effect exactly once per key, the ledger verified, budgets and appro
 
 It starts private servers (never the shared ones), so it needs PostgreSQL's server binaries and
 redis-server: skipped without them, unless STEPWISE_REQUIRE_SERVICES=1 makes that a failure.
+Faults are injected for STEPWISE_SOAK_TEST_MINUTES (half a minute, as `make test` runs it beside
+the other tests; CI runs longer, and `make soak` longer still).
 """
 import json
 import os
@@ -19,7 +21,7 @@ from soak.cluster import missing_binaries
 from .conftest import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.soak]
-MINUTES = float(os.environ.get("STEPWISE_SOAK_TEST_MINUTES", "1.5"))
+MINUTES = float(os.environ.get("STEPWISE_SOAK_TEST_MINUTES", "0.5"))
 
 
 def test_a_short_soak_under_random_faults_breaks_no_invariant(tmp_path):
@@ -29,7 +31,10 @@ def test_a_short_soak_under_random_faults_breaks_no_invariant(tmp_path):
             pytest.fail(f"STEPWISE_REQUIRE_SERVICES=1 but the soak's servers are missing: {missing}")
         pytest.skip(f"the soak starts its own PostgreSQL and Redis and needs their binaries: missing {missing}")
     report = tmp_path / "soak.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "STEPWISE_SQLITE_PATH")}
+    # The soak configures its own servers; under xdist the test worker's name would also move
+    # its broker and Redis database to that worker's (orchestrator/settings.py).
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "STEPWISE_SQLITE_PATH", "PYTEST_XDIST_WORKER")}
     result = subprocess.run(
         [sys.executable, "manage.py", "stepwise_soak", "--minutes", str(MINUTES), "--seed", "7",
          "--faults", "20", "--report", str(report)],
