@@ -25,7 +25,8 @@ MUTATE_MODULES ?= orchestrator.scheduler orchestrator.states orchestrator.models
 	orchestrator.services.effects orchestrator.leases orchestrator.services.kinds.worker \
 	orchestrator.services.kinds.agent \
 	budgets.services audit.chain orchestrator.risk orchestrator.definitions.proposals \
-	approvals.authority orchestrator.authz triggers.services orchestrator.egress orchestrator.live
+	approvals.authority orchestrator.authz triggers.services orchestrator.egress orchestrator.live \
+	orchestrator.store
 MUTATE_BUDGET_S ?= 600
 MUTATE_CHILDREN ?= 2
 

@@ -186,7 +186,7 @@ if os.environ.get("DATABASE_URL"):
     # The web server's PostgreSQL connection pool (docs/benchmark.md#the-api-under-load). Under
     # ASGI every request runs in a thread of its own, so a persistent connection never outlives
     # its request: without a pool each request opened a connection (a backend fork and its
-    # authentication, 2-5 ms). `orchestrator/asgi.py` turns it on for the web process only;
+    # authentication). `orchestrator/asgi.py` turns it on for the web process only;
     # workers keep one persistent connection per process (CELERY_DB_REUSE_MAX below).
     if DB_POOL_MAX > 0 and POSTGRESQL:
         # CONN_HEALTH_CHECKS (on) makes Django give the pool a check: a connection is tested as
@@ -295,7 +295,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "orchestrator"
 # Celery's Django fixup closes the database connection around every task unless told to
-# reuse it: a new PostgreSQL connection per step cost 4-7 ms on the critical path (bench/).
+# reuse it: a new PostgreSQL connection per step would sit on every step's critical path.
 CELERY_DB_REUSE_MAX = int(os.environ.get("CELERY_DB_REUSE_MAX", "1000"))
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_SEND_TASK_EVENTS = False
