@@ -104,6 +104,7 @@ def parse_definition_text(text: str, *, content_type: str | None = None) -> dict
         doc = parse_json_text(text, what="JSON")
     else:
         try:
+            _refuse_deep_nesting(text)
             doc = yaml.load(text, Loader=_DefinitionLoader)  # a SafeLoader subclass
         except yaml.YAMLError as error:
             raise DefinitionInvalid([Problem("", f"invalid YAML: {error}")]) from None
@@ -116,6 +117,24 @@ def parse_definition_text(text: str, *, content_type: str | None = None) -> dict
             [Problem("", f"a definition must be a mapping at the top level, not {kind}")]
         )
     return doc
+
+
+def _refuse_deep_nesting(text: str) -> None:
+    """Refuse nesting past MAX_DEPTH from libyaml's events, before the pure-Python scanner
+    reads the text: for each unclosed `[` or `{` on a line that scanner looks up to 1,024
+    characters ahead, so deep flow text costs it a second of CPU before its composer can
+    refuse it. Without libyaml the composer's own check stands."""
+    if not yaml.__with_libyaml__:
+        return
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.CSafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nesting deeper than {MAX_DEPTH} levels", event.start_mark)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def parse_json_text(text: str | bytes, *, what: str) -> object:

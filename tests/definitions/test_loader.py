@@ -64,3 +64,22 @@ def test_safe_loading_refuses_python_objects():
 def test_definition_invalid_message_lists_its_problems():
     with pytest.raises(DefinitionInvalid, match=r"<root>: invalid YAML"):
         parse_definition_text("a: [")
+
+
+@pytest.mark.parametrize("depth", [65, 1_000, 20_000])
+def test_deep_flow_nesting_is_refused_before_the_python_scanner_reads_it(monkeypatch, depth):
+    """For each unclosed `[` PyYAML's pure-Python scanner looks up to 1,024 characters ahead:
+    deep flow text is refused from libyaml's events before that scanner sees a token."""
+    import yaml.scanner
+
+    fetched = []
+    fetch = yaml.scanner.Scanner.fetch_more_tokens
+    monkeypatch.setattr(yaml.scanner.Scanner, "fetch_more_tokens",
+                        lambda self: fetched.append(1) or fetch(self))
+    parse_definition_text("name: shallow\nsteps: [[1]]\n")
+    assert fetched  # the spy sees the Python scanner at work
+
+    fetched.clear()
+    with pytest.raises(DefinitionInvalid, match="nesting|depth"):
+        parse_definition_text("name: deep\nsteps: " + "[" * depth + "]" * depth + "\n")
+    assert fetched == []
