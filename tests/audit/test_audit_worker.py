@@ -8,6 +8,7 @@ from django.contrib.auth.models import Group, User
 
 from audit.chain import chain_head
 from audit.models import CheckpointRecord, LedgerVerification
+from orchestrator.celery import app as celery_app
 from tests.integration.conftest import WorkerGroup, wait_for
 
 from .test_anchoring import record
@@ -19,6 +20,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 @pytest.fixture
 def audit_worker(settings, audit_checkpoint_dir):
+    # An earlier test in this process may have asked for an export or a verification that no
+    # worker ran: its message, still on the `audit` queue, would sign a second checkpoint here.
+    with celery_app.connection_for_write() as conn:
+        conn.default_channel.queue_purge("audit")
     group = WorkerGroup("audit-checkpoints", queues="audit", env={
         "AUDIT_CHECKPOINT_DIR": str(audit_checkpoint_dir),
         "AUDIT_SIGNING_KEY_FILE": str(settings.AUDIT_SIGNING_KEY_FILE)})
