@@ -54,6 +54,7 @@ def test_a_message_reaches_only_the_trigger_it_was_received_for(team, support):
 
 
 def test_a_message_for_an_unknown_or_another_kind_of_trigger_is_not_found(team, support):
+    queue(team)  # a queue trigger exists; the message names another
     hook, _ = make_trigger(team, "webhook", name="hook")
     assert receive(hook.id, TICKET).status == "not_found"
     assert receive(uuid.uuid4(), TICKET).status == "not_found"
