@@ -178,3 +178,12 @@ def test_a_refused_replay_says_why(dead_letter, redriver, team):
     with pytest.raises(NotAllowed) as disabled:
         event_dead_letter_replay(dead_letter_id=dead_letter.id, actor=redriver)
     assert str(disabled.value) == "trigger 'tickets' is disabled: enable it to replay its events"
+
+
+def test_only_an_api_trigger_is_fired_through_the_api(team, support, requester):
+    hook, _ = make_trigger(team, "webhook", name="hook")
+    with pytest.raises(NotAllowed) as refused:
+        fire(hook, requester, "a", "T-1")
+    assert str(refused.value) == ("trigger 'hook' is a webhook trigger; only an api trigger is "
+                                  "fired through the API")
+    assert not Firing.objects.exists()
