@@ -131,3 +131,47 @@ def test_a_message_that_is_not_json_is_dead_lettered_naming_the_message_body(tea
     assert [p["path"] for p in letter.problems] == ["body"]
     assert letter.problems[0]["message"].startswith("invalid message body: ")
     assert Run.objects.count() == 0
+
+
+QUEUE_PROBLEMS = [
+    (SOURCES, {"source": "kafka"}, [{"path": "source", "message": "must name a broker of "
+                                     "STEPWISE_EVENT_SOURCES (rabbitmq, redis)"}]),
+    ({}, {"source": "rabbitmq"}, [{"path": "source", "message": "must name a broker of "
+                                   "STEPWISE_EVENT_SOURCES (none are configured)"}]),
+    (SOURCES, {"source": "", "stream": "s"}, [{"path": "source", "message": "must name a broker "
+                                               "of STEPWISE_EVENT_SOURCES (rabbitmq, redis)"}]),
+    ({"mq": "amqps://mq.example.com//"}, {"source": "mq", "stream": "s"}, [
+        {"path": "exchange", "message": "is required for a RabbitMQ source"},
+        {"path": "binding_key", "message": "is required for a RabbitMQ source"},
+        {"path": "stream", "message": "is for Redis sources; RabbitMQ uses exchange and binding_key"}]),
+    ({"mq": "pyamqp://mq//"}, {"source": "mq", "exchange": "x", "binding_key": "k"}, []),
+    ({"r": "rediss://r.example.com/0"}, {"source": "r", "exchange": "x", "binding_key": "k",
+                                         "queue": "q"}, [
+        {"path": "stream", "message": "is required for a Redis source"},
+        {"path": "exchange", "message": "is for RabbitMQ sources; Redis uses stream"},
+        {"path": "binding_key", "message": "is for RabbitMQ sources; Redis uses stream"},
+        {"path": "queue", "message": "is for RabbitMQ sources; Redis uses stream"}]),
+    ({"r": "redis://r/0"}, {"source": "r", "stream": "s"}, []),
+    ({"k": "kafka://k:9092"}, {"source": "k", "stream": "s"}, [
+        {"path": "source", "message": "STEPWISE_EVENT_SOURCES must give an amqp:// or redis:// "
+                                      "URL for it"}]),
+]
+
+
+@pytest.mark.parametrize(("sources", "values", "problems"), QUEUE_PROBLEMS)
+def test_a_queue_triggers_source_and_binding_are_checked_with_every_problem_named(
+        team, support, settings, sources, values, problems):
+    from triggers.services.config import TriggerInvalid
+
+    settings.STEPWISE_EVENT_SOURCES = sources
+    if not problems:
+        assert queue_of(team, values).source == values["source"]
+        return
+    with pytest.raises(TriggerInvalid) as refused:
+        queue_of(team, values)
+    assert refused.value.problems == problems
+
+
+def queue_of(team, values: dict):
+    trigger, _ = make_trigger(team, "queue", name="q", input_template=BY_ID, **values)
+    return trigger
