@@ -1,0 +1,54 @@
+"""Webhook refusals at their edges: what the ledger records of a refused authenticated post, and
+of a minute of unauthenticated ones. Written from the mutation survivors of
+`triggers/services/firing.py` and `webhooks.py` (docs/testing.md)."""
+from datetime import timedelta
+
+import pytest
+
+from audit.models import AuditEntry
+from tests.factories import SETUP
+from triggers.services.config import trigger_update
+from triggers.services.webhooks import refusal_tallies_record
+
+from .conftest import deliver, make_trigger
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def hook(team, support):
+    return make_trigger(team, "webhook")
+
+
+def test_a_refused_signed_post_is_recorded_with_its_key_reason_problems_and_origin(client, hook):
+    trigger, secret = hook
+    trigger_update(trigger_id=trigger.id, actor=SETUP, changes={"enabled": False})
+
+    assert deliver(client, trigger, secret, delivery="d-9").status_code == 409
+
+    entry = AuditEntry.objects.get(action="trigger.refused")
+    assert (entry.actor, entry.outcome) == (f"trigger:{trigger.id}", "disabled")
+    assert {key: entry.data[key] for key in ("key", "reason", "problems", "origin")} == {
+        "key": "delivery:d-9", "reason": "disabled", "origin": {"delivery": "d-9"},
+        "problems": [{"path": "", "message": "trigger 'inbox' is disabled"}]}
+
+
+def test_a_minute_of_unauthenticated_posts_is_recorded_by_the_trigger_with_its_bounds(
+        client, hook, frozen, team):
+    trigger, secret = hook
+    other, other_secret = make_trigger(team, "webhook", name="second")
+    frozen.moment = frozen.moment.replace(second=10, microsecond=500)
+    minute = frozen.moment.replace(second=0, microsecond=0)
+    assert deliver(client, trigger, secret, signature="").status_code == 401
+    assert deliver(client, other, other_secret, signature="").status_code == 401
+    frozen.advance(seconds=50)  # the next minute, 500 microseconds into it
+    assert deliver(client, trigger, secret, delivery="d-2", signature="").status_code == 401
+
+    assert refusal_tallies_record() == 2
+
+    entries = AuditEntry.objects.filter(action="trigger.refused").order_by("id")
+    assert {e.subject_id for e in entries} == {str(trigger.id), str(other.id)}
+    entry = entries.get(subject_id=str(trigger.id))
+    assert entry.actor == f"trigger:{trigger.id}"
+    assert (entry.data["from"], entry.data["until"]) == (
+        minute.isoformat(), (minute + timedelta(minutes=1)).isoformat())
