@@ -52,3 +52,22 @@ def test_a_minute_of_unauthenticated_posts_is_recorded_by_the_trigger_with_its_b
     assert entry.actor == f"trigger:{trigger.id}"
     assert (entry.data["from"], entry.data["until"]) == (
         minute.isoformat(), (minute + timedelta(minutes=1)).isoformat())
+
+
+def test_after_a_key_rotation_the_resealed_secrets_and_the_previous_one_still_verify(
+        client, hook, team, settings, frozen):
+    from triggers.services.config import triggers_reseal, webhook_secret_rotate
+
+    trigger, old = hook
+    _, new = webhook_secret_rotate(trigger_id=trigger.id, actor=SETUP)
+    other, other_secret = make_trigger(team, "webhook", name="second")
+    make_trigger(team, "api", name="prog")  # no secret: not resealed
+    key = settings.STEPWISE_TRIGGER_KEY
+    settings.STEPWISE_TRIGGER_KEY, settings.STEPWISE_TRIGGER_KEY_FALLBACKS = "n" * 48, [key]
+
+    assert triggers_reseal() == 2
+
+    settings.STEPWISE_TRIGGER_KEY_FALLBACKS = []  # the old key is gone: the new one opens them
+    assert deliver(client, trigger, new, delivery="d-1").status_code == 202
+    assert deliver(client, trigger, old, delivery="d-2").status_code == 202  # within the grace
+    assert deliver(client, other, other_secret, delivery="d-3").status_code == 202
