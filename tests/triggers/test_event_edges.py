@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from audit.models import AuditEntry
 from orchestrator.models import Event, Run
 from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, TeamFactory, example_definition
@@ -175,3 +176,23 @@ def test_a_queue_triggers_source_and_binding_are_checked_with_every_problem_name
 def queue_of(team, values: dict):
     trigger, _ = make_trigger(team, "queue", name="q", input_template=BY_ID, **values)
     return trigger
+
+
+def test_a_dead_letter_keeps_a_whole_body_whole_counts_redeliveries_and_is_recorded(
+        team, support, settings):
+    settings.STEPWISE_MAX_REQUEST_BYTES = 200_000
+    trigger = queue(team, max_body_bytes=100_000)
+    large = b"[" + b" " * 69_998 + b"x"  # not JSON, 70,000 bytes: more than a kept prefix
+    exact = b"{" + b" " * 99_999  # not JSON, exactly max_body_bytes
+
+    receive(trigger.id, large, message_id="m-1")
+    receive(trigger.id, exact, message_id="m-2")
+    receive(trigger.id, large, message_id="m-1")  # delivered again, still failing
+
+    first, second = EventDeadLetter.objects.order_by("id")
+    assert (len(first.body), first.body_complete, first.attempts) == (70_000, True, 2)
+    assert (len(second.body), second.body_complete) == (100_000, True)
+    entry = AuditEntry.objects.filter(action="trigger.dead_lettered").order_by("id").first()
+    assert (entry.actor, entry.outcome) == (f"trigger:{trigger.id}", "malformed")
+    assert (entry.data["key"], entry.data["dead_letter"]) == ("message:m-1", first.id)
+    assert entry.data["problems"] == first.problems

@@ -107,3 +107,26 @@ def test_a_schedule_starts_afresh_when_its_times_change_and_not_otherwise(team, 
     trigger.refresh_from_db()
     assert trigger.schedule_anchor == anchor + timedelta(minutes=10)
     assert trigger.last_slot is None
+
+
+def test_a_change_of_other_settings_is_not_refused_for_an_input_the_workflow_no_longer_takes(
+        hook, editor, team):
+    """Only a change to what decides the input checks it again (INPUT_FIELDS)."""
+    definition = example_definition("support")
+    definition["input_schema"]["required"] = [*definition["input_schema"]["required"], "priority"]
+    definition["input_schema"]["properties"]["priority"] = {"type": "string"}
+    workflow_save(team=team, definition=definition, actor=SETUP)
+
+    assert trigger_update(trigger_id=hook.id, actor=editor,
+                          changes={"description": "still here"}).description == "still here"
+    with pytest.raises(TriggerInvalid) as refused:
+        trigger_update(trigger_id=hook.id, actor=editor, changes={"enabled": True,
+                                                                  "input_template": {}})
+    assert refused.value.problems[0]["path"].startswith("input_template")
+
+
+def test_a_name_another_team_uses_is_free_for_this_one(hook, editor):
+    theirs = TeamFactory(slug="billing", name="Billing")
+    workflow_save(team=theirs, definition=example_definition("support"), actor=SETUP)
+    make_trigger(theirs, "webhook", name="taken")
+    assert trigger_update(trigger_id=hook.id, actor=editor, changes={"name": "taken"}).name == "taken"

@@ -49,7 +49,7 @@ def test_a_minute_of_unauthenticated_posts_is_recorded_by_the_trigger_with_its_b
     entries = AuditEntry.objects.filter(action="trigger.refused").order_by("id")
     assert {e.subject_id for e in entries} == {str(trigger.id), str(other.id)}
     entry = entries.get(subject_id=str(trigger.id))
-    assert entry.actor == f"trigger:{trigger.id}"
+    assert (entry.actor, entry.data["reason"]) == (f"trigger:{trigger.id}", "unauthenticated")
     assert (entry.data["from"], entry.data["until"]) == (
         minute.isoformat(), (minute + timedelta(minutes=1)).isoformat())
 
