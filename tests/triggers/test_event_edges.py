@@ -191,7 +191,7 @@ def test_a_dead_letter_keeps_a_whole_body_whole_counts_redeliveries_and_is_recor
 
     first, second = EventDeadLetter.objects.order_by("id")
     assert (len(first.body), first.body_complete, first.attempts) == (70_000, True, 2)
-    assert (len(second.body), second.body_complete) == (100_000, True)
+    assert (len(second.body), second.body_complete, second.attempts) == (100_000, True, 1)
     entry = AuditEntry.objects.filter(action="trigger.dead_lettered").order_by("id").first()
     assert (entry.actor, entry.outcome) == (f"trigger:{trigger.id}", "malformed")
     assert (entry.data["key"], entry.data["dead_letter"]) == ("message:m-1", first.id)
