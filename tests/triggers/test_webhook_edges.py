@@ -71,3 +71,19 @@ def test_after_a_key_rotation_the_resealed_secrets_and_the_previous_one_still_ve
     assert deliver(client, trigger, new, delivery="d-1").status_code == 202
     assert deliver(client, trigger, old, delivery="d-2").status_code == 202  # within the grace
     assert deliver(client, other, other_secret, delivery="d-3").status_code == 202
+
+
+def test_the_replaced_secret_stops_verifying_at_the_end_of_the_grace_exactly(
+        client, hook, frozen):
+    from triggers.services.config import webhook_secret_rotate
+    from triggers.services.webhooks import webhook_receive
+
+    trigger, old = hook
+    rotated, _ = webhook_secret_rotate(trigger_id=trigger.id, actor=SETUP)
+    frozen.moment = rotated.previous_secret_until
+
+    assert deliver(client, trigger, old, delivery="d-1").status_code == 401
+    outcome = webhook_receive(trigger_id=trigger.id, body=b"{}", headers={
+        "webhook-id": "d-2", "webhook-timestamp": str(int(frozen.moment.timestamp())),
+        "webhook-signature": "v1,AAAA"})
+    assert (outcome.status, outcome.reason) == ("unauthorized", "bad_signature")
