@@ -87,3 +87,23 @@ def test_the_replaced_secret_stops_verifying_at_the_end_of_the_grace_exactly(
         "webhook-id": "d-2", "webhook-timestamp": str(int(frozen.moment.timestamp())),
         "webhook-signature": "v1,AAAA"})
     assert (outcome.status, outcome.reason) == ("unauthorized", "bad_signature")
+
+
+def test_admission_refusals_are_recorded_once_a_window_for_each_limit_and_others_each_time(
+        client, hook, team):
+    from budgets.services import budget_limit_create
+
+    trigger, secret = hook
+    trigger_update(trigger_id=trigger.id, actor=SETUP, changes={"max_per_minute": 2})
+    assert deliver(client, trigger, secret, delivery="d-1").status_code == 202
+    budget_limit_create(team=team, actor=SETUP, max_concurrent_runs=1)
+    assert deliver(client, trigger, secret, delivery="d-2").status_code == 429  # the team's cap
+    trigger_update(trigger_id=trigger.id, actor=SETUP, changes={"max_per_minute": 1})
+    assert deliver(client, trigger, secret, delivery="d-3").status_code == 429  # the rate
+    assert deliver(client, trigger, secret, delivery="d-4").status_code == 429  # the rate again
+    trigger_update(trigger_id=trigger.id, actor=SETUP, changes={"enabled": False})
+    assert deliver(client, trigger, secret, delivery="d-5").status_code == 409
+    assert deliver(client, trigger, secret, delivery="d-6").status_code == 409
+
+    refused = AuditEntry.objects.filter(action="trigger.refused").order_by("id")
+    assert [e.outcome for e in refused] == ["concurrent_runs", "rate", "disabled", "disabled"]
