@@ -106,3 +106,14 @@ def test_an_edited_interval_schedule_shows_slots_from_now_and_after_the_last_one
     saved = Schedule(interval_s=60, anchor=moment - timedelta(seconds=30))
     on_its_anchor, _ = next_slots(saved, count=1)
     assert on_its_anchor[0]["at"] == (moment + timedelta(seconds=30)).isoformat()
+
+
+def test_a_slots_template_reads_the_slot_in_utc(team, support, frozen):
+    frozen.moment = frozen.moment.replace(second=30)
+    trigger, _ = make_trigger(team, "schedule", name="utc", cron="* * * * *",
+                              timezone="Europe/Paris", input_template={
+                                  **DIGEST, "ticket_id": "digest-{{ slot_utc }}"})
+    frozen.advance(seconds=31)
+    [outcome] = schedule_tick(trigger_id=trigger.id)
+    slot = frozen.moment.replace(second=0)
+    assert outcome.run.input["ticket_id"] == f"digest-{slot.isoformat()}"
