@@ -188,8 +188,10 @@ def test_a_dead_letter_keeps_a_whole_body_whole_counts_redeliveries_and_is_recor
     receive(trigger.id, large, message_id="m-1")
     receive(trigger.id, exact, message_id="m-2")
     receive(trigger.id, large, message_id="m-1")  # delivered again, still failing
+    receive(trigger.id, b"[" + b" " * 100_000, message_id="m-3")  # too large: a prefix kept
 
-    first, second = EventDeadLetter.objects.order_by("id")
+    first, second, cut = EventDeadLetter.objects.order_by("id")
+    assert (len(cut.body), cut.body_complete, cut.reason_class) == (64 * 1024, False, "too_large")
     assert (len(first.body), first.body_complete, first.attempts) == (70_000, True, 2)
     assert (len(second.body), second.body_complete, second.attempts) == (100_000, True, 1)
     entry = AuditEntry.objects.filter(action="trigger.dead_lettered").order_by("id").first()
