@@ -107,3 +107,30 @@ def test_admission_refusals_are_recorded_once_a_window_for_each_limit_and_others
 
     refused = AuditEntry.objects.filter(action="trigger.refused").order_by("id")
     assert [e.outcome for e in refused] == ["concurrent_runs", "rate", "disabled", "disabled"]
+
+
+def test_what_a_webhook_post_is_answered_at_its_edges(client, hook, team, frozen):
+    import uuid
+
+    from triggers.services.webhooks import webhook_receive
+
+    trigger, secret = hook
+    trigger_update(trigger_id=trigger.id, actor=SETUP, changes={"max_body_bytes": 1024})
+    assert webhook_receive(trigger_id=uuid.uuid4(), headers={}, body=b"{}").status == "not_found"
+
+    bare = webhook_receive(trigger_id=trigger.id, headers={}, body=b"{}")  # no header at all
+    assert (bare.status, bare.reason) == ("unauthorized", "missing_headers")
+    assert bare.problems[0]["path"] == "headers" and bare.problems[0]["message"]
+
+    large = webhook_receive(trigger_id=trigger.id, headers={}, body=b" " * 1025)
+    assert large.problems == [{"path": "", "message": "the body is larger than this trigger's "
+                               "max_body_bytes (1,024)"}]
+    exact = b'{"ticket": "T-1", "text": "t", "email": "c@example.com"}'
+    exact += b" " * (1024 - len(exact))
+    assert deliver(client, trigger, secret, exact, delivery="d-1").status_code == 202
+
+    malformed = deliver(client, trigger, secret, b"{oops", delivery="d-2")
+    assert malformed.status_code == 400
+    entry = AuditEntry.objects.get(action="trigger.refused", outcome="malformed")
+    assert entry.actor == f"trigger:{trigger.id}"
+    assert entry.data["problems"][0]["message"].startswith("invalid JSON body: ")
