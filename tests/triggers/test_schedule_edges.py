@@ -49,8 +49,9 @@ def test_skipped_slots_are_recorded_by_the_trigger_with_the_policy_and_the_first
 def require_priority(team):
     """A new version of the workflow whose input the schedule's template no longer gives."""
     definition = example_definition("support")
-    definition["input_schema"]["required"] = [*definition["input_schema"]["required"], "priority"]
-    definition["input_schema"]["properties"]["priority"] = {"type": "string"}
+    schema = definition["input_schema"]
+    schema["required"] = [*schema["required"], "priority", "channel"]
+    schema["properties"].update(priority={"type": "string"}, channel={"type": "string"})
     workflow_save(team=team, definition=definition, actor=SETUP)
 
 
@@ -67,7 +68,7 @@ def test_a_refused_slot_keeps_its_slot_and_alerts_the_team_with_every_reason(
                                                             {"slot": slot})
     alert = Alert.objects.get()
     reasons = "; ".join(f"{p['path']}: {p['message']}" for p in outcome.problems)
-    assert outcome.problems and all(p["path"] for p in outcome.problems)
+    assert len(outcome.problems) == 2 and all(p["path"] for p in outcome.problems)
     assert alert.body == (f"The slot {slot} of schedule 'digest' (workflow 'support-reply') "
                           f"started no run: {reasons}. Its next slots are refused the same way "
                           "until the trigger or the workflow is fixed; the trigger's firings "
@@ -117,3 +118,13 @@ def test_a_slots_template_reads_the_slot_in_utc(team, support, frozen):
     [outcome] = schedule_tick(trigger_id=trigger.id)
     slot = frozen.moment.replace(second=0)
     assert outcome.run.input["ticket_id"] == f"digest-{slot.isoformat()}"
+
+
+def test_a_slot_refused_by_its_rate_alerts_with_the_limits_words(every_minute, frozen):
+    trigger_update(trigger_id=every_minute.id, actor=SETUP, changes={
+        "max_per_minute": 1, "missed_slots": "catch_up", "catch_up_max": 3})
+    frozen.advance(minutes=2)
+    outcomes = schedule_tick(trigger_id=every_minute.id)
+    assert [o.status for o in outcomes] == ["started", "refused"]
+    assert Alert.objects.get().body.split("started no run: ")[1].startswith(
+        "trigger 'digest' started 1 runs in the last minute")
