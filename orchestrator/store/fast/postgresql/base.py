@@ -30,7 +30,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         super()._close()
 
 
-class _SendsHeldFirst(CursorWrapper):
+class _HeldFirst:
     """Django's cursor: the store's held writes are sent, and answered, before its statement,
     so the database runs every statement in the order the service asked for it."""
 
@@ -43,14 +43,9 @@ class _SendsHeldFirst(CursorWrapper):
         return super().executemany(sql, param_list)
 
 
-class _SendsHeldFirstLogged(CursorDebugWrapper):
+class _SendsHeldFirst(_HeldFirst, CursorWrapper):
+    pass
+
+
+class _SendsHeldFirstLogged(_HeldFirst, CursorDebugWrapper):
     """`_SendsHeldFirst`, logging its statements (DEBUG, `CaptureQueriesContext`)."""
-
-    def execute(self, sql, params=None):
-        compiled.flush_on(self.db)
-        return super().execute(sql, params)
-
-    def executemany(self, sql, param_list):
-        compiled.flush_on(self.db)
-        return super().executemany(sql, param_list)
-
