@@ -8,9 +8,13 @@ lives in Django's cache — Redis when REDIS_URL is set, the embedded file cache
 every web process counts the same starts. A refusal is 429 with `Retry-After` and the one error
 shape; it is audited once per person or token and window (`services.admission`), never once per
 request. A schedule, a webhook and a queue event are rated per trigger (`max_per_minute`).
+While the cache cannot be reached the rate is not counted (a warning is logged): a run lives in
+the database, and an outage of Redis must not stop runs from starting.
 """
 import hashlib
+import logging
 
+import redis
 from django.conf import settings
 from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import Throttled
@@ -18,6 +22,8 @@ from rest_framework.throttling import SimpleRateThrottle
 
 from ..clock import now
 from ..services.admission import identity_of, start_refusal_record
+
+logger = logging.getLogger(__name__)
 
 
 class _RunStartThrottle(SimpleRateThrottle):
@@ -34,6 +40,14 @@ class _RunStartThrottle(SimpleRateThrottle):
 
     def get_rate(self) -> str | None:
         return settings.STEPWISE_RUN_START_RATES.get(self.scope)
+
+    def allow_request(self, request, view) -> bool:
+        try:
+            return super().allow_request(request, view)
+        except (redis.RedisError, OSError) as error:
+            logger.warning("run starts are not rate-limited while the cache is unreachable: %s",
+                           error)
+            return True
 
     def subject(self, request) -> tuple[str, str] | None:
         """(the ledger's name of whom this counts, the cache's), or None: not counted."""

@@ -372,3 +372,19 @@ def test_c_the_cap_and_the_rate_answer_in_one_shape(path, team, frozen, settings
     assert capped["Retry-After"] and rated["Retry-After"]
     assert set(capped.json()) == set(rated.json()) == {"errors"}
     assert [set(e) for e in capped.json()["errors"]] == [set(e) for e in rated.json()["errors"]]
+
+
+@pytest.mark.parametrize("path", ["api", "builder", "api_trigger"])
+def test_c_a_cache_that_cannot_be_reached_does_not_stop_run_starts(path, team, frozen, settings):
+    """The rates are counted in the cache (Redis in production); a run lives in the database.
+    While the cache is down a start is not rate-limited, and is never a 500."""
+    settings.STEPWISE_RUN_START_RATES = {"run_start.person": "1/min", "run_start.token": "1/min"}
+    settings.CACHES = {"default": {  # a real Redis client, refused by a port nothing listens on
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": "redis://127.0.0.1:9/0", "OPTIONS": {"socket_connect_timeout": 1}}}
+    person = person_with(team, Role.OWNER)
+    way = path_for(path, team, person, frozen)
+    way.set_up(max_per_minute=60)
+
+    assert started(way.start())
+    assert started(way.start())  # over the rate, uncounted
