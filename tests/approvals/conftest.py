@@ -10,6 +10,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.test import Client
 
 from approvals.models import ApprovalRequest
 from examples.tools import outbox_path
@@ -112,3 +113,13 @@ def sent_emails(run) -> list[dict]:
         return []
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [row for row in rows if row["idempotency_key"].startswith(f"{run.pk}:")]
+
+
+INBOX = "/admin/approvals/approvalrequest/"
+
+
+def signed_in(user) -> Client:
+    """A browser session of `user` in the admin."""
+    client = Client()
+    client.force_login(user)
+    return client

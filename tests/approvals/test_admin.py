@@ -10,16 +10,9 @@ from approvals.models import ApprovalRequest
 from orchestrator.models import Role, Run, StepRun
 from tests.factories import TeamFactory, member
 
-from .conftest import SUPPORT_INPUT, refund_gate, support_gate
+from .conftest import INBOX, SUPPORT_INPUT, refund_gate, signed_in, support_gate
 
 pytestmark = pytest.mark.django_db
-INBOX = "/admin/approvals/approvalrequest/"
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def page(approval) -> str:

@@ -4,7 +4,6 @@ home page counts (approvals/authority.py). From the survivors of `make mutate` o
 """
 import pytest
 from django.contrib.auth.models import Group
-from django.test import Client
 
 from approvals.authority import ON_THE_WAY_LIMIT, inbox, is_reviewer, on_the_way
 from approvals.models import ApprovalRequest
@@ -25,16 +24,9 @@ from orchestrator.tasks import execute_step
 from tests.conftest import client_for
 from tests.factories import SETUP, TeamFactory, example_definition, member
 
-from .conftest import SUPPORT_INPUT, refund_gate, sent_emails, support_gate
+from .conftest import INBOX, SUPPORT_INPUT, refund_gate, sent_emails, signed_in, support_gate
 
 pytestmark = pytest.mark.django_db
-INBOX = "/admin/approvals/approvalrequest/"
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def home(user) -> str:

@@ -10,6 +10,10 @@ from tests.factories import SETUP, example_definition
 from triggers.services.config import trigger_create
 from triggers.signatures import sign
 
+# A schedule's input template: each slot's run names its slot.
+DIGEST = {"ticket_id": "digest-{{ slot }}", "body": "Daily digest at {{ slot }}",
+          "customer_email": "ops@example.com"}
+
 SUPPORT_TEMPLATE = {"ticket_id": "{{ payload.ticket }}", "body": "{{ payload.text }}",
                     "customer_email": "{{ payload.email }}"}
 TICKET = {"ticket": "T-7", "text": "My invoice is wrong", "email": "c@example.com"}

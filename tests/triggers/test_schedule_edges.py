@@ -16,11 +16,9 @@ from triggers.services.config import trigger_update
 from triggers.services.schedules import next_slots, schedule_tick
 from triggers.slots import Schedule
 
-from .conftest import make_trigger
+from .conftest import DIGEST, make_trigger
 
 pytestmark = pytest.mark.django_db
-DIGEST = {"ticket_id": "digest-{{ slot }}", "body": "Daily digest at {{ slot }}",
-          "customer_email": "ops@example.com"}
 
 
 @pytest.fixture

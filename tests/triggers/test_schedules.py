@@ -13,11 +13,9 @@ from triggers.services.config import TriggerInvalid, trigger_update
 from triggers.services.schedules import schedule_tick
 from triggers.tasks import schedule_fire
 
-from .conftest import make_trigger
+from .conftest import DIGEST, make_trigger
 
 pytestmark = pytest.mark.django_db
-DIGEST = {"ticket_id": "digest-{{ slot }}", "body": "Daily digest at {{ slot }}",
-          "customer_email": "ops@example.com"}
 
 
 @pytest.fixture

@@ -12,11 +12,9 @@ from tests.factories import SETUP, TeamFactory, example_definition, member
 from triggers.models import Trigger
 from triggers.services.config import TriggerInvalid, trigger_update
 
-from .conftest import make_trigger
+from .conftest import DIGEST, make_trigger
 
 pytestmark = pytest.mark.django_db
-DIGEST = {"ticket_id": "digest-{{ slot }}", "body": "Daily digest at {{ slot }}",
-          "customer_email": "ops@example.com"}
 
 
 @pytest.fixture
