@@ -232,14 +232,18 @@ class Iteration:
         self.totals["runs_in_flight_at_restarts"] += running
         self.totals[f"{self.service}_messages_or_keys_lost"] += restart.lost
 
-    def recover(self, timeout: float = 120) -> None:
+    def recover(self, workers, timeout: float = 120) -> None:
         def settled():
             self.sweeper.reap()
             return all(r.state in SETTLED for r in Run.objects.filter(id__in=ids(self.runs)))
         try:
             wait_for(settled, timeout=timeout, interval=0.3)
         except AssertionError:
-            raise AssertionError(f"runs did not settle: {describe(self.runs)}") from None
+            # What the workers last did says whether they stopped taking messages or got stuck.
+            tail = "\n".join(workers.log.read_text(errors="replace").splitlines()[-80:])
+            raise AssertionError(f"iteration {self.number} (kill {self.moment}, restart of "
+                                 f"{self.service or 'no server'}): runs did not settle: {describe(self.runs)}\n"
+                                 f"the workers' log ends:\n{tail}") from None
 
 
 def planned_service(number: int, broker, database) -> str | None:
@@ -357,7 +361,7 @@ def test_crashes_restarts_and_duplicates_never_lose_a_run_nor_repeat_an_effect(w
             lost_keys |= iteration.lost_keys
             if iteration.service:
                 iteration.restart_service(broker, database)
-            iteration.recover()
+            iteration.recover(workers)
             totals["iterations"] += 1
 
         run_ids = ids(all_runs)
