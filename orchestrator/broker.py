@@ -7,12 +7,13 @@ to a staging folder and moved into the queue folder with an atomic rename, so a 
 ever sees whole messages.
 
 Redis (`redis://`, used through the CELERY_BROKER_TRANSPORT setting): when the broker goes
-away while a task is unacknowledged, Celery's consumer lets go of the connection and then
-closes it; closing tries to restore the unacknowledged messages over the connection it no
-longer has and dies with "Unrecoverable error: AttributeError ... 'hostname'", taking the
-whole worker down. Here that restore is skipped instead: the messages stay in Redis's
-unacknowledged set (restored after the visibility timeout), the reaper re-sends anything the
-database says is still owed, and the worker reconnects.
+away, Celery's consumer lets go of the connection before every channel of it is closed. Kombu
+then answers for those channels over a connection it no longer has and dies with an
+AttributeError, taking the whole worker down: when a closing channel restores its
+unacknowledged messages, and when a task that ends later acknowledges or rejects its message
+from the new connection's loop. Here those are skipped instead: the messages stay in Redis's
+unacknowledged set (restored after the visibility timeout, a replay the engine refuses), the
+reaper re-sends anything the database says is still owed, and the worker goes on.
 """
 import logging
 import os
@@ -51,12 +52,33 @@ TRANSPORT_ALIASES["stepwisefs"] = "orchestrator.broker:Transport"
 
 class RedisQoS(redis.QoS):
     def restore_unacked(self, client=None):
-        if client is None and self.channel.connection.client is None:
+        if client is None and self._connection_gone():
             log.warning("broker connection already closed: %d unacknowledged message(s) left "
                         "to the visibility timeout and the reaper", len(self._delivered))
             self._delivered.clear()
             return
         return super().restore_unacked(client)
+
+    def ack(self, delivery_tag):
+        if self._connection_gone():
+            self._leave(delivery_tag)
+            return
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag, requeue=False):
+        if self._connection_gone():
+            self._leave(delivery_tag)
+            return
+        super().reject(delivery_tag, requeue=requeue)
+
+    def _connection_gone(self) -> bool:
+        transport = self.channel.connection
+        return transport is None or transport.client is None
+
+    def _leave(self, delivery_tag) -> None:
+        log.warning("broker connection already closed: a message answered after it is left to "
+                    "the visibility timeout and the reaper")
+        self._delivered.pop(delivery_tag, None)
 
 
 class RedisChannel(redis.Channel):

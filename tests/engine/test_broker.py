@@ -1,9 +1,14 @@
-"""The embedded broker never hands a consumer a half-written message."""
+"""The broker transports' fixes: the embedded one never hands a consumer a half-written
+message; Redis's lets a worker answer messages of a connection it lost."""
+import logging
 import threading
 
 import kombu
+import pytest
+import redis
 
 import orchestrator.broker  # noqa: F401  (registers stepwisefs://)
+from tests.support.integrations import REDIS_URL, need, unique
 
 
 def test_messages_written_while_being_consumed_arrive_whole(tmp_path):
@@ -32,3 +37,39 @@ def test_messages_written_while_being_consumed_arrive_whole(tmp_path):
         thread.join()
     assert sorted(received) == list(range(sent))
     assert not list((tmp_path / ".staging").iterdir())
+
+
+@pytest.fixture
+def redis_prefix():
+    """A key prefix of the test's own on the shared Redis, its keys deleted after."""
+    need("Redis")
+    prefix = unique() + ":"
+    yield prefix
+    server = redis.Redis.from_url(REDIS_URL)
+    for key in server.scan_iter(f"{prefix}*"):
+        server.delete(key)
+
+
+@pytest.mark.parametrize("answer", ["ack", "reject"])
+def test_a_message_answered_after_its_connection_was_let_go_does_not_raise(answer, redis_prefix, caplog):
+    """Celery's consumer lets go of a lost connection's transport before it closes every channel
+    of it; a task that ends later answers its message on such a channel from the new
+    connection's loop. An error there would stop the whole worker ("Unrecoverable error")."""
+    connection = kombu.Connection(REDIS_URL, transport="orchestrator.broker:RedisTransport",
+                                  transport_options={"global_keyprefix": redis_prefix})
+    name = unique()
+    queue = kombu.Queue(name, routing_key=name)
+    channel = connection.channel()
+    kombu.Producer(channel).publish({"step": 1}, routing_key=name, declare=[queue])
+    delivered = []
+    with kombu.Consumer(channel, [queue], callbacks=[lambda body, message: delivered.append(message)],
+                        accept=["json"]):
+        connection.drain_events(timeout=5)
+    connection.transport.client = None  # what Connection.collect() leaves behind
+    channel.close()
+    message = delivered[0]
+    if answer == "ack":
+        message.ack_log_error(logging.getLogger(__name__), connection.connection_errors)
+    else:
+        message.reject_log_error(logging.getLogger(__name__), connection.connection_errors)
+    assert "left to the visibility timeout" in caplog.text
