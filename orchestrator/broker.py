@@ -76,8 +76,8 @@ class RedisQoS(redis.QoS):
         return transport is None or transport.client is None
 
     def _leave(self, delivery_tag) -> None:
-        log.warning("broker connection already closed: a message answered after it is left to "
-                    "the visibility timeout and the reaper")
+        log.warning("broker connection already closed: the answer to one of its messages is "
+                    "dropped; the message is left to the visibility timeout and the reaper")
         self._delivered.pop(delivery_tag, None)
 
 
