@@ -20,9 +20,10 @@ from enum import StrEnum
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
+from orchestrator.models import Role, Run, Team, TeamMembership, Workflow
+from orchestrator.store import Read
+
 from .errors import Forbidden
-from .models import Role, Run, Team, TeamMembership, Workflow
-from .store import Read
 
 
 class Action(StrEnum):

@@ -14,7 +14,7 @@ sit below the Celery entry points in the import graph.
 A message about a step carries its run id and step name as headers (`stepwise_run`,
 `stepwise_step`; the worker's log lines take them, `orchestrator.signals`) and in its kwargs
 representation (what Flower shows), and the sender's trace as `traceparent`
-(`orchestrator.tracing`), so Flower rows, logs and traces join up with runs.
+(`orchestrator.operations.tracing`), so Flower rows, logs and traces join up with runs.
 """
 import time
 from functools import partial
@@ -22,9 +22,10 @@ from functools import partial
 from celery import chord, current_app, signature
 from django.db import transaction
 
-from . import tracing
+from orchestrator.operations import tracing
+from orchestrator.operations.queues import BATCH_SUFFIX
+
 from .definitions import calls_model
-from .queues import BATCH_SUFFIX
 
 after_commit = partial(transaction.on_commit, robust=True)
 # A retry due sooner than this waits in the broker (countdown); later ones wait in the
@@ -35,7 +36,7 @@ BROKER_DELAY_LIMIT_S = 30
 def about(run_id=None, step_name: str = "") -> dict:
     """The options that name a message's run and step to workers, logs, traces and Flower."""
     # `sent_at` lets the operations page tell how long the oldest message of a Redis queue has
-    # waited (orchestrator/queues.py): Kombu's messages carry no time of their own.
+    # waited (orchestrator/operations/queues.py): Kombu's messages carry no time of their own.
     headers = {**tracing.headers_out(), "sent_at": time.time()}
     named = {}
     if run_id:

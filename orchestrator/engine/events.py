@@ -6,7 +6,7 @@ Each event is also entered in the audit ledger (`audit.services`), in the same t
 these two functions are the one path every state change of the engine takes.
 
 They are also where the engine's log lines about its work come from (and its retry and
-dead-letter counters, `orchestrator.metrics`): after the transaction
+dead-letter counters, `orchestrator.operations.metrics`): after the transaction
 commits, each event of a kind in `LOG_LEVELS` is logged once, at its level, with the run, step,
 attempt, workflow and team ids — a failure, a retry, a dead letter, a pause (a budget denial),
 an approval decision — so a rolled-back change logs nothing and a change logs one line.
@@ -18,7 +18,7 @@ owed one delivery per event that says the run waits or has ended (`CALLBACK_KIND
 On PostgreSQL the INSERT of the events sends `NOTIFY stepwise_events` in the same transaction
 (a trigger: migration 0015): PostgreSQL delivers it when (and only if) the transaction commits,
 and folds repeats within one transaction into one, so the live pages' relay
-(`orchestrator.live.relay`) wakes once per committed change and never for a rolled-back one.
+(`orchestrator.web.live.relay`) wakes once per committed change and never for a rolled-back one.
 """
 import logging
 from uuid import UUID
@@ -27,12 +27,12 @@ from django.db import connection, transaction
 
 from audit.services import audit_record_events
 from notifications.models import CallbackDelivery, RunCallback
+from orchestrator.models import Event, Run, StepRun, WorkflowVersion
+from orchestrator.operations.logcontext import describing
+from orchestrator.operations.metrics import observe_event
+from orchestrator.store import Read, build_row, insert_rows
 
 from .dispatch import callback_on_commit
-from .logcontext import describing
-from .metrics import observe_event
-from .models import Event, Run, StepRun, WorkflowVersion
-from .store import Read, build_row, insert_rows
 
 log = logging.getLogger("stepwise.events")
 

@@ -21,9 +21,9 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 
 from audit.redaction import MIN_SCRUB_LENGTH, is_secret_key
+from orchestrator.models import Run, RunSecret
+from orchestrator.operations.logcontext import mask_in_logs
 
-from .logcontext import mask_in_logs
-from .models import Run, RunSecret
 from .sealing import RUN_SECRETS
 
 MASK = "••••"

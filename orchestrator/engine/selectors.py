@@ -10,10 +10,11 @@ from django.db import connection
 from django.db.models import QuerySet, Subquery
 from rest_framework.authtoken.models import Token
 
-from .models import Effect, Run, StepRun, Team, Workflow, WorkflowVersion
+from orchestrator.models import Effect, Run, StepRun, Team, Workflow, WorkflowVersion
+from orchestrator.store import Read, read_together
+
 from .scheduler import Graph, graph_of
 from .states import StepState
-from .store import Read, read_together
 
 
 @lru_cache(maxsize=512)

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core import checks
 
-from .retry import StepError
+from orchestrator.engine.retry import StepError
 
 # Each kind, the fields it accepts (besides kind, teams and description), and which of them are
 # secrets (a {"env"} or {"file"} reference, never a literal).

@@ -46,7 +46,7 @@ class Transport(filesystem.Transport):
     driver_type = driver_name = "stepwisefs"
 
 
-TRANSPORT_ALIASES["stepwisefs"] = "orchestrator.broker:Transport"
+TRANSPORT_ALIASES["stepwisefs"] = "orchestrator.operations.broker:Transport"
 
 
 class RedisQoS(redis.QoS):

@@ -12,11 +12,11 @@ from datetime import timedelta
 
 from django.db import connection
 
-from .authz import operates_somewhere
-from .celery import app as celery_app
-from .clock import now
-from .errors import Forbidden
-from .models import WorkerHeartbeat
+from orchestrator.celery import app as celery_app
+from orchestrator.engine.authz import operates_somewhere
+from orchestrator.engine.clock import now
+from orchestrator.engine.errors import Forbidden
+from orchestrator.models import WorkerHeartbeat
 
 # A worker that has not beaten for this long is not listed.
 WORKER_SEEN_WITHIN = timedelta(seconds=30)

@@ -1,6 +1,6 @@
 """How log lines look and what they must never contain.
 
-`ContextFilter` puts the ids bound in `orchestrator.logcontext` (run, step, attempt, workflow,
+`ContextFilter` puts the ids bound in `orchestrator.operations.logcontext` (run, step, attempt, workflow,
 team, trace) on every record; `RedactFilter` replaces what `audit.redaction` calls a secret
 (bearer tokens, API keys, values under keys such as `password` or `api_key` — in a URL's query,
 a header line or a JSON body too) and every secret run input this process revealed

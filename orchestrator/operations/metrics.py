@@ -3,7 +3,7 @@ database says at scrape time.
 
 Counters and histograms are updated where things happen — a worker's step (duration,
 scheduling latency, tokens and cost by model), the outbox (retries, dead letters: `observe_event`,
-called by `orchestrator.events` after commit) and alerts — in whichever process that is. They are
+called by `orchestrator.engine.events` after commit) and alerts — in whichever process that is. They are
 prometheus-client metrics in multiprocess mode: each process writes its values to files under
 PROMETHEUS_MULTIPROC_DIR (set in the settings before this module is imported, var/prometheus/ by
 default), so the prefork children of every Celery worker and the web process all count, and
@@ -11,7 +11,7 @@ default), so the prefork children of every Celery worker and the web process all
 pending approvals and their age, open alerts — are read from the database when scraped
 (`DatabaseCollector`), so they are right whichever process changed them.
 
-Reads only; the scrape is protected (`orchestrator.api.metrics`).
+Reads only; the scrape is protected (`orchestrator.web.api.metrics`).
 """
 import os
 from pathlib import Path
@@ -29,10 +29,9 @@ from prometheus_client.core import GaugeMetricFamily
 
 from alerts.models import Alert, AlertState
 from approvals.models import ApprovalRequest, ApprovalState
-
-from .clock import now
-from .models import Run, StepRun
-from .states import StepState
+from orchestrator.engine.clock import now
+from orchestrator.engine.states import StepState
+from orchestrator.models import Run, StepRun
 
 STEP_DURATION = Histogram(
     "stepwise_step_duration_seconds", "How long a worker step's executor ran.",

@@ -10,13 +10,14 @@ from decimal import Decimal
 
 from django.db.models import Count, Q, Sum
 
-from .authz import operates_somewhere, visible
-from .clock import now
-from .models import DeadLetter, Run, StepRun, WorkerHeartbeat
-from .queues import queue_depths
-from .states import RunState
+from orchestrator.engine.authz import operates_somewhere, visible
+from orchestrator.engine.clock import now
+from orchestrator.engine.states import RunState
+from orchestrator.models import DeadLetter, Run, StepRun, WorkerHeartbeat
 
-WORKER_SEEN_WITHIN = timedelta(seconds=30)  # as the health details (orchestrator/health.py)
+from .queues import queue_depths
+
+WORKER_SEEN_WITHIN = timedelta(seconds=30)  # as the health details (orchestrator/operations/health.py)
 FAILED = (RunState.FAILED, RunState.TIMED_OUT, RunState.COMPENSATION_FAILED)
 LISTED = 50  # paused runs and dead letters shown; the admin's lists have the rest
 

@@ -2,7 +2,7 @@
 
 Django's `RedisCacheClient.get_client` builds a new `redis.Redis` for every cache operation,
 and building one registers its ~180 response callbacks: on a worker that reads a circuit
-breaker before every step (`orchestrator.limits`), that was more CPU than the round trip to
+breaker before every step (`orchestrator.engine.limits`), that was more CPU than the round trip to
 Redis. A `redis.Redis` is safe to share between threads (each command takes a connection from
 the pool), and its pool starts afresh in a forked child, so one per pool is enough.
 

@@ -6,8 +6,8 @@ from decimal import Decimal, InvalidOperation
 from django.contrib import admin
 from django.utils.html import format_html
 
-from .authz import teams_visible_to, visible
-from .text import replaced
+from orchestrator.engine.authz import teams_visible_to, visible
+from orchestrator.engine.text import replaced
 
 
 class ReadOnlyAdminMixin:

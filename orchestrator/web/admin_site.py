@@ -15,8 +15,7 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
 
 from approvals.authority import inbox, is_reviewer, on_the_way
-
-from .authz import teams_visible_to
+from orchestrator.engine.authz import teams_visible_to
 
 
 def may_enter(user) -> bool:

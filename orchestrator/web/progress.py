@@ -16,10 +16,9 @@ from django.db import connection
 from django.db.models import Count, Q
 
 from approvals.models import ApprovalRequest, ApprovalState
-
-from .models import Event, MapItem, Run, StepRun
-from .selectors import definition_of
-from .states import STEP_BROKEN, STEP_DONE, STEP_TERMINAL, StepKind
+from orchestrator.engine.selectors import definition_of
+from orchestrator.engine.states import STEP_BROKEN, STEP_DONE, STEP_TERMINAL, StepKind
+from orchestrator.models import Event, MapItem, Run, StepRun
 
 
 def _seconds(start, end) -> float | None:

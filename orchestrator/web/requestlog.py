@@ -8,8 +8,8 @@ from django.urls import Resolver404, resolve
 from django.utils.log import log_response
 from opentelemetry.trace import SpanKind
 
-from . import tracing
-from .logcontext import bind, current
+from orchestrator.operations import tracing
+from orchestrator.operations.logcontext import bind, current
 
 
 class RequestContextMiddleware:

@@ -3,7 +3,7 @@ import threading
 
 import kombu
 
-import orchestrator.broker  # noqa: F401  (registers stepwisefs://)
+import orchestrator.operations.broker  # noqa: F401  (registers stepwisefs://)
 
 
 def test_messages_written_while_being_consumed_arrive_whole(tmp_path):

@@ -69,7 +69,7 @@ def document_problems(
 ) -> Iterator[tuple[tuple[PathPart, ...], str]]:
     """Yield (path, message) when `value` nests deeper than `max_depth` or its JSON text
     would exceed `max_bytes`; also for floats that are not finite (no JSON has them) and for
-    the first string (or key) that is not valid Unicode (`orchestrator.text`).
+    the first string (or key) that is not valid Unicode (`orchestrator.engine.text`).
 
     Iterative, so it is safe on any depth, and it stops counting bytes once over the limit:
     the cost is bounded by the size of `value` itself, never by its expansion.

@@ -22,7 +22,7 @@ of a step's `compensate` (each checked at its top-level step: a gate cannot sit 
 item or a loop body). Agent steps call no tools (a `proposal` is data a later tool step acts
 on), and a sub_workflow step's child is checked as a workflow of its own.
 
-Who may publish such a version anyway (an owner) is `orchestrator.authz`'s business, and
+Who may publish such a version anyway (an owner) is `orchestrator.engine.authz`'s business, and
 `services.workflows` asks; nothing here reads the database or knows a person.
 """
 from __future__ import annotations

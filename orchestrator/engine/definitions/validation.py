@@ -81,9 +81,9 @@ def validate_definition(
     registered models, and `workflows(name)` returns a saved workflow's latest input
     schema (None if there is no such workflow). `egress(tool, params)`, if given, yields
     (path within params, message) for each URL the egress policy refuses
-    (`orchestrator.egress.definition_checker`). `tool_params(tool, params)`, if given, yields
+    (`orchestrator.integrations.egress.definition_checker`). `tool_params(tool, params)`, if given, yields
     (path within params, message) for each param the tool's named connection refuses
-    (`orchestrator.tools.checks.definition_checker`). Never raises for a bad `doc`.
+    (`orchestrator.integrations.tools.checks.definition_checker`). Never raises for a bad `doc`.
     """
     if not isinstance(doc, dict):
         return [Problem("", f"a definition must be a mapping, not {describe_type(doc)}")]

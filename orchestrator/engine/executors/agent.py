@@ -1,7 +1,7 @@
 """Agent steps: ask the model, hold the reply to its contract, repair within a bound.
 
 The contract is the step's `output_schema`, or — for a step that declares `proposal` — the
-proposal envelope over the declared action allowlist (`orchestrator.definitions.proposals`). A reply is
+proposal envelope over the declared action allowlist (`orchestrator.engine.definitions.proposals`). A reply is
 checked strictly (unknown fields and enum values are rejected). A reply that fails is sent
 back once per allowed repair (`repair_attempts`, default 1) with the problems listed; every
 call's tokens are summed into the attempt, so budgets see repairs. Each repair turn is a model
@@ -11,7 +11,7 @@ cost once it returns (`ctx.settle_call`), like an attempt. After the bound the
 attempt fails as `invalid_output` — never a crash, never half-checked data flowing on.
 
 A proposal that passes is normalized and hashed, and our code — not the model — adds the
-risk block (`orchestrator.risk`) the approval gate's `when` reads. This executor changes no
+risk block (`orchestrator.engine.risk`) the approval gate's `when` reads. This executor changes no
 run or step state (it only has the audit entry authorizing each call recorded: `ctx.authorize`)
 and runs no tool: an action is performed only by a tool step the definition names.
 """
@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+
+from orchestrator.integrations.providers import ModelReply, ModelRequest, Provider, provider_for
 
 from ..definitions import TemplateError, render_template
 from ..definitions.format import DEFAULT_REPAIR_ATTEMPTS
@@ -31,7 +33,6 @@ from ..definitions.proposals import (
 from ..hashing import digest_of
 from ..output_schemas import validate_output
 from ..prompts import prompt_hash
-from ..providers import ModelReply, ModelRequest, Provider, provider_for
 from ..retry import StepError
 from ..risk import assess
 from .base import ExecContext, Result, SpentStepError

@@ -7,11 +7,12 @@ default route. The model can only pick among the routes the definition declares;
 name a step, add a route or skip the router. A provider failure (rate limit, timeout, ...)
 is a classified StepError for the retry policy, not a silent default.
 """
+from orchestrator.integrations.providers import ModelRequest
+
 from ..definitions import ExpressionError, evaluate_expression
 from ..hashing import digest_of
 from ..output_schemas import validate_output
 from ..prompts import prompt_hash
-from ..providers import ModelRequest
 from ..retry import StepError
 from .agent import Conversation, render_prompts
 from .base import ExecContext, Result

@@ -8,11 +8,12 @@ from functools import partial
 
 from jsonschema import Draft202012Validator
 
+from orchestrator.integrations.tools.registry import Tool, ToolContext, get_tool
+from orchestrator.models import Run
+
 from ..definitions import TemplateError, render_value
-from ..models import Run
 from ..output_schemas import validate_output
 from ..retry import StepError
-from ..tools.registry import Tool, ToolContext, get_tool
 from .base import ExecContext, Result
 
 

@@ -17,10 +17,10 @@ scheduler.
 """
 from budgets.alerts import budget_outcome_first
 from budgets.services import budget_reserve, elapsed_denial
+from orchestrator.models import Run, StepRun
 
 from ..authz import SCHEDULER, Actor, label
 from ..events import event_record
-from ..models import Run, StepRun
 from ..states import RunState
 
 

@@ -17,6 +17,7 @@ from django.db import InterfaceError, OperationalError, transaction
 
 from audit.services import external_call_authorize
 from budgets.services import cost_of
+from orchestrator.models import Effect, Run, StepRun
 
 from ..authz import System, label
 from ..clock import now
@@ -26,7 +27,6 @@ from ..executors import ExecContext
 from ..executors.tool import prepared_call
 from ..keys import idempotency_key_for
 from ..leases import heartbeat, lease_until
-from ..models import Effect, Run, StepRun
 from ..retry import StepError, retry_at
 from ..secret_inputs import revealed_for
 from ..selectors import compensable_steps, definition_of, lock_run, runs_with_version

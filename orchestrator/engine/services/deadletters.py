@@ -4,9 +4,10 @@ Work that fails for good lands in `DeadLetter` (with run, step, error class, att
 reference and trace id). Nothing leaves it by itself: the way back is an operator's redrive
 (`operators.dead_letter_redrive`).
 """
+from orchestrator.models import DeadLetter, Run, StepRun
+
 from ..authz import Actor, label
 from ..events import event_record
-from ..models import DeadLetter, Run, StepRun
 from ..retry import StepError
 
 

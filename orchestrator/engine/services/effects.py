@@ -21,12 +21,13 @@ from collections.abc import Callable
 
 from django.db import IntegrityError, transaction
 
+from orchestrator.integrations.tools.registry import Tool
+from orchestrator.models import Effect, StepRun
+
 from ..clock import now
 from ..events import event_record
-from ..models import Effect, StepRun
 from ..retry import StepError
 from ..states import RUN_EFFECTS_ALLOWED
-from ..tools.registry import Tool
 
 
 def effect_perform(*, tool: Tool, call: Callable[[], object], step_id: int, key: str,

@@ -1,14 +1,15 @@
-"""Starting a workflow from a template of the gallery (`orchestrator.gallery`).
+"""Starting a workflow from a template of the gallery (`orchestrator.engine.gallery`).
 
 The template's definition is saved for the team by `workflow_save` — validated and versioned as
 any definition, with the workflow.save permission checked there, for the acting person — under
 the template's name or one the person chooses. The admin's "new workflow from template" page and
 `POST /api/v1/templates/<name>/instantiate/` both call `template_instantiate`.
 """
+from orchestrator.models import Team, WorkflowVersion
+
 from ..authz import Action, Actor, require
 from ..errors import InputInvalid
 from ..gallery import template_named
-from ..models import Team, WorkflowVersion
 from .workflows import workflow_save
 
 

@@ -13,14 +13,14 @@ from django.db import transaction
 from django.db.models import Q
 
 from audit.services import audit_record
+from orchestrator.integrations.tools.registry import all_tools
+from orchestrator.models import GatePolicy, Team, Workflow, WorkflowVersion
 
 from ..authz import Action, Actor, label, person, require
 from ..definitions import Problem
 from ..definitions.format import RISK_TIERS
 from ..definitions.mandatory_gates import ActionRule, unguarded_actions
 from ..errors import InputInvalid, NotAllowed
-from ..models import GatePolicy, Team, Workflow, WorkflowVersion
-from ..tools.registry import all_tools
 
 
 def url_params(tool: str) -> tuple[str, ...]:

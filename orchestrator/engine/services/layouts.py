@@ -7,10 +7,11 @@ saved by `services.workflows.workflow_save` only.
 """
 import math
 
+from orchestrator.models import WorkflowVersion, WorkflowVersionLayout
+
 from ..authz import Action, Actor, person, require
 from ..clock import now
 from ..errors import InputInvalid
-from ..models import WorkflowVersion, WorkflowVersionLayout
 
 MAX_POSITIONS = 1000  # far above the most steps (and loop body steps) a definition may have
 MAX_COORDINATE = 1e6

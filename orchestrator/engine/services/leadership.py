@@ -13,8 +13,9 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from orchestrator.models import Leadership
+
 from ..clock import now
-from ..models import Leadership
 
 
 def leadership_hold(*, name: str, holder: str, lease_s: float) -> bool:

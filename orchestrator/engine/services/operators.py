@@ -12,12 +12,12 @@ from decimal import Decimal
 from django.db import transaction
 
 from budgets.services import override_record
+from orchestrator.models import DeadLetter, Run, StepRun
 
 from ..authz import Action, Actor, label, person, require
 from ..clock import now
 from ..errors import NotAllowed
 from ..events import event_record
-from ..models import DeadLetter, Run, StepRun
 from ..selectors import lock_run, lock_run_of_step
 from ..states import STEP_RECOVERABLE, RunState
 from .kinds.worker import step_requeue

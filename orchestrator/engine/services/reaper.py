@@ -15,12 +15,12 @@ from django.db.models import Exists, OuterRef, Q
 
 from approvals.services import approval_reminders_send
 from notifications.services import callbacks_resend, notifications_resend
+from orchestrator.models import Event, MapItem, Run, StepRun
 
 from ..authz import REAPER, label
 from ..clock import now
 from ..dispatch import compensate_on_commit
 from ..events import event_record
-from ..models import Event, MapItem, Run, StepRun
 from ..states import RUN_LIVE, RUN_TERMINAL, RunState, StepState
 from . import runs
 from .kinds import handler_for, map_step, sub_workflow, worker

@@ -14,6 +14,8 @@ from jsonschema import Draft202012Validator
 from audit.redaction import keyed_hash
 from budgets.services import budget_admit, duration_policy
 from notifications.services import callback_problems, run_callback_register
+from orchestrator.models import Event, Run, StepRun, WorkflowVersion
+from orchestrator.store import build_row, insert_rows
 
 from ..authz import REAPER, Action, Actor, is_person, label, may, require
 from ..clock import now
@@ -29,13 +31,11 @@ from ..errors import (
 )
 from ..events import event_record
 from ..hashing import digest_of
-from ..models import Event, Run, StepRun, WorkflowVersion
 from ..provenance import of_child as provenance_of_child
 from ..provenance import of_start as provenance_of_start
 from ..secret_inputs import seal_for, secret_paths, split
 from ..selectors import definition_of, lock_run
 from ..states import RUN_CANCELLABLE, RUN_LIVE, STOPPED_BY_RUN_END, RunState, StepState
-from ..store import build_row, insert_rows
 from .admission import start_refusal_record
 from .budget_gate import duration_denial, run_pause_for_budget
 from .gate_policies import url_params, version_gate_problems
@@ -90,7 +90,7 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     `callback_url` (with `callback_secret`, its signing key) is POSTed when the run waits or
     ends (docs/live.md#callbacks); a URL the team's egress policy refuses is InputInvalid.
 
-    `provenance` says who set the run in motion (`orchestrator.provenance`): a trigger passes
+    `provenance` says who set the run in motion (`orchestrator.engine.provenance`): a trigger passes
     its own; by default it is the person `actor` on the path `trigger`, and a child run's is
     its parent's. It is stored on the run and on its run.created event (so in the ledger).
     """

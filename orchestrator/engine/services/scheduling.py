@@ -11,14 +11,15 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from budgets.services import budget_release, model_calls
+from orchestrator.models import Event, Run, StepRun
+from orchestrator.operations import tracing
+from orchestrator.store import build_row, save_row
 
-from .. import tracing
 from ..authz import SCHEDULER, Actor, label
 from ..clock import now
 from ..definitions import ExpressionError, evaluate_expression
 from ..dispatch import child_finished_on_commit, compensate_on_commit
 from ..events import event_record, events_record
-from ..models import Event, Run, StepRun
 from ..scheduler import StepView, plan
 from ..selectors import compensable_steps, definition_of, steps_of
 from ..states import (
@@ -29,7 +30,6 @@ from ..states import (
     RunState,
     StepState,
 )
-from ..store import build_row, save_row
 from .budget_gate import dispatch_reserve
 from .kinds import Eager, handler_for
 

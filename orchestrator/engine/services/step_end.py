@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from django.db import transaction
 
 from budgets.services import budget_release, model_calls
+from orchestrator.models import Event, Run, StepRun
+from orchestrator.store import save_row
 
 from ..authz import REAPER, Actor, label
 from ..events import event_record, events_record
-from ..models import Event, Run, StepRun
 from ..selectors import lock_run_of_step, spec_of
 from ..states import RunState, StepState
-from ..store import save_row
 from .kinds import Eager, handler_for
 from .scheduling import run_advance, run_settle_cancel
 

@@ -11,6 +11,10 @@ from django.conf import settings
 from django.db import transaction
 
 from audit.services import audit_record
+from orchestrator.integrations.egress import definition_checker
+from orchestrator.integrations.tools.checks import definition_checker as connections_checker
+from orchestrator.integrations.tools.registry import tool_param_schemas
+from orchestrator.models import Team, Workflow, WorkflowVersion
 
 from ..authz import Action, Actor, label, may, person, require
 from ..clock import now
@@ -18,13 +22,9 @@ from ..definitions import DefinitionInvalid, Problem, normalize_definition, vali
 from ..definitions.calls import call_cycle, workflow_calls
 from ..definitions.mandatory_gates import mandatory_gate_problems, weakened_gates
 from ..definitions.problems import format_path
-from ..egress import definition_checker
 from ..errors import Forbidden, NotAllowed
 from ..hashing import digest_of
-from ..models import Team, Workflow, WorkflowVersion
 from ..selectors import version_to_start
-from ..tools.checks import definition_checker as connections_checker
-from ..tools.registry import tool_param_schemas
 from .gate_policies import url_params, version_gate_problems
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 from django.core.exceptions import ImproperlyConfigured
 
-from ..retry import StepError
+from orchestrator.engine.retry import StepError
 
 MESSAGE_LIMIT = 300
 

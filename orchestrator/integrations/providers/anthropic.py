@@ -14,7 +14,8 @@ A `tool_use` block naming any other tool makes the reply invalid; it is never ex
 """
 import json
 
-from ..retry import StepError
+from orchestrator.engine.retry import StepError
+
 from .base import (
     RESPONSE_NAME,
     ModelReply,

@@ -10,7 +10,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ..retry import StepError
+from orchestrator.engine.retry import StepError
+
 from .errors import DEFAULT_MAX_RESPONSE_BYTES
 
 # The name of the one tool / structured-output channel a reply may arrive through.

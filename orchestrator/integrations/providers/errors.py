@@ -7,7 +7,7 @@
 | other HTTP 5xx (incl. 529 overloaded), a dropped connection, a garbled 2xx body | `transient` | yes |
 | HTTP 401, 403, an API key variable that is not set | `auth`          | never             |
 | other HTTP 4xx, a bad base URL                   | `invalid_request` | never             |
-| a base URL whose name resolves to a metadata or link-local address (orchestrator.egress) | `policy` | never |
+| a base URL whose name resolves to a metadata or link-local address (orchestrator.integrations.egress) | `policy` | never |
 | a reply larger than `max_response_bytes` (default 8 MiB) | `permanent` | never        |
 
 Messages carry the status and the API's own error text (shortened), never a header, so an
@@ -19,9 +19,10 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
+from orchestrator.engine.clock import now
+from orchestrator.engine.retry import StepError
+
 from .. import egress
-from ..clock import now
-from ..retry import StepError
 
 MESSAGE_LIMIT = 300
 # The largest reply read from a model API (registry `max_response_bytes`); a larger one fails
@@ -86,7 +87,7 @@ def classify_status(status: int, headers: httpx.Headers | dict, body: str = "") 
 
 
 def classify_exception(exc: Exception) -> StepError:
-    """The StepError for a call that got no HTTP response (orchestrator.egress's classes)."""
+    """The StepError for a call that got no HTTP response (orchestrator.integrations.egress's classes)."""
     return egress.as_step_error(exc)
 
 

@@ -15,8 +15,14 @@ from pathlib import Path
 
 from django.conf import settings
 
-from ..definitions import ExpressionError, TemplateError, evaluate_expression, render_value
-from ..retry import StepError
+from orchestrator.engine.definitions import (
+    ExpressionError,
+    TemplateError,
+    evaluate_expression,
+    render_value,
+)
+from orchestrator.engine.retry import StepError
+
 from .base import ModelReply, ModelRequest, Provider, estimate_tokens
 
 

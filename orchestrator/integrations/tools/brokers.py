@@ -32,8 +32,9 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from orchestrator.engine.retry import StepError
+
 from ..connections import Connection
-from ..retry import StepError
 from .named import CONNECTION_PARAM, connection_for, deadline_s, failure, message_id
 from .registry import FENCING_HEADER, ToolContext, tool
 

@@ -2,8 +2,9 @@
 import httpx
 from django.core.exceptions import ImproperlyConfigured
 
+from orchestrator.engine.retry import StepError
+
 from .. import egress
-from ..retry import StepError
 from .registry import FENCING_HEADER, ToolContext, tool
 
 HTTP_PARAMS = {

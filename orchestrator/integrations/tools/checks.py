@@ -10,8 +10,9 @@ it under the step's path. Reads settings only, never the network.
 """
 from collections.abc import Iterator
 
+from orchestrator.engine.definitions import contains_template
+
 from ..connections import ConnectionRefused, connection_get
-from ..definitions import contains_template
 from .registry import all_tools
 
 Problems = Iterator[tuple[tuple, str]]

@@ -33,8 +33,9 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, ReadTimeoutError
 
+from orchestrator.engine.retry import StepError
+
 from ..connections import Connection
-from ..retry import StepError
 from .named import CONNECTION_PARAM, connection_for, deadline_s, failure
 from .registry import ToolContext, tool
 

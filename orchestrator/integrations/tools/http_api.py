@@ -5,7 +5,7 @@ effect ledger or the audit ledger.
 The connection holds `base_url` and `auth` (`bearer` token, `basic` username/password, or a
 `header` name/value; secrets from the environment or a secrets file). A step gives a `path`
 relative to the base URL, a method, query and JSON body. The call goes through
-`orchestrator.egress.request` under the policy of exactly the configured origin
+`orchestrator.integrations.egress.request` under the policy of exactly the configured origin
 (`egress.policy_for_base_url`), capped at the tool's response size for the team
 (`egress.policy_for(tool="http.json")`), so a path cannot lead anywhere else. A step that has a
 side effect sends its idempotency key as `Idempotency-Key`, like `http.request`.
@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 import httpx
 from django.core.exceptions import ImproperlyConfigured
 
+from orchestrator.engine.retry import StepError
+
 from .. import egress
-from ..retry import StepError
 from .builtin import classify_status
 from .named import CONNECTION_PARAM, connection_for, deadline_s, failure
 from .registry import ToolContext, tool

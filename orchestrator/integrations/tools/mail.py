@@ -5,7 +5,7 @@ files in a directory for development).
   renders them over the step's input (sandboxed Jinja) before the tool sees them.
 * Every recipient (to, cc, bcc, reply_to) must be in the allowed domains: the step's
   `allowed_domains` (literal in the definition) and the connection's, both where both are
-  given - checked with the risk rules' recipient check (`orchestrator.risk.in_scope`), when the
+  given - checked with the risk rules' recipient check (`orchestrator.engine.risk.in_scope`), when the
   definition is saved for literal recipients and again at run time for rendered ones. With no
   allowed domains declared anywhere nothing is sent.
 * The Message-ID is derived from the step's idempotency key (`<uuid@domain>`), so a send repeated
@@ -22,10 +22,11 @@ import socket
 
 from django.core.mail import BadHeaderError, EmailMultiAlternatives, get_connection
 
+from orchestrator.engine.definitions import contains_template
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.risk import in_scope
+
 from ..connections import Connection
-from ..definitions import contains_template
-from ..retry import StepError
-from ..risk import in_scope
 from .named import CONNECTION_PARAM, connection_for, deadline_s, failure, message_id
 from .registry import FENCING_HEADER, ToolContext, tool
 

@@ -7,9 +7,10 @@ caps the length, because a step's error is stored, shown and written to the audi
 """
 import uuid
 
+from orchestrator.engine.definitions import contains_template
+from orchestrator.engine.retry import StepError
+
 from ..connections import Connection, ConnectionRefused, connection_get
-from ..definitions import contains_template
-from ..retry import StepError
 from .registry import ToolContext
 
 MESSAGE_LIMIT = 300

@@ -5,10 +5,10 @@ brokers, e-mail, JSON APIs; docs/tools.md); users add their own from their
 own modules, listed in the STEPWISE_TOOL_MODULES setting (environment variable), with no
 change to Stepwise's code. A tool receives validated params and a `ToolContext`, returns a
 JSON-able value, and raises `StepError` with an error class for a failure it understands.
-A tool that calls out makes its calls through `orchestrator.egress.request` under
+A tool that calls out makes its calls through `orchestrator.integrations.egress.request` under
 `egress.policy_for(tool=<its name>, team=ctx.team)`, and names its URL params in `url_params`.
 A tool that reaches a system an operator configured takes a `connection` param naming one
-(`orchestrator.connections`) and declares its kind in `connection`; a definition naming a
+(`orchestrator.integrations.connections`) and declares its kind in `connection`; a definition naming a
 missing connection is refused when it is saved (`tools/checks.py`).
 """
 import importlib
@@ -26,7 +26,7 @@ class ToolContext:
     attempt: int
     idempotency_key: str
     side_effect: bool = False
-    # The step's timeout_s: an outbound call must end by then (orchestrator.egress).
+    # The step's timeout_s: an outbound call must end by then (orchestrator.integrations.egress).
     timeout_s: float | None = None
     # Finds the run's team slug the first time a tool asks for `team`; most tools never do,
     # so most tool steps make no query for it.
@@ -55,7 +55,7 @@ class Tool:
     # Params that are URLs the tool calls: checked against the egress policy when a
     # definition is saved (their literal part) as well as when the call is made.
     url_params: tuple[str, ...] = ()
-    # The kind of named connection its `connection` param names (orchestrator.connections).
+    # The kind of named connection its `connection` param names (orchestrator.integrations.connections).
     connection: str | None = None
     # The tool changes the world whatever the step says: every call goes through the effect
     # ledger, as if the step declared `side_effect: true`.
@@ -116,9 +116,9 @@ def tool_param_schemas() -> dict[str, dict]:
     return {name: t.params_schema for name, t in _TOOLS.items()}
 
 
-BUILTIN_MODULES = ("orchestrator.tools.builtin", "orchestrator.tools.sql",
-                   "orchestrator.tools.files", "orchestrator.tools.brokers",
-                   "orchestrator.tools.mail", "orchestrator.tools.http_api")
+BUILTIN_MODULES = ("orchestrator.integrations.tools.builtin", "orchestrator.integrations.tools.sql",
+                   "orchestrator.integrations.tools.files", "orchestrator.integrations.tools.brokers",
+                   "orchestrator.integrations.tools.mail", "orchestrator.integrations.tools.http_api")
 
 
 def load_tool_modules() -> None:

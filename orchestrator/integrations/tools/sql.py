@@ -37,9 +37,10 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.engine import Connection as SAConnection
 from sqlalchemy.pool import NullPool
 
+from orchestrator.engine.hashing import digest_of
+from orchestrator.engine.retry import StepError
+
 from ..connections import Connection
-from ..hashing import digest_of
-from ..retry import StepError
 from .named import CONNECTION_PARAM, connection_checked, connection_for, deadline_s, failure
 from .registry import ToolContext, tool
 

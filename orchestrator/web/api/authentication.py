@@ -12,7 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
 
-from ..selectors import token_with_user
+from orchestrator.engine.selectors import token_with_user
 
 #: The schemes an Authorization header may use, in the order the 401 names them.
 SCHEMES = ("Bearer", "Token")

@@ -19,8 +19,8 @@ from rest_framework import status
 from rest_framework.exceptions import APIException, NotAuthenticated, ParseError, ValidationError
 from rest_framework.response import Response
 
-from ..definitions import DefinitionInvalid, Problem
-from ..errors import (
+from orchestrator.engine.definitions import DefinitionInvalid, Problem
+from orchestrator.engine.errors import (
     BudgetExceeded,
     Forbidden,
     IdempotencyConflict,
@@ -28,6 +28,7 @@ from ..errors import (
     NotAllowed,
     ServiceError,
 )
+
 from .authentication import HOW
 
 _STATUS = {

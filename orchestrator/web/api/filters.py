@@ -10,8 +10,7 @@ import django_filters
 from django import forms
 
 from approvals.models import ApprovalRequest, ApprovalState
-
-from ..models import DeadLetter, Run, RunState, Workflow
+from orchestrator.models import DeadLetter, Run, RunState, Workflow
 
 
 class QueryForm(forms.Form):

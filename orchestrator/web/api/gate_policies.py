@@ -7,10 +7,15 @@ from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.response import Response
 
-from ..authz import visible
-from ..definitions.format import RISK_TIERS
-from ..models import GatePolicy
-from ..services.gate_policies import gate_policy_create, gate_policy_delete, published_gate_problems
+from orchestrator.engine.authz import visible
+from orchestrator.engine.definitions.format import RISK_TIERS
+from orchestrator.engine.services.gate_policies import (
+    gate_policy_create,
+    gate_policy_delete,
+    published_gate_problems,
+)
+from orchestrator.models import GatePolicy
+
 from .errors import ServiceErrorsMixin, valid_data
 from .parsers import JSONBodyParser
 from .permissions import team_and_workflow_for_write

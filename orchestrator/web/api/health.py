@@ -5,7 +5,7 @@ JSON Schema.
 the process if it does not answer); `/health/ready/` says whether the database and the broker
 answer (readiness: send it traffic or not), with nothing else.
 `/health/details/` gives operators the database, the broker and which workers beat recently
-(host names and queues); `orchestrator.health.health_details` decides who is an operator.
+(host names and queues); `orchestrator.operations.health.health_details` decides who is an operator.
 """
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -14,9 +14,10 @@ from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..definitions import definition_format_schema
-from ..errors import Forbidden
-from ..health import health_details, ready
+from orchestrator.engine.definitions import definition_format_schema
+from orchestrator.engine.errors import Forbidden
+from orchestrator.operations.health import health_details, ready
+
 from .errors import error_body
 
 _LIVENESS = inline_serializer("Liveness", {"status": serializers.ChoiceField(choices=["ok"])})

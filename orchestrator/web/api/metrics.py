@@ -1,4 +1,4 @@
-"""`/metrics`: the Prometheus scrape (orchestrator/metrics.py, docs/operations.md#metrics).
+"""`/metrics`: the Prometheus scrape (orchestrator/operations/metrics.py, docs/operations.md#metrics).
 
 Protected: the metrics map the whole deployment — every team's runs, queues, approvals, model
 tokens and costs, with no team label to filter by. A Prometheus server sends
@@ -14,7 +14,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
 
-from ..metrics import metrics_text
+from orchestrator.operations.metrics import metrics_text
+
 from .errors import error_body
 
 

@@ -13,8 +13,9 @@ from rest_framework import status
 from rest_framework.exceptions import APIException
 from rest_framework.parsers import BaseParser, FormParser, MultiPartParser
 
-from ..definitions import DefinitionInvalid, parse_definition_text
-from ..definitions.loader import parse_json_text
+from orchestrator.engine.definitions import DefinitionInvalid, parse_definition_text
+from orchestrator.engine.definitions.loader import parse_json_text
+
 from .errors import DefinitionParseError, error_body
 
 

@@ -5,8 +5,9 @@ service's check (`workflow_save`). Nothing here grants anything.
 """
 from rest_framework.exceptions import ValidationError
 
-from ..authz import teams_visible_to
-from ..models import Team, Workflow
+from orchestrator.engine.authz import teams_visible_to
+from orchestrator.models import Team, Workflow
+
 from .errors import error_body
 
 

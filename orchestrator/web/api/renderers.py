@@ -1,9 +1,9 @@
 """The API's JSON renderer: DRF's, except that a response never fails on stored text that is
 not valid Unicode (a lone surrogate kept from before entries refused it): such text is sent
-with U+FFFD in its place (`orchestrator.text.replaced`) instead of answering 500."""
+with U+FFFD in its place (`orchestrator.engine.text.replaced`) instead of answering 500."""
 from rest_framework.renderers import JSONRenderer
 
-from ..text import replaced
+from orchestrator.engine.text import replaced
 
 
 class JSONBodyRenderer(JSONRenderer):

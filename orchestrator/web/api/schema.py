@@ -3,7 +3,7 @@
 drf-spectacular documents what a view declares with `extend_schema`; the errors that come from
 the shared machinery (authentication, routing, parsing, query parameters) are true of every
 endpoint alike, so they are added here instead of on each view, all in the one error shape
-(`Errors`, orchestrator/api/errors.py):
+(`Errors`, orchestrator/web/api/errors.py):
 
 * 400 where the request has query or header parameters or a body (a value that does not parse,
   a filter or page outside its range, a body of the wrong shape);

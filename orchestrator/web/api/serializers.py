@@ -13,11 +13,11 @@ from rest_framework import serializers
 from approvals.models import ApprovalDecision, ApprovalRequest
 from budgets.selectors import run_budget
 from budgets.serializers import RunBudgetSerializer
+from orchestrator.engine.executors import ATTEMPT_META_FIELDS
+from orchestrator.engine.provenance import describe
+from orchestrator.models import DeadLetter, Run, StepAttempt, StepRun, Workflow, WorkflowVersion
 
-from ..executors import ATTEMPT_META_FIELDS
-from ..models import DeadLetter, Run, StepAttempt, StepRun, Workflow, WorkflowVersion
 from ..progress import latest_event_of, run_progress
-from ..provenance import describe
 
 
 def _absolute(serializer: serializers.Serializer, path: str) -> str:

@@ -8,9 +8,10 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from ..definitions.format import WORKFLOW_NAME_PATTERN
-from ..gallery import Template, template_named, templates
-from ..services.gallery import template_instantiate
+from orchestrator.engine.definitions.format import WORKFLOW_NAME_PATTERN
+from orchestrator.engine.gallery import Template, template_named, templates
+from orchestrator.engine.services.gallery import template_instantiate
+
 from .errors import ServiceErrorsMixin, error_body, valid_data
 from .parsers import JSONBodyParser
 from .permissions import team_for_write

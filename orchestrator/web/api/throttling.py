@@ -20,8 +20,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import Throttled
 from rest_framework.throttling import SimpleRateThrottle
 
-from ..clock import now
-from ..services.admission import identity_of, start_refusal_record
+from orchestrator.engine.clock import now
+from orchestrator.engine.services.admission import identity_of, start_refusal_record
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class _RunStartThrottle(SimpleRateThrottle):
     scope = ""
 
     def timer(self) -> float:
-        return now().timestamp()  # the engine's one clock (orchestrator.clock)
+        return now().timestamp()  # the engine's one clock (orchestrator.engine.clock)
 
     def __init__(self):
         # The rate is read per request, so a changed setting applies at once (DRF reads its

@@ -11,9 +11,10 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
-from ..authz import teams_visible_to
-from ..connections import connections_for
-from ..tools.registry import Tool, all_tools
+from orchestrator.engine.authz import teams_visible_to
+from orchestrator.integrations.connections import connections_for
+from orchestrator.integrations.tools.registry import Tool, all_tools
+
 from .errors import error_body
 from .pagination import LimitOffsetPagination
 from .serializers import ErrorsSerializer

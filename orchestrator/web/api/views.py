@@ -24,29 +24,26 @@ from rest_framework.response import Response
 from approvals.models import ApprovalDecision, ApprovalRequest
 from budgets.serializers import BudgetRaiseSerializer, RunEstimateSerializer
 from budgets.services import run_estimate
-
-from ..authz import visible, visible_workflows_named
-from ..definitions import DefinitionInvalid, parse_definition_text
-from ..errors import NotAllowed
-from ..models import DeadLetter, Event, Run, StepRun, Workflow, WorkflowVersion
-from ..progress import LONG_POLL_MAX_S, LongPollsExhausted, long_poll_slot, wait_for_event
-from ..provenance import of_start as provenance_of_start
-from ..selectors import latest_version, runs_with_version
-from ..services.kinds.human_gate import (
+from orchestrator.engine.authz import visible, visible_workflows_named
+from orchestrator.engine.definitions import DefinitionInvalid, parse_definition_text
+from orchestrator.engine.errors import NotAllowed
+from orchestrator.engine.provenance import of_start as provenance_of_start
+from orchestrator.engine.selectors import latest_version, runs_with_version
+from orchestrator.engine.services.kinds.human_gate import (
     approval_edit,
     approval_grant,
     approval_reject,
     approval_revoke,
 )
-from ..services.operators import (
+from orchestrator.engine.services.operators import (
     dead_letter_redrive,
     run_budget_raise,
     run_resume,
     step_retry,
     step_skip,
 )
-from ..services.runs import input_problems, run_cancel, run_start
-from ..services.workflows import (
+from orchestrator.engine.services.runs import input_problems, run_cancel, run_start
+from orchestrator.engine.services.workflows import (
     definition_problems,
     workflow_archive,
     workflow_policy_set,
@@ -54,6 +51,9 @@ from ..services.workflows import (
     workflow_restore,
     workflow_save,
 )
+from orchestrator.models import DeadLetter, Event, Run, StepRun, Workflow, WorkflowVersion
+
+from ..progress import LONG_POLL_MAX_S, LongPollsExhausted, long_poll_slot, wait_for_event
 from . import serializers as s
 from .errors import ServiceErrorsMixin, error_body, errors_of, problems_body, valid_data
 from .filters import ApprovalFilter, DeadLetterFilter, RunFilter, WorkflowFilter

@@ -13,15 +13,15 @@ from django.http import Http404, HttpResponseNotAllowed, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from ..authz import Action, require, teams_where, visible
-from ..definitions import DefinitionInvalid
-from ..definitions.format import definition_format_schema
-from ..definitions.loader import parse_json_text
-from ..errors import Forbidden, InputInvalid
-from ..gallery import sample_input_of, template_named, templates
-from ..models import Team, Workflow, WorkflowVersion, WorkflowVersionLayout
-from ..services.layouts import version_layout_save
-from ..tools.registry import tool_param_schemas
+from orchestrator.engine.authz import Action, require, teams_where, visible
+from orchestrator.engine.definitions import DefinitionInvalid
+from orchestrator.engine.definitions.format import definition_format_schema
+from orchestrator.engine.definitions.loader import parse_json_text
+from orchestrator.engine.errors import Forbidden, InputInvalid
+from orchestrator.engine.gallery import sample_input_of, template_named, templates
+from orchestrator.engine.services.layouts import version_layout_save
+from orchestrator.integrations.tools.registry import tool_param_schemas
+from orchestrator.models import Team, Workflow, WorkflowVersion, WorkflowVersionLayout
 
 BLANK = {"name": "new-workflow", "input_schema": {"type": "object"}, "steps": []}
 

@@ -10,8 +10,9 @@ is refused (closed with code 4403) before the handshake is accepted.
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from ..authz import teams_visible_to, visible
-from ..models import Event, Run
+from orchestrator.engine.authz import teams_visible_to, visible
+from orchestrator.models import Event, Run
+
 from . import relay
 from .groups import ALL_RUNS, run_group, team_group
 

@@ -10,7 +10,7 @@ does not cross processes; the database does).
   a page re-reads the state when nudged and when it (re)connects, so a lost nudge never leaves
   it stale.
 * **When**: PostgreSQL sends `NOTIFY stepwise_events` in the transaction that writes an event
-  (`orchestrator.events`), delivered at its commit; the relay `LISTEN`s on its own connection and
+  (`orchestrator.engine.events`), delivered at its commit; the relay `LISTEN`s on its own connection and
   wakes at once. It also polls every `STEPWISE_RELAY_POLL_S` (short on SQLite, where there is
   no NOTIFY; a backstop on PostgreSQL should a notification or the listening connection be lost).
 * **Falling behind, restarting**: it remembers the last event id it sent and reads after it, in
@@ -30,8 +30,9 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Max
 
-from ..events import RELAY_CHANNEL
-from ..models import Event
+from orchestrator.engine.events import RELAY_CHANNEL
+from orchestrator.models import Event
+
 from .groups import ALL_RUNS, run_group, team_group
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The run page and the operations page (in the admin), their JSON state, and the operator
 controls with their confirmation.
 
-Thin entry points: what a page shows is read by `orchestrator.progress` / `orchestrator.
+Thin entry points: what a page shows is read by `orchestrator.web.progress` / `orchestrator.
 operations` and scoped with `authz.visible`; what an operator does is one service
 (`services.operators`, `services.runs`), which checks the permission itself and is audited.
 The pages draw themselves from the JSON (static/stepwise/run_live.js, operations_live.js) and
@@ -15,17 +15,18 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from ..authz import Action, may, visible
-from ..errors import Forbidden, NotAllowed
-from ..models import Run, StepRun
-from ..operations import operations_snapshot
+from orchestrator.engine.authz import Action, may, visible
+from orchestrator.engine.errors import Forbidden, NotAllowed
+from orchestrator.engine.provenance import describe
+from orchestrator.engine.retry import NEVER_RETRIED
+from orchestrator.engine.selectors import runs_with_version
+from orchestrator.engine.services.operators import run_resume, step_retry, step_skip
+from orchestrator.engine.services.runs import run_cancel
+from orchestrator.engine.states import RUN_CANCELLABLE, STEP_RECOVERABLE, RunState
+from orchestrator.models import Run, StepRun
+from orchestrator.operations.overview import operations_snapshot
+
 from ..progress import run_snapshot
-from ..provenance import describe
-from ..retry import NEVER_RETRIED
-from ..selectors import runs_with_version
-from ..services.operators import run_resume, step_retry, step_skip
-from ..services.runs import run_cancel
-from ..states import RUN_CANCELLABLE, STEP_RECOVERABLE, RunState
 
 
 def _visible_run(request, run_id) -> Run:

@@ -11,12 +11,12 @@
 A kind module implements `StepKindHandler` and registers it here. The scheduler starts a step,
 the reaper times one out or stops it and `step_end` releases what an ended step owned only through this
 registry, so they never import a kind module (which imports them): the import graph stays
-one-way. `orchestrator.services` imports every kind module, which registers it.
+one-way. `orchestrator.engine.services` imports every kind module, which registers it.
 """
 from collections.abc import Callable
 from typing import Protocol
 
-from ...models import Run, StepRun
+from orchestrator.models import Run, StepRun
 
 # record(step, kind, payload, actor=None): adds the step to the scheduler's batch, and its event
 # to the batch's one INSERT (by `actor`, a label; the scheduler's actor when None).

@@ -33,12 +33,12 @@ from approvals.services import (
     approval_request_revoke,
     approved_by,
 )
-from orchestrator.definitions.format import DEFAULT_GATE_DEADLINE
+from orchestrator.engine.definitions.format import DEFAULT_GATE_DEADLINE
+from orchestrator.models import Run, StepRun
 
 from ...authz import REAPER, Actor, label
 from ...errors import InputInvalid, NotAllowed, ServiceError
 from ...events import event_record
-from ...models import Run, StepRun
 from ...selectors import lock_run, lock_run_of_step, spec_of
 from ...states import StepKind, StepState
 from ..step_end import step_ended, waiting_step_time_out

@@ -12,11 +12,11 @@ loop that ends other than completed stops its current iteration's steps (`releas
 from django.db.models import Sum
 
 from budgets.services import budget_denial
+from orchestrator.models import Run, StepRun
 
 from ...authz import Actor, label
 from ...definitions import TemplateError
 from ...events import event_record
-from ...models import Run, StepRun
 from ...scheduler import StepView, current_iteration, iteration_context, iteration_name
 from ...selectors import definition_of
 from ...states import STEP_CANCELLABLE_NOW, StepKind

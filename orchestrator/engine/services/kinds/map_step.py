@@ -16,6 +16,7 @@ from django.db.models import F, Q
 
 from audit.services import external_call_authorize
 from budgets.services import budget_settle, cost_of
+from orchestrator.models import MapItem, Run, StepRun
 
 from ...authz import Actor, System, label
 from ...clock import now
@@ -30,7 +31,6 @@ from ...events import event_record
 from ...executors import ExecContext, execute
 from ...keys import idempotency_key_for
 from ...leases import heartbeat, lease_until
-from ...models import MapItem, Run, StepRun
 from ...retry import StepError, retry_at
 from ...secret_inputs import revealed_for
 from ...selectors import definition_of, lock_run, lock_run_of_step, runs_with_version

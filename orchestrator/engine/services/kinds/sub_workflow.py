@@ -13,12 +13,13 @@ reaper's (`time_out`); a parent step that ends any other way than completed canc
 from django.conf import settings
 from django.db import transaction
 
+from orchestrator.models import Run, StepRun
+
 from ...authz import System, label
 from ...definitions import render_value
 from ...dispatch import child_start_on_commit
 from ...errors import InputInvalid, NotAllowed
 from ...events import event_record
-from ...models import Run, StepRun
 from ...secret_inputs import NONE, revealed_for
 from ...selectors import lock_run_of_step, spec_of, step_input_of, version_to_start
 from ...states import RunState, StepKind, StepState

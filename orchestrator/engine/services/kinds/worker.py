@@ -28,8 +28,12 @@ from django_fsm import ConcurrentTransition
 from approvals.binding import guarded_step_clearance
 from audit.services import external_call_authorize
 from budgets.services import budget_release, budget_settle, cost_of
+from orchestrator.models import Event, Run, StepAttempt, StepRun
+from orchestrator.operations import metrics, tracing
+from orchestrator.operations.logcontext import bound
+from orchestrator.store import build_row, held_writes, insert_rows, save_row, update_rows
 
-from ... import limits, metrics, tracing
+from ... import limits
 from ...authz import REAPER, Actor, label, worker_actor
 from ...clock import now
 from ...dispatch import (
@@ -43,8 +47,6 @@ from ...events import event_record
 from ...executors import ATTEMPT_META_FIELDS, ExecContext, execute
 from ...keys import idempotency_key_for
 from ...leases import heartbeat, lease_until
-from ...logcontext import bound
-from ...models import Event, Run, StepAttempt, StepRun
 from ...retry import StepError, retry_at
 from ...secret_inputs import revealed_from, sealed_of
 from ...selectors import (
@@ -63,7 +65,6 @@ from ...states import (
     StepKind,
     StepState,
 )
-from ...store import build_row, held_writes, insert_rows, save_row, update_rows
 from ..budget_gate import dispatch_reserve, run_pause_for_budget
 from ..deadletters import dead_letter_open
 from ..step_end import may_hold_reservations, step_ended
@@ -168,7 +169,7 @@ def step_execute(*, step_id: int, worker: str, carry: "Carry | None" = None) -> 
     if carry and claim:
         carry.secrets = (claim.run_id, claim.sealed_secrets)
     while claim is not None:
-        # The step's log lines name the attempt too (orchestrator.logcontext).
+        # The step's log lines name the attempt too (orchestrator.operations.logcontext).
         with bound(run_id=claim.run_id, step=claim.spec["name"], attempt=claim.attempt,
                    workflow=claim.workflow, team=claim.team), \
                 tracing.span("step.execute", run=claim.run_id, step=claim.spec["name"],
