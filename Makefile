@@ -22,11 +22,11 @@ export STEPWISE_EXAMPLE_RABBITMQ_PASSWORD
 # each module stopped after MUTATE_BUDGET_S seconds. Results are kept in mutants/, so the next
 # `make mutate` goes on where this one stopped. Not part of `make test`.
 MUTATE_MODULES ?= orchestrator.engine.scheduler orchestrator.engine.states orchestrator.models \
-	orchestrator.engine.services.effects orchestrator.engine.leases orchestrator.engine.services.kinds.worker \
-	orchestrator.engine.services.kinds.agent \
+	orchestrator.engine.services.effects orchestrator.engine.leases \
+	orchestrator.engine.services.kinds.worker orchestrator.engine.services.kinds.agent \
 	budgets.services audit.chain orchestrator.engine.risk orchestrator.engine.definitions.proposals \
-	approvals.authority orchestrator.engine.authz triggers.services orchestrator.integrations.egress orchestrator.web.live \
-	orchestrator.store
+	approvals.authority orchestrator.engine.authz triggers.services \
+	orchestrator.integrations.egress orchestrator.web.live orchestrator.store
 MUTATE_BUDGET_S ?= 600
 MUTATE_CHILDREN ?= 2
 

@@ -1,8 +1,8 @@
 """What a gate's approval binds: the canonical action, its hash, and what it will do.
 
 * `gate_action` — when a gate starts waiting: the action its approval will authorize
-  (`orchestrator.engine.definitions.gates` says which), hashed with `orchestrator.engine.hashing`; for a typed
-  proposal the hash is the proposal's own (`proposal_hash`).
+  (`orchestrator.engine.definitions.gates` says which), hashed with `orchestrator.engine.hashing`;
+  for a typed proposal the hash is the proposal's own (`proposal_hash`).
 * `gate_output` — what the gate step outputs once approved; `undecided_output` is the same
   without the decision's own fields (the note, who decided), which are not part of the action.
 * `action_edited` — a reviewer's changed parameters, re-validated against the action's schema,

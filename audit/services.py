@@ -4,8 +4,8 @@
   (budgets, redrive, ...), records through it. It must run inside the transaction of the change
   it records; it refuses otherwise, so an entry can never survive a rollback of its change,
   nor a change commit without its entry.
-- `audit_record_events(events)` is called by `orchestrator.engine.events` for every outbox event: one
-  ledger entry per state change, enriched with what explains it (versions, inputs, policy).
+- `audit_record_events(events)` is called by `orchestrator.engine.events` for every outbox event:
+  one ledger entry per state change, enriched with what explains it (versions, inputs, policy).
 - `external_call_authorize(...)` is called by the executors right before a tool or model call.
   It commits its entry in its own transaction *before* the call, so a worker that dies during
   the call leaves the evidence that the call was authorized, with its idempotency key.

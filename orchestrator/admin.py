@@ -547,7 +547,8 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="set in motion by")
     def set_in_motion_by(self, run: Run) -> str:
-        # Everyone separation of duties refuses as the run's approver (orchestrator/engine/provenance.py).
+        # Everyone separation of duties refuses as the run's approver
+        # (orchestrator/engine/provenance.py).
         return describe(run.provenance) or "-"
 
     @admin.display(description="started by trigger")

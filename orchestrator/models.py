@@ -319,8 +319,9 @@ class Run(CachedStateFieldsMixin, models.Model):
         self.progressed_at = now()
 
 class RunSecret(models.Model):
-    """The secret values of a run's input, sealed (`orchestrator.engine.sealing.RUN_SECRETS`); the run's
-    `input` holds a `{"secret": "<path>"}` marker where each was (`orchestrator.engine.secret_inputs`)."""
+    """The secret values of a run's input, sealed (`orchestrator.engine.sealing.RUN_SECRETS`); the
+    run's `input` holds a `{"secret": "<path>"}` marker where each was
+    (`orchestrator.engine.secret_inputs`)."""
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True,
                                related_name="sealed_secrets")

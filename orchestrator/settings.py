@@ -5,8 +5,8 @@ Two ways to run, one code path:
   transactions) and Kombu's filesystem transport, so no server is needed;
 - production: DATABASE_URL (PostgreSQL via psycopg 3), CELERY_BROKER_URL and REDIS_URL.
 
-Security follows STEPWISE_ENV (orchestrator/operations/deployment.py, docs/security.md): DEBUG is off
-unless turned on; in development the secrets are generated into var/secrets/ once and
+Security follows STEPWISE_ENV (orchestrator/operations/deployment.py, docs/security.md): DEBUG is
+off unless turned on; in development the secrets are generated into var/secrets/ once and
 reused; with STEPWISE_ENV=production nothing is generated and an insecure value refuses to
 start.
 """
@@ -280,7 +280,8 @@ if CELERY_BROKER_URL.startswith(("filesystem://", "stepwisefs://")):
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 if CELERY_BROKER_URL.startswith("redis://"):
-    CELERY_BROKER_TRANSPORT = "orchestrator.operations.broker:RedisTransport"  # survives a broker restart
+    # Survives a broker restart (orchestrator/operations/broker.py).
+    CELERY_BROKER_TRANSPORT = "orchestrator.operations.broker:RedisTransport"
 CELERY_RESULT_BACKEND = os.environ.get(
     "CELERY_RESULT_BACKEND", REDIS_URL if REDIS_URL else "django-db"
 )
@@ -401,14 +402,14 @@ STEPWISE_MAX_CHILD_DEPTH = int(os.environ.get("STEPWISE_MAX_CHILD_DEPTH", "8"))
 STEPWISE_RATE_LIMITS = json.loads(os.environ.get("STEPWISE_RATE_LIMITS", "{}"))
 STEPWISE_BREAKER_FAILURES = int(os.environ.get("STEPWISE_BREAKER_FAILURES", "5"))
 STEPWISE_BREAKER_COOLDOWN_S = float(os.environ.get("STEPWISE_BREAKER_COOLDOWN_S", "30"))
-# Where outbound calls may go (orchestrator.integrations.egress, docs/egress.md): JSON with a `default`
-# policy, `tools` ({"http.request": {...}}) and `teams` ({"<slug>": {..., "tools": {...}}})
-# layers. Unset: http/https to public addresses on ports 80 and 443, 1 MiB responses.
+# Where outbound calls may go (orchestrator.integrations.egress, docs/egress.md): JSON with a
+# `default` policy, `tools` ({"http.request": {...}}) and `teams` ({"<slug>": {..., "tools":
+# {...}}}) layers. Unset: http/https to public addresses on ports 80 and 443, 1 MiB responses.
 STEPWISE_EGRESS = json.loads(os.environ.get("STEPWISE_EGRESS", "{}"))
-# Named connections the integration tools use (orchestrator/integrations/connections.py, docs/tools.md):
-# a mapping of names to connections, as JSON in STEPWISE_CONNECTIONS or in the JSON/YAML file
-# STEPWISE_CONNECTIONS_FILE. Credentials only as {"env": NAME} or {"file": PATH}. Unset in
-# development: the example workflows' connections under var/ (and the local RabbitMQ, whose
+# Named connections the integration tools use (orchestrator/integrations/connections.py,
+# docs/tools.md): a mapping of names to connections, as JSON in STEPWISE_CONNECTIONS or in the
+# JSON/YAML file STEPWISE_CONNECTIONS_FILE. Credentials only as {"env": NAME} or {"file": PATH}.
+# Unset in development: the example workflows' connections under var/ (and the local RabbitMQ, whose
 # password comes from STEPWISE_EXAMPLE_RABBITMQ_PASSWORD, which `make run` sets); unset in
 # production: none.
 if os.environ.get("STEPWISE_CONNECTIONS_FILE"):
@@ -528,9 +529,10 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Logs (docs/operations.md#logs): one line per record with the run, step, attempt, workflow,
-# team and trace ids (orchestrator/operations/logs.py); JSON lines in production, readable text otherwise
-# (STEPWISE_LOG_FORMAT=json|text overrides). Secrets are masked before any line is written.
-# Workers and beat use this same configuration (orchestrator/celery.py), never Celery's own.
+# team and trace ids (orchestrator/operations/logs.py); JSON lines in production, readable text
+# otherwise (STEPWISE_LOG_FORMAT=json|text overrides). Secrets are masked before any line is
+# written. Workers and beat use this same configuration (orchestrator/celery.py), never Celery's
+# own.
 STEPWISE_LOG_FORMAT = os.environ.get("STEPWISE_LOG_FORMAT", "json" if PRODUCTION else "text")
 # dictConfig, then every record scrubbed as it is created: a library's own handlers redact too.
 LOGGING_CONFIG = "orchestrator.operations.logs.configure"
@@ -562,7 +564,7 @@ LOGGING = {
     },
 }
 
-# --- metrics (orchestrator/operations/metrics.py, docs/operations.md#metrics) ------------------------------
+# --- metrics (orchestrator/operations/metrics.py, docs/operations.md#metrics) ---------------
 # Every process (web, each worker's prefork children) writes its counters here; /metrics sums
 # them. Set before prometheus-client is imported anywhere; `make run` empties it at start.
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / f"prometheus{XDIST_SUFFIX}"))
@@ -571,7 +573,7 @@ Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 # server, `Authorization: Bearer <STEPWISE_METRICS_TOKEN>` when this is set.
 STEPWISE_METRICS_TOKEN = os.environ.get("STEPWISE_METRICS_TOKEN", "")
 
-# --- traces (orchestrator/operations/tracing.py, docs/operations.md#traces) -----------------------------
+# --- traces (orchestrator/operations/tracing.py, docs/operations.md#traces) ------------------
 # OpenTelemetry spans from the API through the scheduler to each step and its model/tool call.
 # Off by default; on, spans go to STEPWISE_OTLP_ENDPOINT (OTLP over HTTP) or to the console.
 STEPWISE_TRACING = deployment.env_bool("STEPWISE_TRACING", False)

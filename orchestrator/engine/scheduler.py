@@ -1,9 +1,10 @@
 """The scheduler: a pure function of (definition, persisted run state) -> next actions.
 
 It reads no database, sends no message and knows no clock; its state names are those of
-`orchestrator.engine.states`. `orchestrator.engine.services.scheduling` loads the state, calls `plan`, and
-applies the result in one transaction. Keeping it pure is what lets the same persisted state
-always select the same next transitions, and lets the tests walk every branch without a worker.
+`orchestrator.engine.states`. `orchestrator.engine.services.scheduling` loads the state, calls
+`plan`, and applies the result in one transaction. Keeping it pure is what lets the same persisted
+state always select the same next transitions, and lets the tests walk every branch without a
+worker.
 """
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ callback signing secrets):
 Fernet (AES-128-CBC + HMAC-SHA256, from `cryptography`) under a key derived with HKDF-SHA256
 from STEPWISE_TRIGGER_KEY, a different derivation (`purpose`) for each kind of secret, so a
 ciphertext of one kind never opens as another. Development generates that key once into
-var/secrets/; production must set it (orchestrator/operations/deployment.py). Rotating it: put the old
-value in STEPWISE_TRIGGER_KEY_FALLBACKS, set the new one, then `manage.py
+var/secrets/; production must set it (orchestrator/operations/deployment.py). Rotating it: put the
+old value in STEPWISE_TRIGGER_KEY_FALLBACKS, set the new one, then `manage.py
 stepwise_reseal_triggers` re-encrypts what is stored under the new key (docs/security.md).
 
 Reads settings; never logs, returns or stores a secret in the clear.

@@ -1,10 +1,10 @@
 """The ids every log line carries: run, step, attempt, workflow, team and trace.
 
-A context variable holds them for the current request, task or thread; `orchestrator.operations.logs`
-puts them on each record. Entry points bind them (the request middleware, the Celery task
-signals, the worker once it claimed a step); nothing else needs to pass them around. It also
-keeps the secret values this process revealed, for the log redaction (`mask_in_logs`). Pure: no
-Stepwise import, no I/O.
+A context variable holds them for the current request, task or thread;
+`orchestrator.operations.logs` puts them on each record. Entry points bind them (the request
+middleware, the Celery task signals, the worker once it claimed a step); nothing else needs to pass
+them around. It also keeps the secret values this process revealed, for the log redaction
+(`mask_in_logs`). Pure: no Stepwise import, no I/O.
 """
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager

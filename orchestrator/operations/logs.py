@@ -1,9 +1,9 @@
 """How log lines look and what they must never contain.
 
-`ContextFilter` puts the ids bound in `orchestrator.operations.logcontext` (run, step, attempt, workflow,
-team, trace) on every record; `RedactFilter` replaces what `audit.redaction` calls a secret
-(bearer tokens, API keys, values under keys such as `password` or `api_key` — in a URL's query,
-a header line or a JSON body too) and every secret run input this process revealed
+`ContextFilter` puts the ids bound in `orchestrator.operations.logcontext` (run, step, attempt,
+workflow, team, trace) on every record; `RedactFilter` replaces what `audit.redaction` calls a
+secret (bearer tokens, API keys, values under keys such as `password` or `api_key` — in a URL's
+query, a header line or a JSON body too) and every secret run input this process revealed
 (`logcontext.mask_in_logs`) in the message, its arguments, the extra fields and the traceback,
 so no secret reaches a log. `configure` (the settings' LOGGING_CONFIG, so every process kind —
 web, workers, beat, the event consumer — passes through it) also scrubs each record as it is

@@ -3,8 +3,8 @@ database says at scrape time.
 
 Counters and histograms are updated where things happen — a worker's step (duration,
 scheduling latency, tokens and cost by model), the outbox (retries, dead letters: `observe_event`,
-called by `orchestrator.engine.events` after commit) and alerts — in whichever process that is. They are
-prometheus-client metrics in multiprocess mode: each process writes its values to files under
+called by `orchestrator.engine.events` after commit) and alerts — in whichever process that is. They
+are prometheus-client metrics in multiprocess mode: each process writes its values to files under
 PROMETHEUS_MULTIPROC_DIR (set in the settings before this module is imported, var/prometheus/ by
 default), so the prefork children of every Celery worker and the web process all count, and
 `/metrics` adds them up. The gauges — runs by state, queue depth and oldest age per queue,

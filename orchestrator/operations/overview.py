@@ -17,7 +17,7 @@ from orchestrator.models import DeadLetter, Run, StepRun, WorkerHeartbeat
 
 from .queues import queue_depths
 
-WORKER_SEEN_WITHIN = timedelta(seconds=30)  # as the health details (orchestrator/operations/health.py)
+WORKER_SEEN_WITHIN = timedelta(seconds=30)  # as the health details (operations/health.py)
 FAILED = (RunState.FAILED, RunState.TIMED_OUT, RunState.COMPENSATION_FAILED)
 LISTED = 50  # paused runs and dead letters shown; the admin's lists have the rest
 

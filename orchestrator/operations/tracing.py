@@ -2,10 +2,10 @@
 model or tool call (docs/operations.md#traces).
 
 The trace id travels with the work: in the W3C `traceparent` header of an HTTP request and of
-every Celery message the engine sends (`orchestrator.engine.dispatch`), so a step run by a worker joins
-the trace of the request (or the earlier step) that queued it, and every log line names it
-(`orchestrator.operations.logcontext`). OpenTelemetry spans are made only when STEPWISE_TRACING is on
-(off by default): `configure` installs the SDK's tracer provider with the exporter the settings
+every Celery message the engine sends (`orchestrator.engine.dispatch`), so a step run by a worker
+joins the trace of the request (or the earlier step) that queued it, and every log line names it
+(`orchestrator.operations.logcontext`). OpenTelemetry spans are made only when STEPWISE_TRACING is
+on (off by default): `configure` installs the SDK's tracer provider with the exporter the settings
 name; with tracing off `span` costs nothing and only the ids travel.
 """
 from collections.abc import Iterator

@@ -1,5 +1,5 @@
-"""Large values as artifacts (`orchestrator.engine.artifacts`): stored once by their SHA-256 outside the
-row, the row holding a reference, and read back as the value itself by the next step, the API
+"""Large values as artifacts (`orchestrator.engine.artifacts`): stored once by their SHA-256 outside
+the row, the row holding a reference, and read back as the value itself by the next step, the API
 and the ledger. The storage is a directory of the test's own (the embedded default's kind);
 tests/tools/test_artifacts_s3.py runs the same through django-storages on a local S3 server.
 """

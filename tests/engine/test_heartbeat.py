@@ -1,5 +1,5 @@
-"""The lease heartbeat (`orchestrator.engine.leases.heartbeat`): a renewal every third of a lease on a
-thread of its own, stopped by the block's end or by a renewal that says the work moved on, and
+"""The lease heartbeat (`orchestrator.engine.leases.heartbeat`): a renewal every third of a lease on
+a thread of its own, stopped by the block's end or by a renewal that says the work moved on, and
 run by threads kept for the next block, so a step starts no thread of its own."""
 import threading
 import time

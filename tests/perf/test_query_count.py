@@ -49,7 +49,8 @@ def steps_within_a_second(monkeypatch):
     """The counts are of a chain whose steps follow each other within the run's progress
     resolution (`scheduling.PROGRESS_RESOLUTION`), as the bench's do: the run's progress time
     is not written again. However slow the machine, these steps are measured that way."""
-    monkeypatch.setattr("orchestrator.engine.services.scheduling.PROGRESS_RESOLUTION", timedelta(days=1))
+    monkeypatch.setattr("orchestrator.engine.services.scheduling.PROGRESS_RESOLUTION",
+                        timedelta(days=1))
 
 
 def chain_definition(steps: int) -> dict:

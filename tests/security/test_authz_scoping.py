@@ -1,7 +1,7 @@
 """Which teams a person acts in (`authz.teams_where`) and sees (`authz.visible`), who may act at
 all (`authz.may`: never a deactivated person) and how a refusal names them: from the survivors
-of `make mutate` over orchestrator/engine/authz.py. The admin's forms and lists are built from these,
-so a wrong scope shows another team's objects or a form the person may not use."""
+of `make mutate` over orchestrator/engine/authz.py. The admin's forms and lists are built from
+these, so a wrong scope shows another team's objects or a form the person may not use."""
 import pytest
 from django.contrib.auth.models import AnonymousUser
 

@@ -81,8 +81,8 @@ def validate_definition(
     registered models, and `workflows(name)` returns a saved workflow's latest input
     schema (None if there is no such workflow). `egress(tool, params)`, if given, yields
     (path within params, message) for each URL the egress policy refuses
-    (`orchestrator.integrations.egress.definition_checker`). `tool_params(tool, params)`, if given, yields
-    (path within params, message) for each param the tool's named connection refuses
+    (`orchestrator.integrations.egress.definition_checker`). `tool_params(tool, params)`, if given,
+    yields (path within params, message) for each param the tool's named connection refuses
     (`orchestrator.integrations.tools.checks.definition_checker`). Never raises for a bad `doc`.
     """
     if not isinstance(doc, dict):

@@ -1,9 +1,9 @@
 """Agent steps: ask the model, hold the reply to its contract, repair within a bound.
 
 The contract is the step's `output_schema`, or — for a step that declares `proposal` — the
-proposal envelope over the declared action allowlist (`orchestrator.engine.definitions.proposals`). A reply is
-checked strictly (unknown fields and enum values are rejected). A reply that fails is sent
-back once per allowed repair (`repair_attempts`, default 1) with the problems listed; every
+proposal envelope over the declared action allowlist (`orchestrator.engine.definitions.proposals`).
+A reply is checked strictly (unknown fields and enum values are rejected). A reply that fails is
+sent back once per allowed repair (`repair_attempts`, default 1) with the problems listed; every
 call's tokens are summed into the attempt, so budgets see repairs. Each repair turn is a model
 call of its own for budgets too: it is reserved before it is made (`ctx.reserve_call`; a turn
 that would cross a limit is not made) and every call is priced (`ctx.price`) and settled to its

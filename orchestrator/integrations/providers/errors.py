@@ -87,7 +87,8 @@ def classify_status(status: int, headers: httpx.Headers | dict, body: str = "") 
 
 
 def classify_exception(exc: Exception) -> StepError:
-    """The StepError for a call that got no HTTP response (orchestrator.integrations.egress's classes)."""
+    """The StepError for a call that got no HTTP response (the classes of
+    orchestrator.integrations.egress)."""
     return egress.as_step_error(exc)
 
 

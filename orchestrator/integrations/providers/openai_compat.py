@@ -11,7 +11,8 @@ Registry entry (STEPWISE_MODELS): `provider: openai` (or `azure_openai`), `base_
 (Azure), `structured_output` (`json_schema` default, `json_object`, `tools`, `none`),
 `max_tokens_param` (`max_tokens` or `max_completion_tokens`), `timeout_s` (default 60: the
 whole call), `connect_timeout_s` (default 5), `max_response_bytes` (default 8 MiB). The call
-goes through `orchestrator.integrations.egress`: only to `base_url`'s origin, an operator's allowance.
+goes through `orchestrator.integrations.egress`: only to `base_url`'s origin, an operator's
+allowance.
 
 The model may answer only through the declared channel: the message content, or — in
 `tools` mode — a call of the single `respond` function. A call of any other tool is never

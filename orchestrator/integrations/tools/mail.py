@@ -5,8 +5,8 @@ files in a directory for development).
   renders them over the step's input (sandboxed Jinja) before the tool sees them.
 * Every recipient (to, cc, bcc, reply_to) must be in the allowed domains: the step's
   `allowed_domains` (literal in the definition) and the connection's, both where both are
-  given - checked with the risk rules' recipient check (`orchestrator.engine.risk.in_scope`), when the
-  definition is saved for literal recipients and again at run time for rendered ones. With no
+  given - checked with the risk rules' recipient check (`orchestrator.engine.risk.in_scope`), when
+  the definition is saved for literal recipients and again at run time for rendered ones. With no
   allowed domains declared anywhere nothing is sent.
 * The Message-ID is derived from the step's idempotency key (`<uuid@domain>`), so a send repeated
   after a worker died mid-call carries the same Message-ID and a receiving system that drops

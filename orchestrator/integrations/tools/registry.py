@@ -8,8 +8,8 @@ JSON-able value, and raises `StepError` with an error class for a failure it und
 A tool that calls out makes its calls through `orchestrator.integrations.egress.request` under
 `egress.policy_for(tool=<its name>, team=ctx.team)`, and names its URL params in `url_params`.
 A tool that reaches a system an operator configured takes a `connection` param naming one
-(`orchestrator.integrations.connections`) and declares its kind in `connection`; a definition naming a
-missing connection is refused when it is saved (`tools/checks.py`).
+(`orchestrator.integrations.connections`) and declares its kind in `connection`; a definition naming
+a missing connection is refused when it is saved (`tools/checks.py`).
 """
 import importlib
 from collections.abc import Callable
@@ -55,7 +55,8 @@ class Tool:
     # Params that are URLs the tool calls: checked against the egress policy when a
     # definition is saved (their literal part) as well as when the call is made.
     url_params: tuple[str, ...] = ()
-    # The kind of named connection its `connection` param names (orchestrator.integrations.connections).
+    # The kind of named connection its `connection` param names
+    # (orchestrator.integrations.connections).
     connection: str | None = None
     # The tool changes the world whatever the step says: every call goes through the effect
     # ledger, as if the step declared `side_effect: true`.
@@ -116,9 +117,11 @@ def tool_param_schemas() -> dict[str, dict]:
     return {name: t.params_schema for name, t in _TOOLS.items()}
 
 
-BUILTIN_MODULES = ("orchestrator.integrations.tools.builtin", "orchestrator.integrations.tools.sql",
-                   "orchestrator.integrations.tools.files", "orchestrator.integrations.tools.brokers",
-                   "orchestrator.integrations.tools.mail", "orchestrator.integrations.tools.http_api")
+BUILTIN_MODULES = (
+    "orchestrator.integrations.tools.builtin", "orchestrator.integrations.tools.sql",
+    "orchestrator.integrations.tools.files", "orchestrator.integrations.tools.brokers",
+    "orchestrator.integrations.tools.mail", "orchestrator.integrations.tools.http_api",
+)
 
 
 def load_tool_modules() -> None:

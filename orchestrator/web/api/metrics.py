@@ -1,4 +1,5 @@
-"""`/metrics`: the Prometheus scrape (orchestrator/operations/metrics.py, docs/operations.md#metrics).
+"""`/metrics`: the Prometheus scrape (orchestrator/operations/metrics.py,
+docs/operations.md#metrics).
 
 Protected: the metrics map the whole deployment — every team's runs, queues, approvals, model
 tokens and costs, with no team label to filter by. A Prometheus server sends

@@ -10,8 +10,8 @@ does not cross processes; the database does).
   a page re-reads the state when nudged and when it (re)connects, so a lost nudge never leaves
   it stale.
 * **When**: PostgreSQL sends `NOTIFY stepwise_events` in the transaction that writes an event
-  (`orchestrator.engine.events`), delivered at its commit; the relay `LISTEN`s on its own connection and
-  wakes at once. It also polls every `STEPWISE_RELAY_POLL_S` (short on SQLite, where there is
+  (`orchestrator.engine.events`), delivered at its commit; the relay `LISTEN`s on its own connection
+  and wakes at once. It also polls every `STEPWISE_RELAY_POLL_S` (short on SQLite, where there is
   no NOTIFY; a backstop on PostgreSQL should a notification or the listening connection be lost).
 * **Falling behind, restarting**: it remembers the last event id it sent and reads after it, in
   batches of `BATCH` rows; a fresh relay starts from the newest id (pages re-read on connect).
