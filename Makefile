@@ -21,12 +21,12 @@ export STEPWISE_EXAMPLE_RABBITMQ_PASSWORD
 # Mutation testing of the core (docs/testing.md): one module at a time, two mutants at once,
 # each module stopped after MUTATE_BUDGET_S seconds. Results are kept in mutants/, so the next
 # `make mutate` goes on where this one stopped. Not part of `make test`.
-MUTATE_MODULES ?= orchestrator.scheduler orchestrator.states orchestrator.models \
-	orchestrator.services.effects orchestrator.leases orchestrator.services.kinds.worker \
-	orchestrator.services.kinds.agent \
-	budgets.services audit.chain orchestrator.risk orchestrator.definitions.proposals \
-	approvals.authority orchestrator.authz triggers.services orchestrator.egress orchestrator.live \
-	orchestrator.store
+MUTATE_MODULES ?= orchestrator.engine.scheduler orchestrator.engine.states orchestrator.models \
+	orchestrator.engine.services.effects orchestrator.engine.leases \
+	orchestrator.engine.services.kinds.worker orchestrator.engine.services.kinds.agent \
+	budgets.services audit.chain orchestrator.engine.risk orchestrator.engine.definitions.proposals \
+	approvals.authority orchestrator.engine.authz triggers.services \
+	orchestrator.integrations.egress orchestrator.web.live orchestrator.store
 MUTATE_BUDGET_S ?= 600
 MUTATE_CHILDREN ?= 2
 

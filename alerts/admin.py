@@ -6,9 +6,9 @@ from django.db.models import QuerySet
 from django.urls import reverse
 from django.utils.html import format_html
 
-from orchestrator.admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column
-from orchestrator.authz import Action, teams_where
-from orchestrator.errors import Forbidden, NotAllowed
+from orchestrator.engine.authz import Action, teams_where
+from orchestrator.engine.errors import Forbidden, NotAllowed
+from orchestrator.web.admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column
 
 from .models import Alert, AlertRule
 from .services import alert_acknowledge, alert_resolve

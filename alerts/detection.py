@@ -20,9 +20,9 @@ from django.db import transaction
 from approvals.models import ApprovalRequest, ApprovalState
 from budgets.alerts import KINDS as BUDGET_KINDS
 from budgets.alerts import budget_alert
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
+from orchestrator.engine.states import RUN_LIVE, RunState, StepKind, StepState
 from orchestrator.models import Event, Run, StepRun
-from orchestrator.states import RUN_LIVE, RunState, StepKind, StepState
 
 from .models import AlertCursor, AlertRule
 from .rules import DEFAULTS, RuleKind

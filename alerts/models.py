@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
 from orchestrator.models import Run, Team, Workflow
 
 from .rules import RuleKind, Severity

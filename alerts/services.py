@@ -14,11 +14,11 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from notifications.services import notification_send
-from orchestrator.authz import Action, Actor, person, require
-from orchestrator.clock import now
-from orchestrator.errors import NotAllowed
-from orchestrator.metrics import ALERTS
+from orchestrator.engine.authz import Action, Actor, person, require
+from orchestrator.engine.clock import now
+from orchestrator.engine.errors import NotAllowed
 from orchestrator.models import Role, Run, Team, TeamMembership
+from orchestrator.operations.metrics import ALERTS
 
 from .models import Alert, AlertRule, AlertState
 from .rules import DEFAULTS, Rule, RuleKind

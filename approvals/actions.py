@@ -1,8 +1,8 @@
 """What a gate's approval binds: the canonical action, its hash, and what it will do.
 
 * `gate_action` — when a gate starts waiting: the action its approval will authorize
-  (`orchestrator.definitions.gates` says which), hashed with `orchestrator.hashing`; for a typed
-  proposal the hash is the proposal's own (`proposal_hash`).
+  (`orchestrator.engine.definitions.gates` says which), hashed with `orchestrator.engine.hashing`;
+  for a typed proposal the hash is the proposal's own (`proposal_hash`).
 * `gate_output` — what the gate step outputs once approved; `undecided_output` is the same
   without the decision's own fields (the note, who decided), which are not part of the action.
 * `action_edited` — a reviewer's changed parameters, re-validated against the action's schema,
@@ -25,25 +25,25 @@ from decimal import Decimal, InvalidOperation
 
 from jsonschema import Draft202012Validator
 
-from orchestrator.definitions import (
+from orchestrator.engine.definitions import (
     ExpressionError,
     TemplateError,
     evaluate_expression,
     render_value,
 )
-from orchestrator.definitions.format import DEFAULT_GATE_TIER
-from orchestrator.definitions.gates import CONTEXT, PROPOSAL, STEP, gate_binding
-from orchestrator.definitions.proposals import (
+from orchestrator.engine.definitions.format import DEFAULT_GATE_TIER
+from orchestrator.engine.definitions.gates import CONTEXT, PROPOSAL, STEP, gate_binding
+from orchestrator.engine.definitions.proposals import (
     normalize_proposal,
     proposal_hash,
     proposal_problems,
 )
-from orchestrator.hashing import digest_of
+from orchestrator.engine.hashing import digest_of
+from orchestrator.engine.risk import assess
+from orchestrator.engine.scheduler import StepView, step_input
+from orchestrator.engine.selectors import definition_of
+from orchestrator.integrations.tools.registry import get_tool
 from orchestrator.models import Run, StepAttempt, StepRun
-from orchestrator.risk import assess
-from orchestrator.scheduler import StepView, step_input
-from orchestrator.selectors import definition_of
-from orchestrator.tools.registry import get_tool
 
 from .models import ApprovalRequest
 

@@ -19,15 +19,15 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.timesince import timesince, timeuntil
 
-from orchestrator.admin_display import ReadOnlyAdminMixin, badge_column, money, state_badge
-from orchestrator.clock import now
-from orchestrator.errors import Forbidden, InputInvalid, NotAllowed, ServiceError
-from orchestrator.services.kinds.human_gate import (
+from orchestrator.engine.clock import now
+from orchestrator.engine.errors import Forbidden, InputInvalid, NotAllowed, ServiceError
+from orchestrator.engine.services.kinds.human_gate import (
     approval_edit,
     approval_grant,
     approval_reject,
     approval_revoke,
 )
+from orchestrator.web.admin_display import ReadOnlyAdminMixin, badge_column, money, state_badge
 
 from .actions import action_summary
 from .authority import is_reviewer, requests_visible_to

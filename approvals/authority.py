@@ -5,24 +5,25 @@ still holds — the one place these rules are written (docs/permissions.md#appro
   current approvers group who belong to the run's team, in any role; a superuser may decide too.
   Being staff, an operator or an owner is not enough.
 * Separation of duties: whoever set the run in motion (every person of its provenance:
-  `orchestrator.provenance`), or last edited the parameters, may not approve it — unless the gate relaxes that up to the request's tier (`self_approval_up_to`). It binds
-  superusers like anyone.
+  `orchestrator.engine.provenance`), or last edited the parameters, may not approve it — unless the
+  gate relaxes that up to the request's tier (`self_approval_up_to`). It binds superusers like
+  anyone.
 * An approval holds while enough of its approvers still could approve (active, in the team, in
   the group they approved for); the guarded steps check it right before they run.
 
-Reads only; raises `Forbidden`. The decision services (`orchestrator.services.kinds.human_gate`)
-and the admin's and API's scoping call it.
+Reads only; raises `Forbidden`. The decision services
+(`orchestrator.engine.services.kinds.human_gate`) and the admin's and API's scoping call it.
 """
 from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
-from orchestrator.authz import Actor, System, role_in, teams_visible_to, visible
-from orchestrator.errors import Forbidden
+from orchestrator.engine.authz import Actor, System, role_in, teams_visible_to, visible
+from orchestrator.engine.errors import Forbidden
+from orchestrator.engine.provenance import describe, people_ids
+from orchestrator.engine.risk import RANK
+from orchestrator.engine.selectors import spec_of
+from orchestrator.engine.states import RunState, StepKind, StepState
 from orchestrator.models import StepRun
-from orchestrator.provenance import describe, people_ids
-from orchestrator.risk import RANK
-from orchestrator.selectors import spec_of
-from orchestrator.states import RunState, StepKind, StepState
 
 from .models import ApprovalDecision, ApprovalRequest, ApprovalState, Verdict
 

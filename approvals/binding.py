@@ -13,10 +13,10 @@ transaction, so a revocation cannot slip between the check and the claim).
 """
 from dataclasses import dataclass, field
 
-from orchestrator.definitions.gates import STEP
+from orchestrator.engine.definitions.gates import STEP
+from orchestrator.engine.selectors import definition_of
+from orchestrator.engine.states import StepState
 from orchestrator.models import Run, StepRun
-from orchestrator.selectors import definition_of
-from orchestrator.states import StepState
 
 from .actions import action_drift
 from .authority import approval_lapse

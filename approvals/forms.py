@@ -8,8 +8,8 @@ import json
 
 from django import forms
 
-from orchestrator.services.kinds.human_gate import MAX_NOTE
-from orchestrator.text import text_problem
+from orchestrator.engine.services.kinds.human_gate import MAX_NOTE
+from orchestrator.engine.text import text_problem
 
 
 class DecisionForm(forms.Form):

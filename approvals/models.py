@@ -12,8 +12,8 @@ from django.conf import settings
 from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
-from orchestrator.clock import now
-from orchestrator.definitions.format import RISK_TIERS
+from orchestrator.engine.clock import now
+from orchestrator.engine.definitions.format import RISK_TIERS
 
 
 class ApprovalState(models.TextChoices):
@@ -26,7 +26,7 @@ class ApprovalState(models.TextChoices):
 
 
 class ActionKind(models.TextChoices):
-    """What the approval binds (orchestrator/definitions/gates.py)."""
+    """What the approval binds (orchestrator/engine/definitions/gates.py)."""
 
     PROPOSAL = "proposal", "a typed proposal of an agent step"
     STEP = "step", "the call a tool step will make"

@@ -10,11 +10,11 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from orchestrator.clock import now
-from orchestrator.errors import Forbidden
+from orchestrator.engine.clock import now
+from orchestrator.engine.errors import Forbidden
+from orchestrator.engine.selectors import definition_of
+from orchestrator.engine.states import StepState
 from orchestrator.models import StepRun
-from orchestrator.selectors import definition_of
-from orchestrator.states import StepState
 
 from .actions import EffectPreview, action_summary, effect_previews
 from .authority import approvers_of, may_decide, require_separation

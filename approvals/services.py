@@ -3,7 +3,7 @@ remind, close, revoke — each with its event (and so its audit entry) and its n
 
 These run inside the caller's transaction (the human gate's, with the run row locked); what a
 decision does to the run — completing or failing the gate step, moving the run on — is the
-gate's (`orchestrator.services.kinds.human_gate`), which also checks the decider's authority
+gate's (`orchestrator.engine.services.kinds.human_gate`), which also checks the decider's authority
 (`approvals.authority`) before calling here. The exception is `approval_refusal_record`, which
 writes the audit entry of a refused attempt in a transaction of its own, after the attempt's
 was rolled back. Notifications are recorded here and delivered after commit
@@ -16,12 +16,12 @@ from django.db import transaction
 from django.urls import reverse
 
 from notifications.services import notification_send
-from orchestrator.authz import Actor, label
-from orchestrator.clock import now
-from orchestrator.definitions import TemplateError, render_template
-from orchestrator.events import event_record
+from orchestrator.engine.authz import Actor, label
+from orchestrator.engine.clock import now
+from orchestrator.engine.definitions import TemplateError, render_template
+from orchestrator.engine.events import event_record
+from orchestrator.engine.states import StepState
 from orchestrator.models import Run, StepRun
-from orchestrator.states import StepState
 
 from .actions import EditedAction, action_summary, gate_action
 from .authority import deciders

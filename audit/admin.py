@@ -23,8 +23,8 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from orchestrator.admin_display import ReadOnlyAdminMixin, pretty_json
-from orchestrator.errors import Forbidden, NotAllowed
+from orchestrator.engine.errors import Forbidden, NotAllowed
+from orchestrator.web.admin_display import ReadOnlyAdminMixin, pretty_json
 
 from .access import can_read_ledger
 from .models import AuditEntry, CheckpointRecord, LedgerExport, LedgerVerification

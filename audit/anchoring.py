@@ -41,7 +41,7 @@ from datetime import timedelta
 
 from django.conf import settings
 
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
 
 from . import chain, signing
 from .models import AuditEntry, CheckpointRecord

@@ -31,9 +31,9 @@ from datetime import UTC, datetime
 
 from django.db import connection
 
-from orchestrator.hashing import canonical_json, sha256_hex
+from orchestrator.engine.hashing import canonical_json, sha256_hex
+from orchestrator.engine.txscope import TransactionMemo
 from orchestrator.store import build_row, insert_json_rows, insert_rows
-from orchestrator.txscope import TransactionMemo
 
 from .models import GENESIS_HASH, AuditEntry
 

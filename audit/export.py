@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
 
 from . import anchoring, chain, signing
 from .models import AuditEntry

@@ -38,7 +38,7 @@ from uuid import UUID
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from orchestrator.hashing import canonical_json
+from orchestrator.engine.hashing import canonical_json
 
 SECRET_WORDS = ("password", "passwd", "passphrase", "secret", "secrets", "token", "apikey",
                 "authorization", "cookie", "cookies", "credential", "credentials", "privatekey",

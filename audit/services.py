@@ -4,8 +4,8 @@
   (budgets, redrive, ...), records through it. It must run inside the transaction of the change
   it records; it refuses otherwise, so an entry can never survive a rollback of its change,
   nor a change commit without its entry.
-- `audit_record_events(events)` is called by `orchestrator.events` for every outbox event: one
-  ledger entry per state change, enriched with what explains it (versions, inputs, policy).
+- `audit_record_events(events)` is called by `orchestrator.engine.events` for every outbox event:
+  one ledger entry per state change, enriched with what explains it (versions, inputs, policy).
 - `external_call_authorize(...)` is called by the executors right before a tool or model call.
   It commits its entry in its own transaction *before* the call, so a worker that dies during
   the call leaves the evidence that the call was authorized, with its idempotency key.
@@ -23,13 +23,13 @@ from typing import Protocol
 from django.conf import settings
 from django.db import connection, transaction
 
-from orchestrator.clock import now
-from orchestrator.hashing import canonical_json
-from orchestrator.keys import idempotency_key_for, worker_id
+from orchestrator.engine.clock import now
+from orchestrator.engine.hashing import canonical_json
+from orchestrator.engine.keys import idempotency_key_for, worker_id
+from orchestrator.engine.prompts import prompt_hash
+from orchestrator.engine.selectors import definition_of
+from orchestrator.engine.states import WORKER_KINDS
 from orchestrator.models import Event, Run, StepRun
-from orchestrator.prompts import prompt_hash
-from orchestrator.selectors import definition_of
-from orchestrator.states import WORKER_KINDS
 
 from . import chain
 from .models import ActorKind, AuditEntry, SubjectType

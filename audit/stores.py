@@ -26,7 +26,7 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages
 from storages.backends.s3 import S3Storage
 
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
 
 ALIAS = "audit_checkpoints"
 PATTERN = "checkpoint-*.json"

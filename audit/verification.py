@@ -33,9 +33,9 @@ from django.core.files import File
 from django.core.files.storage import storages
 from django.db import transaction
 
-from orchestrator.authz import label
-from orchestrator.clock import now
-from orchestrator.errors import Forbidden, NotAllowed
+from orchestrator.engine.authz import label
+from orchestrator.engine.clock import now
+from orchestrator.engine.errors import Forbidden, NotAllowed
 
 from .access import can_read_ledger
 from .anchoring import ledger_anchor_check

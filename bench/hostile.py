@@ -83,16 +83,16 @@ def main() -> None:
     django.setup()
     from django.conf import settings
 
-    from orchestrator.definitions import (
+    from orchestrator.engine.definitions import (
         DefinitionInvalid,
         TemplateError,
         parse_definition_text,
         validate_definition,
     )
-    from orchestrator.definitions.calls import call_cycle
-    from orchestrator.definitions.loader import parse_json_text
-    from orchestrator.definitions.templates import render_template
-    from orchestrator.tools.registry import tool_param_schemas
+    from orchestrator.engine.definitions.calls import call_cycle
+    from orchestrator.engine.definitions.loader import parse_json_text
+    from orchestrator.engine.definitions.templates import render_template
+    from orchestrator.integrations.tools.registry import tool_param_schemas
 
     tools = tool_param_schemas()
 

@@ -22,8 +22,8 @@ def _step_through(run, step_id: int, *, spy=None) -> None:
 
     from audit.services import external_call_authorize
     from budgets.services import cost_of
-    from orchestrator.executors import ExecContext, execute
-    from orchestrator.services.kinds import worker as services
+    from orchestrator.engine.executors import ExecContext, execute
+    from orchestrator.engine.services.kinds import worker as services
 
     spy = spy or (lambda phase: nullcontext())
     with spy("claim"):
@@ -50,8 +50,8 @@ def service_time_per_step(version, *, runs: int = 3) -> dict:
     The engine's own cost per step, database included, with no broker hop and no other load:
     one worker process cannot go faster than 1000 / p50 steps per second.
     """
-    from orchestrator.authz import System
-    from orchestrator.services.runs import run_start
+    from orchestrator.engine.authz import System
+    from orchestrator.engine.services.runs import run_start
 
     times = []
     for _ in range(runs):
@@ -135,9 +135,9 @@ def round_trips_per_carried_step(version, *, runs: int = 3) -> dict | None:
 def _carried_chain(version) -> int:
     """Start a run and drive it from its first step's message with a carry, as a worker's task
     does; its number of steps."""
-    from orchestrator.authz import System
-    from orchestrator.services.kinds import worker as services
-    from orchestrator.services.runs import run_start
+    from orchestrator.engine.authz import System
+    from orchestrator.engine.services.kinds import worker as services
+    from orchestrator.engine.services.runs import run_start
 
     run = run_start(version=version, input={}, actor=System("bench"))
     ids = _step_ids(run)
@@ -149,9 +149,9 @@ def _carried_chain(version) -> int:
 def _carried_run_ms_per_step(version, run_input: dict) -> float:
     """Start a run and drive it from its first step's message with a carry, as a worker's task
     does; the wall time of that, per step, in ms."""
-    from orchestrator.authz import System
-    from orchestrator.services.kinds import worker as services
-    from orchestrator.services.runs import run_start
+    from orchestrator.engine.authz import System
+    from orchestrator.engine.services.kinds import worker as services
+    from orchestrator.engine.services.runs import run_start
 
     run = run_start(version=version, input=run_input, actor=System("bench"))
     ids = _step_ids(run)
@@ -164,7 +164,7 @@ def _carried_run_ms_per_step(version, run_input: dict) -> float:
 def large_values(team, *, steps: int = 5, value_kb: int = 256, runs: int = 3) -> dict:
     """A chain whose every step outputs a value of `value_kb` KB (a document read and passed
     on), run from its first message in this process, with large values in the row and as
-    artifacts (orchestrator.artifacts). Each step's input holds every upstream output, so in
+    artifacts (orchestrator.engine.artifacts). Each step's input holds every upstream output, so in
     the row a run stores them again and again; as artifacts, once each.
 
     Per mode: the database's growth per run, the artifact storage's, and the wall time per
@@ -176,8 +176,8 @@ def large_values(team, *, steps: int = 5, value_kb: int = 256, runs: int = 3) ->
     from django.conf import settings
     from django.test.utils import override_settings
 
-    from orchestrator.authz import System
-    from orchestrator.services.workflows import workflow_save
+    from orchestrator.engine.authz import System
+    from orchestrator.engine.services.workflows import workflow_save
 
     from .scale import database_bytes
 
@@ -233,8 +233,8 @@ def queries_per_step(version) -> dict:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from orchestrator.authz import System
-    from orchestrator.services.runs import run_start
+    from orchestrator.engine.authz import System
+    from orchestrator.engine.services.runs import run_start
 
     run_start(version=version, input={}, actor=System("bench"))  # warm the per-process definition cache first
     with CaptureQueriesContext(connection) as started:

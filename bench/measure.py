@@ -72,8 +72,8 @@ def make_fixtures(steps: int) -> dict:
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
+    from orchestrator.engine.services.workflows import workflow_save
     from orchestrator.models import Team
-    from orchestrator.services.workflows import workflow_save
 
     team = Team.objects.create(slug="bench", name="Bench")
     user = get_user_model().objects.create_user("bench")
@@ -143,9 +143,9 @@ def chain_throughput(version, *, runs: int, steps: int, deadline: float, check) 
     """Start `runs` chains in one transaction (all dispatched on its commit) and time them."""
     from django.db import transaction
 
-    from orchestrator.authz import System
+    from orchestrator.engine.authz import System
+    from orchestrator.engine.services.runs import run_start
     from orchestrator.models import Run, StepRun
-    from orchestrator.services.runs import run_start
 
     t0 = time.time()
     with transaction.atomic():

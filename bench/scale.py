@@ -63,8 +63,8 @@ def make_fixtures(team_slug: str = "bench") -> dict:
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
+    from orchestrator.engine.services.workflows import workflow_save
     from orchestrator.models import Team
-    from orchestrator.services.workflows import workflow_save
 
     team = Team.objects.get(slug=team_slug)
     owner = team.members.get(username="bench")
@@ -165,11 +165,11 @@ def held_runs(version, *, runs: int, approver, idle, deadline: float, check, pro
     from django.db import close_old_connections, connection, transaction
 
     from approvals.models import ApprovalRequest, ApprovalState
-    from orchestrator.authz import System
-    from orchestrator.errors import NotAllowed
+    from orchestrator.engine.authz import System
+    from orchestrator.engine.errors import NotAllowed
+    from orchestrator.engine.services.kinds.human_gate import approval_grant
+    from orchestrator.engine.services.runs import run_cancel, run_start
     from orchestrator.models import Run
-    from orchestrator.services.kinds.human_gate import approval_grant
-    from orchestrator.services.runs import run_cancel, run_start
 
     before = database_bytes()
     t0 = time.time()

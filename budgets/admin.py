@@ -14,17 +14,17 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.template.response import TemplateResponse
 
-from orchestrator.admin_display import (
+from orchestrator.engine.authz import Action, teams_visible_to, teams_where, visible
+from orchestrator.engine.clock import now
+from orchestrator.engine.errors import Forbidden, NotAllowed
+from orchestrator.engine.services.operators import run_budget_raise
+from orchestrator.models import Team, Workflow
+from orchestrator.web.admin_display import (
     ReadOnlyAdminMixin,
     TeamScopedAdminMixin,
     badge_column,
     money,
 )
-from orchestrator.authz import Action, teams_visible_to, teams_where, visible
-from orchestrator.clock import now
-from orchestrator.errors import Forbidden, NotAllowed
-from orchestrator.models import Team, Workflow
-from orchestrator.services.operators import run_budget_raise
 
 from .models import BudgetLimit, BudgetOverride, CostReport, ModelPrice, Reservation
 from .selectors import cost_report

@@ -1,6 +1,6 @@
 """Budget alerts: telling people a budget was reached or refused a step, once per condition.
 
-The budget gate (`orchestrator.services.budget_gate`) records each such outcome as an outbox
+The budget gate (`orchestrator.engine.services.budget_gate`) records each such outcome as an outbox
 event of kind `budget.warning` or `budget.denied` the first time it sees it — once per run and
 level (or per team limit and period): `budget_outcome_first` claims a marker row
 (`BudgetAlert`) under a unique constraint, in the gate's transaction, so the event exists exactly

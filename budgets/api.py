@@ -3,7 +3,7 @@
 remaining, raising a run's limit, and a run's estimate before it starts.
 
 Entry points only: they parse, call one service or selector, and serialize. Mounted by
-`orchestrator/api/urls.py` (costs) and `orchestrator/api/views.py` (the run and workflow
+`orchestrator/web/api/urls.py` (costs) and `orchestrator/web/api/views.py` (the run and workflow
 actions).
 """
 from datetime import timedelta
@@ -22,18 +22,18 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from orchestrator.api.errors import (
+from orchestrator.engine.authz import visible
+from orchestrator.engine.clock import now
+from orchestrator.web.api.errors import (
     ServiceErrorsMixin,
     error_body,
     flatten_serializer_errors,
     valid_data,
 )
-from orchestrator.api.filters import QueryForm
-from orchestrator.api.parsers import JSONBodyParser
-from orchestrator.api.permissions import team_and_workflow_for_write
-from orchestrator.api.serializers import ErrorsSerializer
-from orchestrator.authz import visible
-from orchestrator.clock import now
+from orchestrator.web.api.filters import QueryForm
+from orchestrator.web.api.parsers import JSONBodyParser
+from orchestrator.web.api.permissions import team_and_workflow_for_write
+from orchestrator.web.api.serializers import ErrorsSerializer
 
 from .models import BudgetLimit, ModelPrice
 from .selectors import GROUPS, cost_report

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
 from orchestrator.models import Run, StepRun, Team, Workflow
 
 USD = {"max_digits": 12, "decimal_places": 6}

@@ -13,9 +13,9 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from orchestrator.authz import Actor, visible
+from orchestrator.engine.authz import Actor, visible
+from orchestrator.engine.selectors import definition_of, runs_with_version
 from orchestrator.models import MapItem, Run, StepAttempt
-from orchestrator.selectors import definition_of, runs_with_version
 
 from .models import BudgetOverride, Reservation
 

@@ -1,7 +1,7 @@
 """The shapes budgets take in the API (responses and request bodies); no logic."""
 from rest_framework import serializers
 
-from orchestrator.definitions.limits import MAX_RUN_DURATION_S
+from orchestrator.engine.definitions.limits import MAX_RUN_DURATION_S
 
 from .selectors import GROUPS
 

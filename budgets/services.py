@@ -29,12 +29,12 @@ from django.db.models import Case, DecimalField, F, Q, QuerySet, Sum, Value, Whe
 from django.db.models.functions import Coalesce
 
 from audit.services import audit_record
-from orchestrator.authz import Action, Actor, label, person, require
-from orchestrator.clock import now
-from orchestrator.definitions import ExpressionError, calls_model, evaluate_expression
-from orchestrator.errors import BudgetExceeded, Forbidden
+from orchestrator.engine.authz import Action, Actor, label, person, require
+from orchestrator.engine.clock import now
+from orchestrator.engine.definitions import ExpressionError, calls_model, evaluate_expression
+from orchestrator.engine.errors import BudgetExceeded, Forbidden
+from orchestrator.engine.states import RUN_TERMINAL
 from orchestrator.models import Run, StepAttempt, StepRun, Team, Workflow
-from orchestrator.states import RUN_TERMINAL
 from orchestrator.store import Read
 
 from .models import BudgetLimit, BudgetOverride, ModelPrice, Reservation

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from orchestrator.retry import StepError
-from orchestrator.tools.registry import ToolContext, tool
+from orchestrator.engine.retry import StepError
+from orchestrator.integrations.tools.registry import ToolContext, tool
 
 _lock = threading.Lock()
 

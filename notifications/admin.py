@@ -2,7 +2,7 @@
 (a notification can concern any team); read-only."""
 from django.contrib import admin
 
-from orchestrator.admin_display import ReadOnlyAdminMixin, badge_column
+from orchestrator.web.admin_display import ReadOnlyAdminMixin, badge_column
 
 from .models import Notification
 

@@ -1,10 +1,11 @@
 """Delivering a run's callback: a signed POST to the client's `callback_url` when its run waits,
 completes or fails (docs/live.md#callbacks).
 
-Runs on a worker, outside any transaction, through the egress policy (`orchestrator.egress`,
-tool name `run.callback`). At least once: a delivery stays pending until the receiver answers
-2xx; a failure is retried with a growing delay (the task's message, then the reaper's
-`callbacks_resend` backstop) up to `CALLBACK_MAX_ATTEMPTS`, then it is marked failed.
+Runs on a worker, outside any transaction, through the egress policy
+(`orchestrator.integrations.egress`, tool name `run.callback`). At least once: a delivery stays
+pending until the receiver answers 2xx; a failure is retried with a growing delay (the task's
+message, then the reaper's `callbacks_resend` backstop) up to `CALLBACK_MAX_ATTEMPTS`, then it is
+marked failed.
 
 The signature: `X-Stepwise-Signature: sha256=<hex>`, the HMAC-SHA256 under the run's callback
 secret of `<X-Stepwise-Timestamp>.<body bytes>`; `verify_signature` is the receiver's check.
@@ -17,9 +18,9 @@ from datetime import timedelta
 
 from django.conf import settings
 
-from orchestrator.clock import now
-from orchestrator.egress import policy_for, request
-from orchestrator.sealing import CALLBACK_SECRETS
+from orchestrator.engine.clock import now
+from orchestrator.engine.sealing import CALLBACK_SECRETS
+from orchestrator.integrations.egress import policy_for, request
 
 from .models import CallbackDelivery
 from .services import CALLBACK_MAX_ATTEMPTS

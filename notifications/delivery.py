@@ -1,5 +1,5 @@
 """Delivering a notification: e-mail through Django's mail framework, and an outgoing webhook
-with a Slack-compatible payload through the egress policy (`orchestrator.egress`).
+with a Slack-compatible payload through the egress policy (`orchestrator.integrations.egress`).
 
 Runs on a worker, outside any transaction. Each channel's success is recorded, so a retry
 (the task's, or the reaper's `notifications_resend`) never sends a channel twice; a failure is
@@ -11,8 +11,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 
-from orchestrator.clock import now
-from orchestrator.egress import policy_for, request
+from orchestrator.engine.clock import now
+from orchestrator.integrations.egress import policy_for, request
 
 from .models import Notification
 from .services import MAX_ATTEMPTS

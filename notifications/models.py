@@ -6,7 +6,7 @@ success so a retry never repeats a channel that already went out.
 """
 from django.db import models
 
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
 
 
 class Notification(models.Model):
@@ -48,7 +48,7 @@ class RunCallback(models.Model):
     run = models.OneToOneField("orchestrator.Run", on_delete=models.CASCADE, related_name="callback")
     url = models.URLField(max_length=2000)
     sealed_secret = models.TextField(help_text="The client's signing secret, sealed "
-                                     "(orchestrator.sealing.CALLBACK_SECRETS).")
+                                     "(orchestrator.engine.sealing.CALLBACK_SECRETS).")
     team = models.CharField(max_length=50, help_text="The team whose egress policy applies.")
     created_at = models.DateTimeField(default=now)
 

@@ -13,9 +13,9 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
-from orchestrator.clock import now
-from orchestrator.egress import policy_for, url_problems
-from orchestrator.sealing import CALLBACK_SECRETS
+from orchestrator.engine.clock import now
+from orchestrator.engine.sealing import CALLBACK_SECRETS
+from orchestrator.integrations.egress import policy_for, url_problems
 
 from .models import CallbackDelivery, Notification, RunCallback
 

@@ -23,15 +23,23 @@ from django.utils.html import format_html
 
 from budgets.selectors import run_budget
 
-from .admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column, pretty_json
-from .authz import Action, teams_where
-from .builder import views as builder_views
-from .clock import now
-from .definitions import DefinitionInvalid
-from .definitions.format import WORKFLOW_NAME_PATTERN
-from .errors import BudgetExceeded, Forbidden, InputInvalid, NotAllowed
-from .gallery import sample_input_of, templates
-from .live import views as live_views
+from .engine.authz import Action, teams_where
+from .engine.clock import now
+from .engine.definitions import DefinitionInvalid
+from .engine.definitions.format import WORKFLOW_NAME_PATTERN
+from .engine.errors import BudgetExceeded, Forbidden, InputInvalid, NotAllowed
+from .engine.gallery import sample_input_of, templates
+from .engine.provenance import describe
+from .engine.services.gallery import template_instantiate
+from .engine.services.gate_policies import gate_policy_create, gate_policy_delete
+from .engine.services.operators import dead_letter_redrive
+from .engine.services.runs import run_cancel, run_start
+from .engine.services.workflows import (
+    workflow_archive,
+    workflow_policy_set,
+    workflow_publish,
+    workflow_restore,
+)
 from .models import (
     DeadLetter,
     Effect,
@@ -46,17 +54,9 @@ from .models import (
     Workflow,
     WorkflowVersion,
 )
-from .provenance import describe
-from .services.gallery import template_instantiate
-from .services.gate_policies import gate_policy_create, gate_policy_delete
-from .services.operators import dead_letter_redrive
-from .services.runs import run_cancel, run_start
-from .services.workflows import (
-    workflow_archive,
-    workflow_policy_set,
-    workflow_publish,
-    workflow_restore,
-)
+from .web.admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column, pretty_json
+from .web.builder import views as builder_views
+from .web.live import views as live_views
 
 
 class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -165,7 +165,7 @@ class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         return super().changelist_view(request, {**(extra_context or {}), "may_save": may_save})
 
     def get_urls(self):
-        # The visual builder (orchestrator/builder/views.py, docs/builder.md).
+        # The visual builder (orchestrator/web/builder/views.py, docs/builder.md).
         def page(view):
             def wrapped(request, *args, **kwargs):
                 return view(request, *args, admin_context=self.admin_site.each_context(request), **kwargs)
@@ -468,7 +468,7 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def get_urls(self):
         # The live run page, its JSON state and its operator controls; the operations page
-        # (orchestrator/live/views.py, docs/live.md).
+        # (orchestrator/web/live/views.py, docs/live.md).
         def page(view):
             def wrapped(request, *args, **kwargs):
                 return view(request, *args, admin_context=self.admin_site.each_context(request), **kwargs)
@@ -501,7 +501,7 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="started by", ordering="created_by__username")
     def started_by(self, run: Run) -> str:
-        # The people who set it in motion (orchestrator/provenance.py): the starter, or the
+        # The people who set it in motion (orchestrator/engine/provenance.py): the starter, or the
         # trigger's creator and last changer, or the parent run's people.
         people = [p["username"] for p in (run.provenance or {}).get("people") or []]
         if people:
@@ -547,7 +547,8 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="set in motion by")
     def set_in_motion_by(self, run: Run) -> str:
-        # Everyone separation of duties refuses as the run's approver (orchestrator/provenance.py).
+        # Everyone separation of duties refuses as the run's approver
+        # (orchestrator/engine/provenance.py).
         return describe(run.provenance) or "-"
 
     @admin.display(description="started by trigger")

@@ -12,9 +12,10 @@ class OrchestratorConfig(AppConfig):
         # signals, and what the chosen store gives every new connection.
         from django.conf import settings
 
-        from . import signals, store, tracing  # noqa: F401  (signals: connected on import)
-        from .definitions import limits
-        from .tools import registry
+        from . import signals, store  # noqa: F401  (signals: connected on import)
+        from .engine.definitions import limits
+        from .integrations.tools import registry
+        from .operations import tracing
 
         store.set_up()
 
@@ -31,4 +32,4 @@ class StepwiseAdminConfig(admin_apps.AdminConfig):
 
     default = False
 
-    default_site = "orchestrator.admin_site.StepwiseAdminSite"
+    default_site = "orchestrator.web.admin_site.StepwiseAdminSite"

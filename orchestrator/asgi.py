@@ -26,8 +26,8 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from orchestrator.api.errors import error_body  # noqa: E402
-from orchestrator.live.routing import websocket_urlpatterns  # noqa: E402
+from orchestrator.web.api.errors import error_body  # noqa: E402
+from orchestrator.web.live.routing import websocket_urlpatterns  # noqa: E402
 
 
 class BodyLimit:

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from django_celery_beat.schedulers import DatabaseScheduler
 
-from .services.leadership import leadership_hold, leadership_release
+from .engine.services.leadership import leadership_hold, leadership_release
 
 log = logging.getLogger(__name__)
 LEASE_NAME = "beat"

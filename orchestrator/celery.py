@@ -4,7 +4,7 @@ import os
 from celery import Celery
 from celery.signals import setup_logging
 
-from . import broker  # noqa: F401  (registers the embedded stepwisefs:// transport)
+from .operations import broker  # noqa: F401  (registers the embedded stepwisefs:// transport)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
 

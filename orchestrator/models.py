@@ -1,7 +1,7 @@
 """Workflows, runs, steps and their state machines: the persisted truth of Stepwise.
 
 Models hold data, invariants and declared transitions. A transition body touches only its own
-row; the services in `orchestrator.services` wrap transition + save + event in one
+row; the services in `orchestrator.engine.services` wrap transition + save + event in one
 transaction. Nothing here makes a network call, dispatches a task or writes another row.
 """
 import uuid
@@ -13,9 +13,9 @@ from django.conf import settings
 from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, FSMFieldMixin, transition
 
-from .artifacts import ArtifactJSONField
-from .clock import now
-from .states import (
+from .engine.artifacts import ArtifactJSONField
+from .engine.clock import now
+from .engine.states import (
     RUN_LIVE,
     RUN_TERMINAL,
     STEP_OPEN,
@@ -30,7 +30,7 @@ from .states import (
 
 class Team(models.Model):
     """Workflows and runs belong to a team; a person sees and acts on its objects only through
-    a membership, whose role says what they may do (`orchestrator.authz`)."""
+    a membership, whose role says what they may do (`orchestrator.engine.authz`)."""
 
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
@@ -208,7 +208,7 @@ class Run(CachedStateFieldsMixin, models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
-    # Who set the run in motion, on whatever path (orchestrator/provenance.py): written once
+    # Who set the run in motion, on whatever path (orchestrator/engine/provenance.py): written once
     # by run_start; separation of duties refuses every person it names as an approver.
     provenance = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=now, db_index=True)
@@ -319,8 +319,9 @@ class Run(CachedStateFieldsMixin, models.Model):
         self.progressed_at = now()
 
 class RunSecret(models.Model):
-    """The secret values of a run's input, sealed (`orchestrator.sealing.RUN_SECRETS`); the run's
-    `input` holds a `{"secret": "<path>"}` marker where each was (`orchestrator.secret_inputs`)."""
+    """The secret values of a run's input, sealed (`orchestrator.engine.sealing.RUN_SECRETS`); the
+    run's `input` holds a `{"secret": "<path>"}` marker where each was
+    (`orchestrator.engine.secret_inputs`)."""
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True,
                                related_name="sealed_secrets")

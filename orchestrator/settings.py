@@ -5,8 +5,8 @@ Two ways to run, one code path:
   transactions) and Kombu's filesystem transport, so no server is needed;
 - production: DATABASE_URL (PostgreSQL via psycopg 3), CELERY_BROKER_URL and REDIS_URL.
 
-Security follows STEPWISE_ENV (orchestrator/deployment.py, docs/security.md): DEBUG is off
-unless turned on; in development the secrets are generated into var/secrets/ once and
+Security follows STEPWISE_ENV (orchestrator/operations/deployment.py, docs/security.md): DEBUG is
+off unless turned on; in development the secrets are generated into var/secrets/ once and
 reused; with STEPWISE_ENV=production nothing is generated and an insecure value refuses to
 start.
 """
@@ -18,7 +18,7 @@ import dj_database_url
 import yaml
 from django.core.exceptions import ImproperlyConfigured
 
-from . import deployment
+from .operations import deployment
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STEPWISE_VAR_DIR", BASE_DIR / "var"))
@@ -83,7 +83,7 @@ if PRODUCTION:
 
 INSTALLED_APPS = [
     # Django's admin with Stepwise's site: reviewers who are not staff may sign in to decide
-    # (orchestrator/admin_site.py).
+    # (orchestrator/web/admin_site.py).
     "orchestrator.apps.StepwiseAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -109,9 +109,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "orchestrator.csp.ContentSecurityPolicyMiddleware",
+    "orchestrator.web.csp.ContentSecurityPolicyMiddleware",
     # Trace id (and run id) on every line a request logs; a span per request when tracing is on.
-    "orchestrator.requestlog.RequestContextMiddleware",
+    "orchestrator.web.requestlog.RequestContextMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -121,7 +121,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-# Every response's Content-Security-Policy (orchestrator/csp.py): scripts from this server's own
+# Every response's Content-Security-Policy (orchestrator/web/csp.py): scripts from this server's own
 # files only; websockets to this origin ('self'); ReDoc's search runs in a blob: worker.
 STEPWISE_CSP = os.environ.get("STEPWISE_CSP", "; ".join([
     "default-src 'self'", "script-src 'self'", "style-src 'self' 'unsafe-inline'",
@@ -240,7 +240,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-# The live pages' outbox relay (orchestrator/live/relay.py, docs/live.md): how often it reads
+# The live pages' outbox relay (orchestrator/web/live/relay.py, docs/live.md): how often it reads
 # the outbox when nothing woke it. On PostgreSQL a NOTIFY wakes it at each commit, so polling
 # is only a backstop; SQLite has no NOTIFY, so there it polls often (one indexed query).
 STEPWISE_RELAY_POLL_S = float(os.environ.get("STEPWISE_RELAY_POLL_S",
@@ -254,7 +254,7 @@ STEPWISE_LONG_POLLS_PER_PERSON = int(os.environ.get("STEPWISE_LONG_POLLS_PER_PER
 
 # Shared counters for rate limits and circuit breakers: every worker must see the same ones.
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "orchestrator.redis_cache.SharedClientRedisCache",
+    CACHES = {"default": {"BACKEND": "orchestrator.operations.redis_cache.SharedClientRedisCache",
                           "LOCATION": REDIS_URL, "KEY_PREFIX": "stepwise"}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
@@ -280,7 +280,8 @@ if CELERY_BROKER_URL.startswith(("filesystem://", "stepwisefs://")):
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 if CELERY_BROKER_URL.startswith("redis://"):
-    CELERY_BROKER_TRANSPORT = "orchestrator.broker:RedisTransport"  # survives a broker restart
+    # Survives a broker restart (orchestrator/operations/broker.py).
+    CELERY_BROKER_TRANSPORT = "orchestrator.operations.broker:RedisTransport"
 CELERY_RESULT_BACKEND = os.environ.get(
     "CELERY_RESULT_BACKEND", REDIS_URL if REDIS_URL else "django-db"
 )
@@ -359,14 +360,14 @@ STEPWISE_TOOL_MODULES = [
 # A worker's claim on a running step lasts this long and is renewed by its heartbeat every
 # third of it; a killed worker's step is retried once the lease runs out.
 STEPWISE_LEASE_S = int(os.environ.get("STEPWISE_LEASE_S", "30"))
-# Eager dispatch (orchestrator.services.kinds.worker.Carry): a worker whose step succeeds
+# Eager dispatch (orchestrator.engine.services.kinds.worker.Carry): a worker whose step succeeds
 # claims the run's next step on the same queue in that transaction and runs it itself, with no
 # broker hop and no claim transaction, up to this many steps per message and while the message
 # has run for less than this many seconds; then the next step goes through the broker, behind
 # other runs' work. 0 steps: every step is a message of its own.
 STEPWISE_CARRY_STEPS = int(os.environ.get("STEPWISE_CARRY_STEPS", "10"))
 STEPWISE_CARRY_S = float(os.environ.get("STEPWISE_CARRY_S", "0.5"))
-# Large values out of the row (orchestrator.artifacts): a step's or run's input or output, a
+# Large values out of the row (orchestrator.engine.artifacts): a step's or run's input or output, a
 # map item or an event payload whose JSON is longer than this many bytes is stored once as an
 # artifact, by its SHA-256, and the row holds a reference (0: everything stays in the row).
 # Where: a directory (the embedded default), or an S3-compatible bucket through
@@ -401,14 +402,14 @@ STEPWISE_MAX_CHILD_DEPTH = int(os.environ.get("STEPWISE_MAX_CHILD_DEPTH", "8"))
 STEPWISE_RATE_LIMITS = json.loads(os.environ.get("STEPWISE_RATE_LIMITS", "{}"))
 STEPWISE_BREAKER_FAILURES = int(os.environ.get("STEPWISE_BREAKER_FAILURES", "5"))
 STEPWISE_BREAKER_COOLDOWN_S = float(os.environ.get("STEPWISE_BREAKER_COOLDOWN_S", "30"))
-# Where outbound calls may go (orchestrator.egress, docs/egress.md): JSON with a `default`
-# policy, `tools` ({"http.request": {...}}) and `teams` ({"<slug>": {..., "tools": {...}}})
-# layers. Unset: http/https to public addresses on ports 80 and 443, 1 MiB responses.
+# Where outbound calls may go (orchestrator.integrations.egress, docs/egress.md): JSON with a
+# `default` policy, `tools` ({"http.request": {...}}) and `teams` ({"<slug>": {..., "tools":
+# {...}}}) layers. Unset: http/https to public addresses on ports 80 and 443, 1 MiB responses.
 STEPWISE_EGRESS = json.loads(os.environ.get("STEPWISE_EGRESS", "{}"))
-# Named connections the integration tools use (orchestrator/connections.py, docs/tools.md):
-# a mapping of names to connections, as JSON in STEPWISE_CONNECTIONS or in the JSON/YAML file
-# STEPWISE_CONNECTIONS_FILE. Credentials only as {"env": NAME} or {"file": PATH}. Unset in
-# development: the example workflows' connections under var/ (and the local RabbitMQ, whose
+# Named connections the integration tools use (orchestrator/integrations/connections.py,
+# docs/tools.md): a mapping of names to connections, as JSON in STEPWISE_CONNECTIONS or in the
+# JSON/YAML file STEPWISE_CONNECTIONS_FILE. Credentials only as {"env": NAME} or {"file": PATH}.
+# Unset in development: the example workflows' connections under var/ (and the local RabbitMQ, whose
 # password comes from STEPWISE_EXAMPLE_RABBITMQ_PASSWORD, which `make run` sets); unset in
 # production: none.
 if os.environ.get("STEPWISE_CONNECTIONS_FILE"):
@@ -453,7 +454,7 @@ STEPWISE_EVENT_SOURCES = json.loads(os.environ["STEPWISE_EVENT_SOURCES"]) if os.
 # (budgets.services.budget_admit; 0: no cap).
 STEPWISE_TEAM_MAX_LIVE_RUNS = int(os.environ.get("STEPWISE_TEAM_MAX_LIVE_RUNS", "200"))
 # Run starts a person, and an API token, may ask for through the API, the builder and API
-# triggers (orchestrator/api/throttling.py; DRF's "<n>/<sec|min|hour|day>", empty: no limit).
+# triggers (orchestrator/web/api/throttling.py; DRF's "<n>/<sec|min|hour|day>", empty: no limit).
 STEPWISE_RUN_START_RATES = {
     "run_start.person": os.environ.get("STEPWISE_RUN_START_RATE_PERSON", "120/min") or None,
     "run_start.token": os.environ.get("STEPWISE_RUN_START_RATE_TOKEN", "120/min") or None,
@@ -494,16 +495,16 @@ STEPWISE_ALERTS_SETTLE_S = float(os.environ.get("STEPWISE_ALERTS_SETTLE_S", "2")
 # --- API ------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "orchestrator.api.authentication.CompiledTokenAuthentication",
+        "orchestrator.web.api.authentication.CompiledTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "orchestrator.api.schema.StepwiseAutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "orchestrator.web.api.schema.StepwiseAutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "orchestrator.api.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "orchestrator.web.api.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
-    # Every error in one shape, {"errors": [{"path", "message"}]} (orchestrator/api/errors.py).
-    "EXCEPTION_HANDLER": "orchestrator.api.errors.exception_handler",
+    # Every error in one shape, {"errors": [{"path", "message"}]} (orchestrator/web/api/errors.py).
+    "EXCEPTION_HANDLER": "orchestrator.web.api.errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Stepwise API",
@@ -516,34 +517,35 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # The API token first in "Authorize": what a program uses (the cookie is the browser's).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
-                             "orchestrator.api.schema.token_scheme_first"],
+                             "orchestrator.web.api.schema.token_scheme_first"],
     "ENUM_NAME_OVERRIDES": {
         "RunStateEnum": "orchestrator.models.RunState",
         "StepStateEnum": "orchestrator.models.StepState",
         "ApprovalStateEnum": "approvals.models.ApprovalState",
-        "StepKindEnum": "orchestrator.states.StepKind",
+        "StepKindEnum": "orchestrator.engine.states.StepKind",
         "TriggerKindEnum": "triggers.models.TriggerKind",
-        "RiskTierEnum": "orchestrator.definitions.format.RISK_TIERS",
+        "RiskTierEnum": "orchestrator.engine.definitions.format.RISK_TIERS",
     },
 }
 
 # Logs (docs/operations.md#logs): one line per record with the run, step, attempt, workflow,
-# team and trace ids (orchestrator/logs.py); JSON lines in production, readable text otherwise
-# (STEPWISE_LOG_FORMAT=json|text overrides). Secrets are masked before any line is written.
-# Workers and beat use this same configuration (orchestrator/celery.py), never Celery's own.
+# team and trace ids (orchestrator/operations/logs.py); JSON lines in production, readable text
+# otherwise (STEPWISE_LOG_FORMAT=json|text overrides). Secrets are masked before any line is
+# written. Workers and beat use this same configuration (orchestrator/celery.py), never Celery's
+# own.
 STEPWISE_LOG_FORMAT = os.environ.get("STEPWISE_LOG_FORMAT", "json" if PRODUCTION else "text")
 # dictConfig, then every record scrubbed as it is created: a library's own handlers redact too.
-LOGGING_CONFIG = "orchestrator.logs.configure"
+LOGGING_CONFIG = "orchestrator.operations.logs.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {
-        "ids": {"()": "orchestrator.logs.ContextFilter"},
-        "redact": {"()": "orchestrator.logs.RedactFilter"},
+        "ids": {"()": "orchestrator.operations.logs.ContextFilter"},
+        "redact": {"()": "orchestrator.operations.logs.RedactFilter"},
     },
     "formatters": {
-        "json": {"()": "orchestrator.logs.JsonFormatter"},
-        "text": {"()": "orchestrator.logs.TextFormatter"},
+        "json": {"()": "orchestrator.operations.logs.JsonFormatter"},
+        "text": {"()": "orchestrator.operations.logs.TextFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["ids", "redact"],
                              "formatter": STEPWISE_LOG_FORMAT}},
@@ -562,7 +564,7 @@ LOGGING = {
     },
 }
 
-# --- metrics (orchestrator/metrics.py, docs/operations.md#metrics) ------------------------------
+# --- metrics (orchestrator/operations/metrics.py, docs/operations.md#metrics) ---------------
 # Every process (web, each worker's prefork children) writes its counters here; /metrics sums
 # them. Set before prometheus-client is imported anywhere; `make run` empties it at start.
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / f"prometheus{XDIST_SUFFIX}"))
@@ -571,7 +573,7 @@ Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 # server, `Authorization: Bearer <STEPWISE_METRICS_TOKEN>` when this is set.
 STEPWISE_METRICS_TOKEN = os.environ.get("STEPWISE_METRICS_TOKEN", "")
 
-# --- traces (orchestrator/tracing.py, docs/operations.md#traces) -----------------------------
+# --- traces (orchestrator/operations/tracing.py, docs/operations.md#traces) ------------------
 # OpenTelemetry spans from the API through the scheduler to each step and its model/tool call.
 # Off by default; on, spans go to STEPWISE_OTLP_ENDPOINT (OTLP over HTTP) or to the console.
 STEPWISE_TRACING = deployment.env_bool("STEPWISE_TRACING", False)
@@ -614,7 +616,7 @@ if os.environ.get("AUDIT_CHECKPOINT_S3_BUCKET"):
 # --- request size limits (docs/limits.md) -----------------------------------------------------
 # The largest API request body, in bytes. Our parsers refuse a larger one with 413 in the
 # `{"errors": [...]}` shape before reading it; Django applies the same bound to form data.
-# A definition is further bounded by orchestrator.definitions.limits (512 KiB), run input
+# A definition is further bounded by orchestrator.engine.definitions.limits (512 KiB), run input
 # by 1 MiB. The ASGI application (orchestrator/asgi.py: BodyLimit) refuses a larger body of
 # any request before Django reads it.
 STEPWISE_MAX_REQUEST_BYTES = int(os.environ.get("STEPWISE_MAX_REQUEST_BYTES", 2 * 1024 * 1024))
@@ -624,11 +626,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = STEPWISE_MAX_REQUEST_BYTES
 STEPWISE_TEMPLATE_MAX_CHARS = int(os.environ.get("STEPWISE_TEMPLATE_MAX_CHARS", 1024 * 1024))
 STEPWISE_TEMPLATE_MAX_SECONDS = float(os.environ.get("STEPWISE_TEMPLATE_MAX_SECONDS", 2.0))
 REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"] = [
-    "orchestrator.api.renderers.JSONBodyRenderer",
+    "orchestrator.web.api.renderers.JSONBodyRenderer",
     "rest_framework.renderers.BrowsableAPIRenderer",
 ]
 REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
-    "orchestrator.api.parsers.JSONBodyParser",
-    "orchestrator.api.parsers.FormBodyParser",
-    "orchestrator.api.parsers.MultiPartBodyParser",
+    "orchestrator.web.api.parsers.JSONBodyParser",
+    "orchestrator.web.api.parsers.FormBodyParser",
+    "orchestrator.web.api.parsers.MultiPartBodyParser",
 ]

@@ -6,8 +6,8 @@ this table, so "workers seen" works on every broker, including the embedded file
 transport that has no broadcast.
 
 Around each task, the ids its message carries (`stepwise_run`, `stepwise_step`, `traceparent`:
-`orchestrator.dispatch`) are bound for its log lines and the task is a span of the sender's
-trace (`orchestrator.tracing`); after it, they are forgotten.
+`orchestrator.engine.dispatch`) are bound for its log lines and the task is a span of the sender's
+trace (`orchestrator.operations.tracing`); after it, they are forgotten.
 """
 import os
 import threading
@@ -23,10 +23,10 @@ from celery.signals import (
 )
 from django.db import close_old_connections
 
-from . import metrics, tracing
-from .clock import now
-from .logcontext import bind, clear
+from .engine.clock import now
 from .models import WorkerHeartbeat
+from .operations import metrics, tracing
+from .operations.logcontext import bind, clear
 
 HEARTBEAT_S = 5
 _stop = threading.Event()

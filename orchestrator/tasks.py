@@ -1,16 +1,16 @@
 """Celery entry points. Each takes ids, re-reads state through a service, and delegates.
 
 Any message may be a replay; the services make a replay do nothing. Services send these tasks
-by name (`orchestrator.dispatch`); nothing below this module imports it.
+by name (`orchestrator.engine.dispatch`); nothing below this module imports it.
 """
 import random
 
 from celery import shared_task
 from celery.utils.log import get_task_logger
 
-from .keys import worker_id
-from .services import compensation, reaper
-from .services.kinds import map_step, sub_workflow, worker
+from .engine.keys import worker_id
+from .engine.services import compensation, reaper
+from .engine.services.kinds import map_step, sub_workflow, worker
 
 log = get_task_logger(__name__)
 

@@ -20,10 +20,10 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from orchestrator import clock
+from orchestrator.engine import clock
+from orchestrator.engine.services import reaper
+from orchestrator.engine.services.kinds.human_gate import approval_grant, approval_reject
 from orchestrator.models import MapItem, Run, StepRun
-from orchestrator.services import reaper
-from orchestrator.services.kinds.human_gate import approval_grant, approval_reject
 from orchestrator.tasks import compensate_run, execute_step, map_item, map_join
 
 from . import cluster, invariants, workload

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from django.contrib.auth.models import Group, User
 from rest_framework.authtoken.models import Token
 
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role, Run, Team, TeamMembership
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 
 # Every step retries: a step without a policy survives only LOST_ATTEMPTS_ALLOWED lost attempts
 # (poison-message protection), fewer than the soak's clock jumps and partitions may cost it.

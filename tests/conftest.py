@@ -208,11 +208,11 @@ def _mutation_database(db: dict):
 
 @pytest.fixture
 def move_clock(monkeypatch):
-    """The engine's clock (`orchestrator.clock`), frozen at the test's start; `move_clock(s)`
+    """The engine's clock (`orchestrator.engine.clock`), frozen at the test's start; `move_clock(s)`
     sets it `s` seconds after that start. A test waits on this clock, never on the wall."""
     from datetime import timedelta
 
-    from orchestrator import clock
+    from orchestrator.engine import clock
 
     start = clock.now()
     monkeypatch.setattr(clock, "_source", lambda: start)

@@ -5,7 +5,7 @@ import factory
 import yaml
 from django.contrib.auth.models import Group, User
 
-from orchestrator.authz import System
+from orchestrator.engine.authz import System
 from orchestrator.models import Role, Team, TeamMembership
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

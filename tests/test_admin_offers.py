@@ -3,8 +3,8 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, example_definition, member
 
 pytestmark = pytest.mark.django_db

@@ -3,7 +3,7 @@ saves its workflow through `template_instantiate` (workflow.save checked there, 
 import pytest
 from django.urls import reverse
 
-from orchestrator.gallery import templates
+from orchestrator.engine.gallery import templates
 from orchestrator.models import Workflow, WorkflowVersion
 from tests.factories import member
 

@@ -1,4 +1,4 @@
-"""Secure by default (orchestrator/deployment.py, docs/security.md).
+"""Secure by default (orchestrator/operations/deployment.py, docs/security.md).
 
 Settings are read once per process, so each case imports them in a fresh Python process with
 the environment under test, the way a server, a worker or `manage.py` starts.

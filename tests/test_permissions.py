@@ -13,14 +13,14 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from approvals.models import ApprovalRequest
-from orchestrator.authz import GRANTS, Action
-from orchestrator.errors import Forbidden
+from orchestrator.engine.authz import GRANTS, Action
+from orchestrator.engine.errors import Forbidden
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.kinds.human_gate import approval_grant
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_fail
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import DeadLetter, Role, Run, StepRun, StepState
-from orchestrator.retry import StepError
-from orchestrator.services.kinds.human_gate import approval_grant
-from orchestrator.services.kinds.worker import Usage, step_claim, step_fail
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.api.driving import drive_to_gate, support_run
 from tests.conftest import client_for
 from tests.factories import SETUP, TeamFactory, UserFactory, example_definition, member
@@ -369,8 +369,8 @@ def test_setting_a_teams_budget_limit(team, who):
 @pytest.mark.parametrize("surface", ["api", "admin"])
 @pytest.mark.parametrize("who", PERSONAS)
 def test_setting_and_removing_a_mandatory_gate_policy(team, who, surface):
+    from orchestrator.engine.services.gate_policies import gate_policy_create
     from orchestrator.models import GatePolicy
-    from orchestrator.services.gate_policies import gate_policy_create
 
     user = persona(team, who)
     if surface == "api":

@@ -6,9 +6,9 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role, Run
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, member
 
 pytestmark = pytest.mark.django_db

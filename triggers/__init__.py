@@ -4,5 +4,5 @@ Four kinds, one path: a schedule fired by Celery beat, a signed webhook, a messa
 (RabbitMQ or a Redis stream, read by the `stepwise_consume` process) and a programmatic call
 through the API all end in `triggers.services.firing.trigger_fire`, which admits the firing
 (rate per trigger, the team's cap on unfinished runs — budgets', as on every start path) and starts the run through the same
-`orchestrator.services.runs.run_start` as the REST API. See docs/triggers.md.
+`orchestrator.engine.services.runs.run_start` as the REST API. See docs/triggers.md.
 """

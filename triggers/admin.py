@@ -15,15 +15,15 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from orchestrator.admin_display import (
+from orchestrator.engine.authz import Action, may, teams_where, visible
+from orchestrator.engine.errors import Forbidden, NotAllowed, ServiceError
+from orchestrator.models import Workflow
+from orchestrator.web.admin_display import (
     ReadOnlyAdminMixin,
     TeamScopedAdminMixin,
     badge_column,
     pretty_json,
 )
-from orchestrator.authz import Action, may, teams_where, visible
-from orchestrator.errors import Forbidden, NotAllowed, ServiceError
-from orchestrator.models import Workflow
 
 from .models import EventDeadLetter, Firing, Trigger, TriggerKind
 from .services.config import (

@@ -22,7 +22,7 @@ import re
 
 from jsonschema import Draft202012Validator
 
-from orchestrator.definitions import (
+from orchestrator.engine.definitions import (
     ExpressionError,
     TemplateError,
     compile_expression,
@@ -30,7 +30,7 @@ from orchestrator.definitions import (
     evaluate_expression,
     render_template,
 )
-from orchestrator.definitions.limits import MAX_DEPTH, MAX_TEMPLATE_CHARS
+from orchestrator.engine.definitions.limits import MAX_DEPTH, MAX_TEMPLATE_CHARS
 
 # A whole string that is one output expression and nothing else.
 _ONE_EXPRESSION = re.compile(r"^\s*\{\{(?P<expr>.*?)\}\}\s*$", re.DOTALL)

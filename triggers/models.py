@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import models
 from django_celery_beat.models import PeriodicTask
 
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
 from orchestrator.models import Run, Team, Workflow
 
 

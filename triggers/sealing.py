@@ -1,7 +1,7 @@
 """Webhook secrets at rest: encrypted with a key the database does not hold.
 
 A webhook's secret has to be read back to check a signature, so it cannot be hashed; it is
-sealed with `orchestrator.sealing.WEBHOOK_SECRETS` (Fernet under a key derived from
+sealed with `orchestrator.engine.sealing.WEBHOOK_SECRETS` (Fernet under a key derived from
 STEPWISE_TRIGGER_KEY; the one encryption path of Stepwise). Rotating that key: put the old value
 in STEPWISE_TRIGGER_KEY_FALLBACKS, set the new one, then `manage.py stepwise_reseal_triggers`
 re-encrypts every secret under the new key (docs/security.md).
@@ -10,7 +10,7 @@ Reads settings; never logs, returns or stores a secret in the clear.
 """
 from __future__ import annotations
 
-from orchestrator.sealing import WEBHOOK_SECRETS
+from orchestrator.engine.sealing import WEBHOOK_SECRETS
 
 
 def seal(secret: str) -> str:

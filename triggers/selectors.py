@@ -1,13 +1,13 @@
 """Reads of triggers that the services, the entry points and the consumer share.
 
-Reads only: no writes, no dispatch, no permission checks (`orchestrator.authz` does those).
+Reads only: no writes, no dispatch, no permission checks (`orchestrator.engine.authz` does those).
 """
 from django.conf import settings
 from django.db.models import QuerySet
 
-from orchestrator.authz import System
+from orchestrator.engine.authz import System
+from orchestrator.engine.selectors import version_to_start
 from orchestrator.models import WorkflowVersion
-from orchestrator.selectors import version_to_start
 
 from .models import Trigger, TriggerKind
 

@@ -2,9 +2,10 @@
 
 import django.db.models.deletion
 import django_fsm
-import orchestrator.clock
 from django.conf import settings
 from django.db import migrations, models
+
+import orchestrator.engine.clock
 
 
 class Migration(migrations.Migration):
@@ -26,7 +27,7 @@ class Migration(migrations.Migration):
                 ('instructions', models.TextField(blank=True)),
                 ('context', models.JSONField(default=dict, help_text='The upstream outputs shown to the reviewer.')),
                 ('proposal_hash', models.CharField(help_text='SHA-256 of the canonical context.', max_length=64)),
-                ('requested_at', models.DateTimeField(default=orchestrator.clock.now)),
+                ('requested_at', models.DateTimeField(default=orchestrator.engine.clock.now)),
                 ('deadline_at', models.DateTimeField()),
                 ('decided_at', models.DateTimeField(blank=True, null=True)),
                 ('note', models.TextField(blank=True)),

@@ -2,9 +2,10 @@
 
 import django.db.models.deletion
 import django_fsm
-import orchestrator.clock
 from django.conf import settings
 from django.db import migrations, models
+
+import orchestrator.engine.clock
 
 
 def bind_existing_requests(apps, schema_editor):
@@ -33,7 +34,7 @@ class Migration(migrations.Migration):
                 ('proposal_hash', models.CharField(help_text='The hash the person decided on.', max_length=64)),
                 ('escalation_level', models.PositiveSmallIntegerField(default=0)),
                 ('changes', models.JSONField(blank=True, default=dict, help_text='For an edit: name -> {from, to}, and the new hash.')),
-                ('created_at', models.DateTimeField(default=orchestrator.clock.now)),
+                ('created_at', models.DateTimeField(default=orchestrator.engine.clock.now)),
             ],
             options={
                 'ordering': ['created_at', 'id'],

@@ -1,10 +1,10 @@
-"""A run's callback secret is stored sealed (orchestrator.sealing.CALLBACK_SECRETS), like webhook
+"""A run's callback secret is stored sealed (orchestrator.engine.sealing.CALLBACK_SECRETS), like webhook
 secrets: the plain `secret` column is sealed into `sealed_secret`, then dropped."""
 from django.db import migrations, models
 
 
 def seal(apps, schema_editor):
-    from orchestrator.sealing import CALLBACK_SECRETS
+    from orchestrator.engine.sealing import CALLBACK_SECRETS
 
     RunCallback = apps.get_model("notifications", "RunCallback")
     for callback in RunCallback.objects.only("id", "secret").iterator():
@@ -13,7 +13,7 @@ def seal(apps, schema_editor):
 
 
 def unseal(apps, schema_editor):
-    from orchestrator.sealing import CALLBACK_SECRETS
+    from orchestrator.engine.sealing import CALLBACK_SECRETS
 
     RunCallback = apps.get_model("notifications", "RunCallback")
     for callback in RunCallback.objects.only("id", "sealed_secret").iterator():
@@ -32,7 +32,7 @@ class Migration(migrations.Migration):
             model_name="runcallback",
             name="sealed_secret",
             field=models.TextField(default="", help_text="The client's signing secret, sealed "
-                                   "(orchestrator.sealing.CALLBACK_SECRETS)."),
+                                   "(orchestrator.engine.sealing.CALLBACK_SECRETS)."),
             preserve_default=False,
         ),
         migrations.AlterField(

@@ -2,9 +2,10 @@
 
 import django.db.models.deletion
 import django_fsm
-import orchestrator.clock
 from django.conf import settings
 from django.db import migrations, models
+
+import orchestrator.engine.clock
 
 
 class Migration(migrations.Migration):
@@ -25,7 +26,7 @@ class Migration(migrations.Migration):
                 ('payload_ref', models.CharField(help_text='Where the step input lives.', max_length=200)),
                 ('trace_id', models.CharField(help_text='Correlates logs, events and audit.', max_length=100)),
                 ('status', models.CharField(choices=[('open', 'Open'), ('redriven', 'Redriven')], default='open', max_length=16)),
-                ('created_at', models.DateTimeField(db_index=True, default=orchestrator.clock.now)),
+                ('created_at', models.DateTimeField(db_index=True, default=orchestrator.engine.clock.now)),
                 ('redriven_at', models.DateTimeField(blank=True, null=True)),
             ],
             options={
@@ -44,7 +45,7 @@ class Migration(migrations.Migration):
                 ('attempts', models.PositiveIntegerField(default=1)),
                 ('result', models.JSONField(blank=True, null=True)),
                 ('error', models.JSONField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(default=orchestrator.clock.now)),
+                ('started_at', models.DateTimeField(default=orchestrator.engine.clock.now)),
                 ('finished_at', models.DateTimeField(blank=True, null=True)),
             ],
             options={

@@ -2,7 +2,7 @@
 
 A statement-level trigger on orchestrator_event calls pg_notify in the inserting transaction:
 PostgreSQL delivers it at commit, and only then, and folds a transaction's repeats into one, so
-the live pages' relay (orchestrator.live.relay) wakes once per committed change, as it did when
+the live pages' relay (orchestrator.web.live.relay) wakes once per committed change, as it did when
 the engine sent the NOTIFY itself, without a statement of its own in every transaction.
 
 SQLite has no NOTIFY: the relay polls there, and this migration does nothing.

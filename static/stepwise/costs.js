@@ -1,6 +1,6 @@
 /* The cost page's chart (templates/admin/budgets/costs.html): spend per day as bars, the daily
  * limit in force as a line, amounts read as money (two decimals, or two significant digits
- * under a cent, as orchestrator.admin_display.money writes them). */
+ * under a cent, as orchestrator.web.admin_display.money writes them). */
 (function () {
   "use strict";
   function money(value) {

@@ -1,4 +1,4 @@
-/* The operations page: draws orchestrator/operations.py's snapshot, re-read on each nudge. */
+/* The operations page: draws orchestrator/operations/overview.py's snapshot, re-read on each nudge. */
 (function () {
   "use strict";
   const root = document.getElementById("ops-live");

@@ -1,4 +1,4 @@
-/* The live run page: draws the run's JSON state (orchestrator/progress.py run_snapshot) and
+/* The live run page: draws the run's JSON state (orchestrator/web/progress.py run_snapshot) and
  * redraws it in place each time the websocket nudges (live_socket.js). The DAG is drawn with
  * Cytoscape.js and laid out by dagre (vendored in static/stepwise/vendor; docs/live.md). */
 (function () {
@@ -15,7 +15,7 @@
     retrying: "state-attention", running: "state-busy", queued: "state-busy", cancelling: "state-busy",
     compensating: "state-busy",
   };
-  // The error classes the retry table never retries (orchestrator/retry.py NEVER_RETRIED).
+  // The error classes the retry table never retries (orchestrator/engine/retry.py NEVER_RETRIED).
   const NEVER_RETRIED = new Set(["auth", "policy", "validation", "permanent", "invalid_request",
                                  "rejected", "cancelled", "budget", "uncertain", "stale"]);
   let graph = null;

@@ -5,7 +5,7 @@ from django.test import Client
 
 from alerts.models import Alert, AlertState
 from alerts.services import alert_acknowledge, alert_raise, alert_resolve
-from orchestrator.errors import Forbidden, NotAllowed
+from orchestrator.engine.errors import Forbidden, NotAllowed
 from orchestrator.models import Role
 from tests.factories import TeamFactory, member
 

@@ -15,13 +15,13 @@ from alerts.models import Alert, AlertRule
 from alerts.rules import RuleKind
 from alerts.services import alert_raise, rule_for
 from notifications.models import Notification
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services import reaper
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
+from orchestrator.engine.services.operators import step_retry
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event, Role, Run
-from orchestrator.retry import StepError
-from orchestrator.services import reaper
-from orchestrator.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
-from orchestrator.services.operators import step_retry
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, member
 
 pytestmark = pytest.mark.django_db
@@ -240,7 +240,7 @@ def test_alert_raise_is_the_one_entry_for_other_code(team, owner):
 
 
 def test_a_run_a_reviewer_rejected_pages_no_one(team, requester, owner, operator):
-    from orchestrator.services.kinds.human_gate import approval_reject
+    from orchestrator.engine.services.kinds.human_gate import approval_reject
     from tests.approvals.conftest import support_gate
     lead = member(team, "lead", role=Role.MEMBER, groups=("support_leads",))
     approval = support_gate(team, requester)

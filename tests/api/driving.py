@@ -3,10 +3,10 @@
 No worker runs in API tests (on_commit callbacks never fire inside the test transaction), so
 these claim and complete steps with the same services a worker calls.
 """
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_succeed
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run, StepState
-from orchestrator.services.kinds.worker import Usage, step_claim, step_succeed
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import example_definition
 
 SUPPORT_INPUT = {"ticket_id": "T-1", "body": "I want a refund", "customer_email": "a@example.com"}

@@ -10,9 +10,9 @@ from django.contrib.auth.models import AnonymousUser
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from orchestrator.authz import System, role_in, visible, visible_workflows_named
+from orchestrator.engine.authz import System, role_in, visible, visible_workflows_named
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role, TeamMembership, Workflow
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, TeamFactory, UserFactory, example_definition, member
 
 pytestmark = pytest.mark.django_db

@@ -90,7 +90,7 @@ def test_a_method_the_endpoint_does_not_take_is_a_405_with_allow(api):
 
 
 def test_a_body_that_is_not_json_is_a_400_in_the_error_shape(api, team, requester):
-    from orchestrator.services.workflows import workflow_save
+    from orchestrator.engine.services.workflows import workflow_save
     from tests.factories import example_definition
 
     workflow_save(team=team, definition=example_definition("support"), actor=SETUP)
@@ -122,7 +122,7 @@ def test_a_run_filter_that_is_not_a_uuid_is_a_400_naming_it(api):
 
 def test_an_unhandled_error_under_the_api_is_a_json_500_that_tells_nothing(rf):
     """Django's handler500 runs outside every view; under /api/ it answers JSON too."""
-    from orchestrator.api.errors import server_error
+    from orchestrator.web.api.errors import server_error
 
     response = server_error(rf.get("/api/v1/runs/"))
 

@@ -5,10 +5,10 @@ import tracemalloc
 
 import pytest
 
-from orchestrator.executors.tool import prepared_call
+from orchestrator.engine.executors.tool import prepared_call
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.workflows import workflow_publish, workflow_save
 from orchestrator.models import Role, Workflow, WorkflowVersion
-from orchestrator.retry import StepError
-from orchestrator.services.workflows import workflow_publish, workflow_save
 from tests.conftest import client_for
 from tests.factories import SETUP, member
 
@@ -228,9 +228,9 @@ def test_run_input_with_a_lone_surrogate_is_a_400_and_creates_no_run(api, suppor
 
 @pytest.mark.django_db
 def test_run_input_reaching_run_start_by_another_path_is_refused_with_its_path(support):
-    from orchestrator.errors import InputInvalid
+    from orchestrator.engine.errors import InputInvalid
+    from orchestrator.engine.services.runs import run_start
     from orchestrator.models import Run
-    from orchestrator.services.runs import run_start
 
     with pytest.raises(InputInvalid) as refused:
         run_start(version=support, input={"ticket_id": "\udfff", "body": "b",
@@ -241,7 +241,7 @@ def test_run_input_reaching_run_start_by_another_path_is_refused_with_its_path(s
 
 
 def test_a_tool_result_that_is_not_valid_unicode_fails_the_step_before_it_is_stored():
-    from orchestrator.output_schemas import validate_output
+    from orchestrator.engine.output_schemas import validate_output
 
     with pytest.raises(StepError) as failure:
         validate_output(None, {"rows": [{"name": "ok"}, {"name": "bad\ud800"}]})

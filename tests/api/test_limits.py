@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from orchestrator.definitions import limits
+from orchestrator.engine.definitions import limits
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run, Workflow
-from orchestrator.services.workflows import workflow_save
 from tests.definitions.test_limits import NESTED_ALL, yaml_bomb
 from tests.factories import example_definition
 

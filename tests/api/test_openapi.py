@@ -9,11 +9,11 @@ import pytest
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_fail
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import DeadLetter, Run
-from orchestrator.retry import StepError
-from orchestrator.services.kinds.worker import Usage, step_claim, step_fail
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 
 from .driving import drive_to_gate, support_run

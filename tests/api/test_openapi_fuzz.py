@@ -38,15 +38,15 @@ from rest_framework.authtoken.models import Token
 
 from approvals.models import ApprovalRequest
 from orchestrator.celery import app as celery_app
-from orchestrator.definitions import parse_definition_text
+from orchestrator.engine.definitions import parse_definition_text
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.kinds.human_gate import approval_grant, approval_reject
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_fail
+from orchestrator.engine.services.operators import dead_letter_redrive
+from orchestrator.engine.services.runs import run_cancel, run_start, run_time_out
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.management.commands.stepwise_queues import queues
 from orchestrator.models import DeadLetter, Role, Run, StepRun, Workflow, WorkflowVersion
-from orchestrator.retry import StepError
-from orchestrator.services.kinds.human_gate import approval_grant, approval_reject
-from orchestrator.services.kinds.worker import Usage, step_claim, step_fail
-from orchestrator.services.operators import dead_letter_redrive
-from orchestrator.services.runs import run_cancel, run_start, run_time_out
-from orchestrator.services.workflows import workflow_save
 from tests.api.driving import drive_to_gate, support_run
 from tests.factories import EXAMPLES, SETUP, TeamFactory, member
 from tests.support.children import start_children

@@ -7,8 +7,8 @@ twice quietly used the last value.
 """
 import pytest
 
-from orchestrator.api.pagination import MAX_LIMIT, MAX_OFFSET
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.web.api.pagination import MAX_LIMIT, MAX_OFFSET
 from tests.factories import example_definition
 
 from .published import assert_documented, published_schema

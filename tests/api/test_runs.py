@@ -2,8 +2,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run, StepState
-from orchestrator.services.workflows import workflow_save
 from tests.factories import example_definition
 
 from .driving import SUPPORT_INPUT, drive_to_gate

@@ -2,7 +2,7 @@
 one — as the caller, who needs workflow.save in the team; every answer as the schema says."""
 import pytest
 
-from orchestrator.gallery import templates
+from orchestrator.engine.gallery import templates
 from orchestrator.models import WorkflowVersion
 from tests.conftest import client_for
 from tests.factories import member
@@ -61,8 +61,8 @@ def test_instantiating_needs_workflow_save_and_a_valid_name(api, team):
 
 @pytest.mark.parametrize("template", templates(), ids=lambda t: t.name)
 def test_every_template_saves_and_its_sample_input_is_valid(team, requester, template):
-    from orchestrator.services.gallery import template_instantiate
-    from orchestrator.services.runs import run_start
+    from orchestrator.engine.services.gallery import template_instantiate
+    from orchestrator.engine.services.runs import run_start
 
     version, created = template_instantiate(template=template.name, team=team, actor=requester)
     assert created and version.workflow.name == template.name

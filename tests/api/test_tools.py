@@ -3,7 +3,7 @@ caller's teams may use - names only."""
 import pytest
 from rest_framework.test import APIClient
 
-from orchestrator.tools.registry import all_tools
+from orchestrator.integrations.tools.registry import all_tools
 from tests.conftest import client_for
 
 pytestmark = pytest.mark.django_db

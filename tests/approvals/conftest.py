@@ -14,10 +14,10 @@ from django.test import Client
 
 from approvals.models import ApprovalRequest
 from examples.tools import outbox_path
-from orchestrator import clock
+from orchestrator.engine import clock
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role, Run, StepRun, StepState
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from orchestrator.tasks import execute_step
 from tests.factories import SETUP, example_definition, member
 
@@ -43,7 +43,7 @@ def manager(team):
 
 
 class Clock:
-    """The injectable clock (`orchestrator.clock`), moved by hand."""
+    """The injectable clock (`orchestrator.engine.clock`), moved by hand."""
 
     def __init__(self, start):
         self.at = start

@@ -235,8 +235,8 @@ def test_a_reviewer_who_is_not_staff_is_offered_only_the_reviewers_pages(team, l
 
 
 def test_the_home_page_counts_a_run_on_its_way_to_my_gate_until_the_gate_opens(team, requester, lead):
-    from orchestrator.services.runs import run_start
-    from orchestrator.services.workflows import workflow_save
+    from orchestrator.engine.services.runs import run_start
+    from orchestrator.engine.services.workflows import workflow_save
     from tests.factories import SETUP, example_definition
 
     from .conftest import work

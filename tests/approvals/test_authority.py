@@ -5,9 +5,13 @@ import pytest
 from approvals.models import ApprovalRequest
 from audit.chain import seal_pending
 from audit.models import AuditEntry
-from orchestrator.errors import Forbidden, InputInvalid, NotAllowed
+from orchestrator.engine.errors import Forbidden, InputInvalid, NotAllowed
+from orchestrator.engine.services.kinds.human_gate import (
+    approval_edit,
+    approval_grant,
+    approval_reject,
+)
 from orchestrator.models import Role, StepRun
-from orchestrator.services.kinds.human_gate import approval_edit, approval_grant, approval_reject
 from tests.conftest import client_for
 from tests.factories import member
 

@@ -8,18 +8,18 @@ from django.contrib.auth.models import Group
 from approvals.authority import ON_THE_WAY_LIMIT, inbox, is_reviewer, on_the_way
 from approvals.models import ApprovalRequest
 from notifications.models import Notification
-from orchestrator.errors import Forbidden
-from orchestrator.models import Role, Run, StepRun
-from orchestrator.retry import StepError
-from orchestrator.services.kinds.human_gate import (
+from orchestrator.engine.errors import Forbidden
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.kinds.human_gate import (
     approval_edit,
     approval_grant,
     approval_reject,
 )
-from orchestrator.services.kinds.worker import Usage, step_claim, step_fail
-from orchestrator.services.reaper import reap
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_fail
+from orchestrator.engine.services.reaper import reap
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.models import Role, Run, StepRun
 from orchestrator.tasks import execute_step
 from tests.conftest import client_for
 from tests.factories import SETUP, TeamFactory, example_definition, member

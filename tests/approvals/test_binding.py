@@ -8,15 +8,15 @@ from django.test import Client
 from approvals.models import ApprovalRequest
 from audit.chain import seal_pending
 from audit.models import AuditEntry
-from orchestrator.definitions.proposals import proposal_hash
-from orchestrator.hashing import digest_of
+from orchestrator.engine.definitions.proposals import proposal_hash
+from orchestrator.engine.hashing import digest_of
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.kinds.human_gate import approval_grant, approval_revoke
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
+from orchestrator.engine.services.operators import dead_letter_redrive
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import DeadLetter, Role, Run, StepRun
-from orchestrator.retry import StepError
-from orchestrator.services.kinds.human_gate import approval_grant, approval_revoke
-from orchestrator.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
-from orchestrator.services.operators import dead_letter_redrive
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from orchestrator.tasks import execute_step
 from tests.conftest import client_for
 from tests.factories import SETUP, member

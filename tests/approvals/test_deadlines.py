@@ -10,10 +10,10 @@ from audit.chain import seal_pending
 from audit.models import AuditEntry
 from notifications.delivery import notification_deliver
 from notifications.models import Notification
-from orchestrator.errors import Forbidden
+from orchestrator.engine.errors import Forbidden
+from orchestrator.engine.services.kinds.human_gate import approval_grant
+from orchestrator.engine.services.reaper import reap
 from orchestrator.models import Run, StepRun
-from orchestrator.services.kinds.human_gate import approval_grant
-from orchestrator.services.reaper import reap
 
 from .conftest import support_gate
 

@@ -3,9 +3,9 @@ re-hashed, recorded as the reviewer's change — and what runs is what was edite
 import pytest
 
 from approvals.models import ApprovalRequest
-from orchestrator.definitions.proposals import proposal_hash
-from orchestrator.hashing import digest_of
-from orchestrator.services.kinds.human_gate import approval_grant
+from orchestrator.engine.definitions.proposals import proposal_hash
+from orchestrator.engine.hashing import digest_of
+from orchestrator.engine.services.kinds.human_gate import approval_grant
 from tests.conftest import client_for
 
 from .conftest import refund_gate, sent_emails, support_gate, work

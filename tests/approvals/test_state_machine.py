@@ -4,7 +4,7 @@ import pytest
 from django_fsm import TransitionNotAllowed
 
 from approvals.models import ApprovalRequest, ApprovalState
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
 
 STATES = list(ApprovalState.values)
 ARGS = {

@@ -14,10 +14,10 @@ from django.db import connection
 from approvals.models import ApprovalRequest
 from audit.chain import seal_pending
 from audit.models import AuditEntry
+from orchestrator.engine.services.kinds.human_gate import approval_grant
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run, StepRun, StepState
-from orchestrator.services.kinds.human_gate import approval_grant
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from orchestrator.tasks import execute_step
 from tests.factories import example_definition
 

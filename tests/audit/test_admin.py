@@ -39,7 +39,7 @@ def test_the_ledger_lists_and_filters(superuser_client, support_run, query):
 
 
 def test_filtering_by_run_shows_only_that_runs_entries(superuser_client, support_run, team, requester):
-    from orchestrator.services.runs import run_start
+    from orchestrator.engine.services.runs import run_start
 
     from .conftest import SUPPORT_INPUT
 

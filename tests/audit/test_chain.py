@@ -24,7 +24,7 @@ from audit.chain import (
 )
 from audit.models import GENESIS_HASH, AuditEntry
 from audit.services import audit_prune, audit_record
-from orchestrator import clock
+from orchestrator.engine import clock
 
 from .conftest import ledger, tamper
 
@@ -68,7 +68,7 @@ def test_an_append_undone_with_its_savepoint_is_not_linked_to():
 def test_one_transactions_entries_are_appended_in_one_statement():
     from django.test.utils import CaptureQueriesContext
 
-    from orchestrator.events import events_record
+    from orchestrator.engine.events import events_record
     from orchestrator.models import Event
 
     run = ledger_run()
@@ -82,9 +82,9 @@ def test_one_transactions_entries_are_appended_in_one_statement():
 
 
 def ledger_run():
-    from orchestrator.authz import System
-    from orchestrator.services.runs import run_start
-    from orchestrator.services.workflows import workflow_save
+    from orchestrator.engine.authz import System
+    from orchestrator.engine.services.runs import run_start
+    from orchestrator.engine.services.workflows import workflow_save
     from tests.factories import TeamFactory
 
     version, _ = workflow_save(team=TeamFactory(slug="ledger"), definition={

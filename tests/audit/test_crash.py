@@ -17,9 +17,9 @@ from django.conf import settings as django_settings
 
 from audit.chain import verify_ledger
 from audit.models import AuditEntry
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import StepRun
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.integration.conftest import ROOT, wait_for, worker_env
 

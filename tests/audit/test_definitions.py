@@ -2,8 +2,8 @@
 import pytest
 from django.conf import settings
 
-from orchestrator.definitions import normalize_definition, validate_definition
-from orchestrator.tools.registry import load_tool_modules, tool_param_schemas
+from orchestrator.engine.definitions import normalize_definition, validate_definition
+from orchestrator.integrations.tools.registry import load_tool_modules, tool_param_schemas
 from tests.factories import example_definition
 
 from .conftest import SENSITIVE

@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from audit.export import FIELDS, export_range, manifest_path_for, read_rows, verify_export
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
 
 from .conftest import ledger
 

@@ -7,7 +7,7 @@ from django.core.management import call_command
 from audit.models import LedgerExport
 from audit.tasks import export
 from audit.verification import ledger_export_open
-from orchestrator.errors import Forbidden
+from orchestrator.engine.errors import Forbidden
 
 from .test_anchoring import record
 

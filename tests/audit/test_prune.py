@@ -11,7 +11,7 @@ from audit.chain import verify_ledger
 from audit.models import AuditEntry
 from audit.services import audit_prune, audit_record
 from audit.triggers import SQLITE_NO_DELETE
-from orchestrator import clock
+from orchestrator.engine import clock
 
 from .conftest import ledger
 

@@ -9,12 +9,12 @@ from approvals.models import ApprovalRequest
 from audit.chain import verify_ledger
 from audit.models import AuditEntry
 from audit.services import audit_record
+from orchestrator.engine.services.kinds.human_gate import approval_reject
+from orchestrator.engine.services.kinds.worker import step_retry_due
+from orchestrator.engine.services.operators import dead_letter_redrive
+from orchestrator.engine.services.runs import run_cancel, run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import DeadLetter, Event, Role, Run, StepRun
-from orchestrator.services.kinds.human_gate import approval_reject
-from orchestrator.services.kinds.worker import step_retry_due
-from orchestrator.services.operators import dead_letter_redrive
-from orchestrator.services.runs import run_cancel, run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, member
 
 from .conftest import SUPPORT_INPUT, ledger, support_definition, work

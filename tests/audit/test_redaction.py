@@ -8,9 +8,9 @@ from audit.chain import CONTENT_FIELDS
 from audit.models import AuditEntry
 from audit.redaction import Policy, Redactor, is_secret_key, keyed_hash, summary_of
 from audit.services import audit_record
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run, StepRun
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 
 from .conftest import (

@@ -10,7 +10,7 @@ from audit.models import LedgerVerification
 from audit.tasks import verify
 from audit.verification import ledger_verification_request, ledger_verification_run
 from orchestrator.celery import app as celery_app
-from orchestrator.errors import Forbidden
+from orchestrator.engine.errors import Forbidden
 
 from .conftest import ledger
 from .test_anchoring import checkpoint_files, record, rewrite_and_rechain

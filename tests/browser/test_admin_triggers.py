@@ -9,8 +9,8 @@ import re
 
 import pytest
 
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, example_definition
 from triggers.models import Trigger
 from triggers.services.config import trigger_create

@@ -7,9 +7,9 @@ import pytest
 from django.contrib.auth.models import Group
 
 from examples.tools import outbox_path
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, example_definition, member
 
 from .conftest import wait_for, wait_for_run

@@ -15,12 +15,12 @@ import json
 import pytest
 
 from approvals.models import ApprovalRequest
-from orchestrator.definitions import parse_definition_text
-from orchestrator.gallery import templates
-from orchestrator.hashing import digest_of
+from orchestrator.engine.definitions import parse_definition_text
+from orchestrator.engine.gallery import templates
+from orchestrator.engine.hashing import digest_of
+from orchestrator.engine.services.layouts import step_names
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role, Run, WorkflowVersion, WorkflowVersionLayout
-from orchestrator.services.layouts import step_names
-from orchestrator.services.workflows import workflow_save
 from tests.conftest import client_for
 from tests.factories import EXAMPLES, member
 

@@ -4,9 +4,9 @@ Budgets > Costs and sees the day's spend charted and tabled per workflow and per
 same figures the API gives. The screenshot in docs/budgets.md is taken here."""
 import pytest
 
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, example_definition, member
 
 from .conftest import wait_for_run

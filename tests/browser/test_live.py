@@ -5,8 +5,8 @@ import pytest
 from django.contrib.auth.models import Group
 
 from approvals.models import ApprovalRequest
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role
-from orchestrator.services.workflows import workflow_save
 from tests.conftest import client_for
 from tests.factories import SETUP, example_definition, member
 

@@ -19,9 +19,9 @@ import pytest
 from django.contrib.auth.models import Group, User
 
 from orchestrator.admin import _seconds
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.conftest import client_for
 from tests.factories import SETUP, example_definition, member
 from triggers.services.config import trigger_create, trigger_update

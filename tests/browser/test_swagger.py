@@ -41,4 +41,4 @@ def test_swagger_ui_renders_offline_with_the_token_scheme_first(browser_page, we
     browser_page.wait_for_selector("h1")
     assert "Stepwise API" in browser_page.inner_text("h1")
     browser_page.wait_for_selector("text=API docs by Redocly")  # the footer, whose logo ...
-    assert outside == []  # ... is served here like everything else (orchestrator/api/docs.py)
+    assert outside == []  # ... is served here like everything else (orchestrator/web/api/docs.py)

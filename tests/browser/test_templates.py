@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from orchestrator.gallery import template_named, templates
+from orchestrator.engine.gallery import template_named, templates
+from orchestrator.engine.services.runs import run_start
 from orchestrator.models import Role, Run, Workflow
-from orchestrator.services.runs import run_start
 from tests.factories import member
 
 from .conftest import wait_for_run

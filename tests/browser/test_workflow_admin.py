@@ -2,9 +2,9 @@
 the paths; the workflow page shows which version runs. A run's secret input is a marker there."""
 import pytest
 
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role, Workflow
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.engine.test_mandatory_gates import GATED, without_gate
 from tests.factories import SETUP, member
 

@@ -4,10 +4,10 @@ from decimal import Decimal
 
 import pytest
 
+from orchestrator.engine.services.kinds.worker import step_execute
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run
-from orchestrator.services.kinds.worker import step_execute
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.support.fake_llm import TOKENS_OUT, FakeLLM
 

@@ -19,13 +19,13 @@ import pytest
 
 from budgets.models import BudgetOverride
 from budgets.services import budget_admit, budget_limit_create, elapsed_denial
-from orchestrator import clock
-from orchestrator.errors import BudgetExceeded
+from orchestrator.engine import clock
+from orchestrator.engine.errors import BudgetExceeded
+from orchestrator.engine.selectors import definition_of
+from orchestrator.engine.services.operators import run_budget_raise
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run
-from orchestrator.selectors import definition_of
-from orchestrator.services.operators import run_budget_raise
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.budgets.test_reservations import agent
 from tests.factories import SETUP, TeamFactory
 

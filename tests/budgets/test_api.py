@@ -5,10 +5,10 @@ from decimal import Decimal
 
 import pytest
 
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_succeed
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import MapItem, Run, StepAttempt
-from orchestrator.services.kinds.worker import Usage, step_claim, step_succeed
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, TeamFactory
 
 pytestmark = pytest.mark.django_db
@@ -130,7 +130,7 @@ def test_an_operator_raises_a_paused_runs_limit_and_it_goes_on(team, operator, s
 
 
 def test_an_operator_raises_a_run_paused_for_its_duration_and_it_goes_on(team, operator, move_clock):
-    from orchestrator.services import reaper
+    from orchestrator.engine.services import reaper
     from tests.conftest import client_for
 
     version, _ = workflow_save(team=team, definition={

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 
 from budgets.services import budget_limit_create
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
 from orchestrator.models import Role
 from tests.factories import SETUP, TeamFactory, member
 

@@ -20,11 +20,11 @@ import pytest
 from audit.models import AuditEntry
 from budgets.models import ModelPrice
 from budgets.services import cost_of, model_price_create, run_estimate
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role
-from orchestrator.retry import StepError
-from orchestrator.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.conftest import client_for
 from tests.factories import SETUP, member
 

@@ -26,11 +26,11 @@ from budgets.services import (
     period_start,
     run_limit,
 )
-from orchestrator import clock
+from orchestrator.engine import clock
+from orchestrator.engine.selectors import definition_of
+from orchestrator.engine.services.operators import run_budget_raise, run_resume
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run
-from orchestrator.selectors import definition_of
-from orchestrator.services.operators import run_budget_raise, run_resume
-from orchestrator.services.workflows import workflow_save
 from tests.budgets.test_reservations import agent, start, states
 from tests.factories import SETUP, TeamFactory
 

@@ -15,8 +15,8 @@ import pytest
 
 from budgets.models import Reservation
 from budgets.services import budget_limit_create, committed_sum
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.integration.conftest import ROOT, worker_env
 
@@ -29,7 +29,7 @@ django.setup()
 from django.db import transaction
 from budgets.services import budget_reserve
 from orchestrator.models import StepRun
-from orchestrator.selectors import definition_of, lock_run
+from orchestrator.engine.selectors import definition_of, lock_run
 
 step_id, go = int(sys.argv[1]), sys.argv[2]
 print("ready", flush=True)
@@ -91,10 +91,10 @@ import os, sys, time
 import django
 django.setup()
 from django.db import transaction
-from orchestrator.authz import System
-from orchestrator.errors import BudgetExceeded
+from orchestrator.engine.authz import System
+from orchestrator.engine.errors import BudgetExceeded
 from orchestrator.models import WorkflowVersion
-from orchestrator.services.runs import run_start
+from orchestrator.engine.services.runs import run_start
 
 version_id, go = int(sys.argv[1]), sys.argv[2]
 version = WorkflowVersion.objects.get(id=version_id)

@@ -11,9 +11,9 @@ from decimal import Decimal
 import pytest
 
 from budgets.models import BudgetAlert, Reservation
+from orchestrator.engine.services.kinds.worker import step_retry_due
+from orchestrator.engine.services.operators import run_budget_raise
 from orchestrator.models import Run
-from orchestrator.services.kinds.worker import step_retry_due
-from orchestrator.services.operators import run_budget_raise
 from tests.support.fake_llm import reply, text
 
 from .conftest import CALL, ESTIMATE, classify_run, execute
@@ -81,11 +81,11 @@ def test_a_repair_turn_that_would_cross_the_limit_pauses_the_run_before_the_call
 
 def test_a_map_items_repair_turn_reserves_too_and_pauses_the_run_before_a_call_that_would_cross(
         team, fake_llm, operator):
+    from orchestrator.engine.services import reaper
+    from orchestrator.engine.services.kinds.map_step import map_item_run
+    from orchestrator.engine.services.runs import run_start
+    from orchestrator.engine.services.workflows import workflow_save
     from orchestrator.models import MapItem
-    from orchestrator.services import reaper
-    from orchestrator.services.kinds.map_step import map_item_run
-    from orchestrator.services.runs import run_start
-    from orchestrator.services.workflows import workflow_save
     from tests.factories import SETUP
 
     body = {"type": "agent", "model": "gpt", "prompt": "Classify: {{ item }}", "repair_attempts": 1,
@@ -123,9 +123,9 @@ def test_a_map_items_repair_turn_reserves_too_and_pauses_the_run_before_a_call_t
 def test_a_repair_turn_of_an_attempt_that_no_longer_holds_its_step_is_refused_as_lost(team, claimed):
     """A worker whose attempt was superseded (its step not running, or running under a newer
     attempt) asks for a repair turn: the call is refused as `lost` and nothing is reserved."""
-    from orchestrator.retry import StepError
-    from orchestrator.services.kinds.agent import repair_reserve
-    from orchestrator.services.kinds.worker import step_claim
+    from orchestrator.engine.retry import StepError
+    from orchestrator.engine.services.kinds.agent import repair_reserve
+    from orchestrator.engine.services.kinds.worker import step_claim
 
     run = classify_run(team, budget=1.0)
     step = run.steps.get(name="classify")

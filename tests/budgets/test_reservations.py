@@ -13,21 +13,21 @@ from alerts.detection import alerts_scan
 from budgets.models import BudgetAlert, Reservation
 from budgets.selectors import run_budget
 from notifications.models import Notification
-from orchestrator.errors import BudgetExceeded, Forbidden
-from orchestrator.models import DeadLetter, MapItem, Run, StepRun
-from orchestrator.retry import StepError
-from orchestrator.selectors import definition_of
-from orchestrator.services.kinds import map_step
-from orchestrator.services.kinds.worker import (
+from orchestrator.engine.errors import BudgetExceeded, Forbidden
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.selectors import definition_of
+from orchestrator.engine.services.kinds import map_step
+from orchestrator.engine.services.kinds.worker import (
     Usage,
     step_claim,
     step_fail,
     step_retry_due,
     step_succeed,
 )
-from orchestrator.services.operators import run_budget_raise, run_resume, step_retry
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.operators import run_budget_raise, run_resume, step_retry
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.models import DeadLetter, MapItem, Run, StepRun
 from tests.factories import SETUP
 
 pytestmark = pytest.mark.django_db
@@ -274,7 +274,7 @@ def test_the_warning_fraction_is_configurable(team, settings, operator):
 
 
 def test_a_cancelled_queued_step_releases_its_reservation(team, settings, operator):
-    from orchestrator.services.runs import run_cancel
+    from orchestrator.engine.services.runs import run_cancel
 
     settings.STEPWISE_DEFAULT_STEP_COST_USD = "0.10"
     run = start(team, [agent("think")], budget=1.0)
@@ -285,7 +285,7 @@ def test_a_cancelled_queued_step_releases_its_reservation(team, settings, operat
 
 def test_a_replayed_dispatch_is_not_reserved_twice(team, settings):
     from budgets.services import budget_reserve
-    from orchestrator.selectors import lock_run
+    from orchestrator.engine.selectors import lock_run
 
     settings.STEPWISE_DEFAULT_STEP_COST_USD = "0.10"
     run = start(team, [agent("think")], budget=1.0)

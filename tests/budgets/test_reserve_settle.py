@@ -19,10 +19,10 @@ import pytest
 
 from budgets.models import Reservation
 from budgets.services import budget_release, budget_reserve, budget_settle
-from orchestrator import clock
+from orchestrator.engine import clock
+from orchestrator.engine.selectors import definition_of, lock_run
+from orchestrator.engine.services.kinds.worker import step_retry_due
 from orchestrator.models import Run
-from orchestrator.selectors import definition_of, lock_run
-from orchestrator.services.kinds.worker import step_retry_due
 from tests.budgets.test_levels import another_call, calls
 from tests.budgets.test_reservations import (
     TRANSIENT,

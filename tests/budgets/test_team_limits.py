@@ -11,12 +11,12 @@ from django.conf import settings as django_settings
 
 from budgets.models import BudgetLimit, ModelPrice
 from budgets.services import budget_limit_create, cost_of, model_price_create
-from orchestrator import clock
-from orchestrator.errors import BudgetExceeded, Forbidden
+from orchestrator.engine import clock
+from orchestrator.engine.errors import BudgetExceeded, Forbidden
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_succeed
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run, StepAttempt
-from orchestrator.services.kinds.worker import Usage, step_claim, step_succeed
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.triggers.conftest import deliver, make_trigger
 from triggers.models import Firing

@@ -5,9 +5,9 @@ import json
 import pytest
 from django.test import Client
 
-from orchestrator.gallery import template_named
+from orchestrator.engine.gallery import template_named
+from orchestrator.engine.services.gallery import template_instantiate
 from orchestrator.models import Role, Run
-from orchestrator.services.gallery import template_instantiate
 from tests.factories import member
 
 pytestmark = pytest.mark.django_db

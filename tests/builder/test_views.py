@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from orchestrator.builder.views import integral_float_paths
-from orchestrator.definitions.format import definition_format_schema
-from orchestrator.gallery import template_named
+from orchestrator.engine.definitions.format import definition_format_schema
+from orchestrator.engine.gallery import template_named
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role, TeamMembership, WorkflowVersion, WorkflowVersionLayout
-from orchestrator.services.workflows import workflow_save
+from orchestrator.web.builder.views import integral_float_paths
 from tests.factories import TeamFactory, example_definition, member
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from orchestrator.definitions import validate_definition
+from orchestrator.engine.definitions import validate_definition
 
 from .examples import (
     MODELS,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from orchestrator.definitions import parse_definition_text
+from orchestrator.engine.definitions import parse_definition_text
 from orchestrator.models import WorkflowVersion
 from stepwise_client.builder import Workflow, definition_of, load_definition
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.definitions import schema_accepts
+from orchestrator.engine.definitions import schema_accepts
 
 OBJ = {"type": "object"}
 

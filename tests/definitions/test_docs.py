@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from orchestrator.definitions import parse_definition_text
+from orchestrator.engine.definitions import parse_definition_text
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "definitions.md"
 

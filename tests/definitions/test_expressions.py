@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from orchestrator.definitions import (
+from orchestrator.engine.definitions import (
     ExpressionError,
     compile_expression,
     evaluate_expression,

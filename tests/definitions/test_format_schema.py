@@ -6,7 +6,7 @@ import json
 
 from jsonschema import Draft202012Validator
 
-from orchestrator.definitions import definition_format_schema, normalize_definition
+from orchestrator.engine.definitions import definition_format_schema, normalize_definition
 
 
 def walk(node, path=()):

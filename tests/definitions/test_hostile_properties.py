@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role, Run, Workflow, WorkflowVersion
-from orchestrator.services.workflows import workflow_save
 from tests.conftest import client_for
 from tests.factories import SETUP, example_definition, member
 

@@ -6,7 +6,7 @@ import tracemalloc
 
 import pytest
 
-from orchestrator.definitions import (
+from orchestrator.engine.definitions import (
     DefinitionInvalid,
     ExpressionError,
     TemplateError,
@@ -16,8 +16,8 @@ from orchestrator.definitions import (
     parse_definition_text,
     render_template,
 )
-from orchestrator.definitions.expressions import expression_roots
-from orchestrator.definitions.graph import Graph, Node
+from orchestrator.engine.definitions.expressions import expression_roots
+from orchestrator.engine.definitions.graph import Graph, Node
 
 NESTED_ALL = (
     "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, "

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from orchestrator.definitions import DefinitionInvalid, parse_definition_text
+from orchestrator.engine.definitions import DefinitionInvalid, parse_definition_text
 
 from .examples import SUPPORT_WORKFLOW_YAML
 

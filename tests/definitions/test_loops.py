@@ -8,9 +8,9 @@ import copy
 
 import pytest
 
-from orchestrator.definitions import normalize_definition
-from orchestrator.definitions.limits import MAX_LOOP_ITERATIONS
-from orchestrator.scheduler import graph_of
+from orchestrator.engine.definitions import normalize_definition
+from orchestrator.engine.definitions.limits import MAX_LOOP_ITERATIONS
+from orchestrator.engine.scheduler import graph_of
 
 AGENT_OUT = {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}
 VERDICT = {"type": "object", "required": ["approved"], "properties": {"approved": {"type": "boolean"}}}

@@ -9,8 +9,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.definitions import evaluate_expression, render_template, validate_definition
-from orchestrator.definitions.format import STEP_NAME_PATTERN
+from orchestrator.engine.definitions import (
+    evaluate_expression,
+    render_template,
+    validate_definition,
+)
+from orchestrator.engine.definitions.format import STEP_NAME_PATTERN
 
 from .examples import MODELS, TOOLS
 
@@ -49,7 +53,7 @@ def test_methods_of_a_mapping_stay_reachable_under_names_the_data_does_not_use()
 
 
 def test_the_sandbox_still_refuses_internals_and_mutation():
-    from orchestrator.definitions import TemplateError
+    from orchestrator.engine.definitions import TemplateError
 
     for text in ("{{ input.__class__ }}", "{{ input.x.append(1) }}", "{{ ''.__class__.__mro__ }}"):
         with pytest.raises(TemplateError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from orchestrator.definitions import normalize_definition
+from orchestrator.engine.definitions import normalize_definition
 
 RETRY_DEFAULTS = {
     "max_attempts": 1,

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from orchestrator.definitions import Problem
+from orchestrator.engine.definitions import Problem
 
 ODD_VALUES = [None, True, 0, -1, 1.5, "", "x", "{{", "false", [], [None], ["x"], {}, {"x": 1}, [{}]]
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.definitions import TemplateError, compile_template, render_template, render_value
+from orchestrator.engine.definitions import (
+    TemplateError,
+    compile_template,
+    render_template,
+    render_value,
+)
 
 CONTEXT = {
     "input": {"name": "Ada", "tags": ["x", "y"]},

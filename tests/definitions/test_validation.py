@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.definitions import Problem
+from orchestrator.engine.definitions import Problem
 
 from .examples import TOOLS
 

@@ -932,7 +932,7 @@ def test_extra_fields_are_rejected_at_every_level(support_workflow, validate):
 
 
 def test_validate_is_reserved_as_a_workflow_name():
-    from orchestrator.definitions import validate_definition
+    from orchestrator.engine.definitions import validate_definition
 
     problems = validate_definition(
         {"name": "validate", "input_schema": {"type": "object"},

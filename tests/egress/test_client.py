@@ -11,8 +11,8 @@ import time
 import httpx
 import pytest
 
-from orchestrator import egress
-from orchestrator.egress import EgressRefused, Policy, ResponseTooLarge
+from orchestrator.integrations import egress
+from orchestrator.integrations.egress import EgressRefused, Policy, ResponseTooLarge
 from tests.support.hostile_server import HostileServer
 
 ANY_PORT = {"default": {"ports": "*"}}  # the default policy, on the servers' random ports

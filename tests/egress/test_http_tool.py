@@ -6,10 +6,10 @@ from django.test import override_settings
 
 from audit.services import external_call_authorize
 from budgets.services import cost_of
-from orchestrator.executors import ExecContext, execute
-from orchestrator.retry import StepError
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.executors import ExecContext, execute
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from tests.factories import SETUP, TeamFactory
 from tests.support.egress import LOCAL_SERVERS
 from tests.support.hostile_server import HostileServer

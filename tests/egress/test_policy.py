@@ -4,8 +4,8 @@ import ipaddress
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from orchestrator.egress import DEFAULT_POLICY, Policy, policy_for, policy_for_base_url
-from orchestrator.egress.policy import (
+from orchestrator.integrations.egress import DEFAULT_POLICY, Policy, policy_for, policy_for_base_url
+from orchestrator.integrations.egress.policy import (
     address_refusal,
     classify_address,
     config_problems,

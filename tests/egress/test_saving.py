@@ -2,8 +2,8 @@
 in front of a template) that the policy refuses is a 400 with the param's path."""
 import pytest
 
-from orchestrator.definitions import DefinitionInvalid
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.definitions import DefinitionInvalid
+from orchestrator.engine.services.workflows import workflow_save
 from tests.factories import SETUP, TeamFactory
 
 pytestmark = pytest.mark.django_db
@@ -98,7 +98,7 @@ def test_a_teams_own_policy_decides_what_it_may_save(team, settings):
 
 
 def test_url_problems_reads_only_the_literal_prefix():
-    from orchestrator.egress import DEFAULT_POLICY, Policy, url_problems
+    from orchestrator.integrations.egress import DEFAULT_POLICY, Policy, url_problems
 
     assert url_problems("https://api.example.com/{{ x }}", DEFAULT_POLICY) == []
     assert url_problems("http{{ s }}://127.0.0.1/", DEFAULT_POLICY) == []

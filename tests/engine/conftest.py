@@ -7,7 +7,7 @@ HANDED = "test.claim_handed"
 @pytest.fixture
 def handed():
     """A tool that keeps the params each call was handed; registered for one test only."""
-    from orchestrator.tools import registry
+    from orchestrator.integrations.tools import registry
 
     calls: list[dict] = []
 

@@ -1,5 +1,5 @@
-"""Large values as artifacts (`orchestrator.artifacts`): stored once by their SHA-256 outside the
-row, the row holding a reference, and read back as the value itself by the next step, the API
+"""Large values as artifacts (`orchestrator.engine.artifacts`): stored once by their SHA-256 outside
+the row, the row holding a reference, and read back as the value itself by the next step, the API
 and the ledger. The storage is a directory of the test's own (the embedded default's kind);
 tests/tools/test_artifacts_s3.py runs the same through django-storages on a local S3 server.
 """
@@ -10,10 +10,10 @@ import pytest
 from django.core.files.storage import FileSystemStorage
 from django.db import connection
 
-from orchestrator import artifacts
-from orchestrator.artifacts import MARKER, ArtifactError, offload, restore
+from orchestrator.engine import artifacts
+from orchestrator.engine.artifacts import MARKER, ArtifactError, offload, restore
+from orchestrator.engine.services.kinds.worker import step_execute
 from orchestrator.models import Event, Run, StepRun
-from orchestrator.services.kinds.worker import step_execute
 from tests.engine.test_worker import echo, start, step_of
 
 pytestmark = pytest.mark.django_db
@@ -192,7 +192,7 @@ class Unwritable(FileSystemStorage):
 
 
 def test_an_unwritable_storage_leaves_the_step_to_its_lease_and_the_reaper(team, settings, move_clock):
-    from orchestrator.services.kinds.worker import (
+    from orchestrator.engine.services.kinds.worker import (
         Usage,
         step_claim,
         step_lease_expired,

@@ -7,7 +7,7 @@ import kombu
 import pytest
 import redis
 
-import orchestrator.broker  # noqa: F401  (registers stepwisefs://)
+import orchestrator.operations.broker  # noqa: F401  (registers stepwisefs://)
 from tests.support.integrations import REDIS_URL, need, unique
 
 
@@ -55,7 +55,7 @@ def test_a_message_answered_after_its_connection_was_let_go_does_not_raise(answe
     """Celery's consumer lets go of a lost connection's transport before it closes every channel
     of it; a task that ends later answers its message on such a channel from the new
     connection's loop. An error there would stop the whole worker ("Unrecoverable error")."""
-    connection = kombu.Connection(REDIS_URL, transport="orchestrator.broker:RedisTransport",
+    connection = kombu.Connection(REDIS_URL, transport="orchestrator.operations.broker:RedisTransport",
                                   transport_options={"global_keyprefix": redis_prefix})
     name = unique()
     queue = kombu.Queue(name, routing_key=name)

@@ -8,10 +8,10 @@ from decimal import Decimal
 import pytest
 
 from budgets.services import budget_denial, cost_of, projected_cost
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import StepAttempt, StepRun
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 
 

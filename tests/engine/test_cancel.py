@@ -9,11 +9,11 @@ import time
 
 import pytest
 
+from orchestrator.engine.services.kinds.worker import step_execute
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.engine.states import RUN_CANCELLABLE, RUN_TERMINAL, RunState
 from orchestrator.models import Run
-from orchestrator.services.kinds.worker import step_execute
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
-from orchestrator.states import RUN_CANCELLABLE, RUN_TERMINAL, RunState
 from tests.conftest import client_for
 from tests.factories import SETUP, member
 from tests.support.children import start_children

@@ -5,11 +5,11 @@ refused at save, and the depth limit is what stops a chain too long or a cycle s
 grow one level per message, so one start costs one run in the request."""
 import pytest
 
+from orchestrator.engine.services import reaper
+from orchestrator.engine.services.kinds.sub_workflow import child_run_start
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event, Run, StepRun
-from orchestrator.services import reaper
-from orchestrator.services.kinds.sub_workflow import child_run_start
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.conftest import client_for
 from tests.factories import SETUP, member
 from tests.support.children import start_children
@@ -34,7 +34,7 @@ def test_a_member_s_start_creates_one_run_in_the_request_and_sends_its_child_to_
         team, django_capture_on_commit_callbacks, monkeypatch):
     chain(team)
     sent = []
-    monkeypatch.setattr("orchestrator.dispatch.current_app.send_task",
+    monkeypatch.setattr("orchestrator.engine.dispatch.current_app.send_task",
                         lambda name, args, **options: sent.append((name, args, options)))
     api = client_for(member(team, "starter", role="member"))
 

@@ -20,10 +20,10 @@ from django.test.utils import CaptureQueriesContext
 from django_fsm import ConcurrentTransition
 
 from audit.models import AuditEntry
-from orchestrator import selectors
+from orchestrator.engine import selectors
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event, Run, StepAttempt, StepRun
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from orchestrator.store.fast import save_row
 from orchestrator.store.fast.compiled import MAX_COMPILED_ROWS, CompiledRead, build_row, insert_rows
 from tests.factories import SETUP
@@ -413,7 +413,7 @@ def test_a_row_saved_by_djangos_own_save_in_between_is_written_whole(run):
 
 
 def test_a_run_inserted_with_its_own_key_is_the_row_save_writes_and_guards_its_state(run):
-    from orchestrator.states import RunState
+    from orchestrator.engine.states import RunState
 
     ours, django = (Run(team=run.team, version=run.version, input={"k": [1]}) for _ in range(2))
     for new in (ours, django):
@@ -450,7 +450,7 @@ def test_updated_rows_are_what_a_querysets_update_writes(run):
 def test_text_values_of_every_kind_are_stored_as_the_orm_stores_them(run):
     from django.utils.functional import lazy
 
-    from orchestrator.states import StepState
+    from orchestrator.engine.states import StepState
 
     texts = ["plain", "", lazy(lambda: "lazy", str)(), StepState.READY]
     ours = [Event(run=run, kind=text, actor=text) for text in texts]

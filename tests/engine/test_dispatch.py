@@ -10,7 +10,7 @@ from celery import current_app
 from celery.signals import before_task_publish
 from django.db import transaction
 
-from orchestrator import dispatch
+from orchestrator.engine import dispatch
 
 pytestmark = pytest.mark.django_db
 

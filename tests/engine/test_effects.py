@@ -3,12 +3,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.effects import effect_perform
+from orchestrator.engine.services.runs import run_cancel, run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.integrations.tools.registry import Tool
 from orchestrator.models import Effect, Event, Run, StepRun
-from orchestrator.retry import StepError
-from orchestrator.services.effects import effect_perform
-from orchestrator.services.runs import run_cancel, run_start
-from orchestrator.services.workflows import workflow_save
-from orchestrator.tools.registry import Tool
 from tests.factories import SETUP
 
 pytestmark = pytest.mark.django_db

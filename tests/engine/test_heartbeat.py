@@ -1,13 +1,13 @@
-"""The lease heartbeat (`orchestrator.leases.heartbeat`): a renewal every third of a lease on a
-thread of its own, stopped by the block's end or by a renewal that says the work moved on, and
+"""The lease heartbeat (`orchestrator.engine.leases.heartbeat`): a renewal every third of a lease on
+a thread of its own, stopped by the block's end or by a renewal that says the work moved on, and
 run by threads kept for the next block, so a step starts no thread of its own."""
 import threading
 import time
 
 import pytest
 
-from orchestrator import leases
-from orchestrator.leases import heartbeat
+from orchestrator.engine import leases
+from orchestrator.engine.leases import heartbeat
 
 
 @pytest.fixture

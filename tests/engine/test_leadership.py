@@ -3,9 +3,13 @@ from datetime import timedelta
 
 import pytest
 
-from orchestrator import clock
+from orchestrator.engine import clock
+from orchestrator.engine.services.leadership import (
+    leadership_hold,
+    leadership_holder,
+    leadership_release,
+)
 from orchestrator.models import Leadership
-from orchestrator.services.leadership import leadership_hold, leadership_holder, leadership_release
 
 pytestmark = pytest.mark.django_db
 

@@ -1,7 +1,7 @@
 """Shared rate limits and circuit breakers (the cache is what all workers share)."""
 import pytest
 
-from orchestrator import limits
+from orchestrator.engine import limits
 
 LOCMEM = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
@@ -34,7 +34,7 @@ def at(monkeypatch):
     """Pin the engine's clock at `seconds` past a whole second (no wall-clock second to fit in)."""
     from datetime import UTC, datetime, timedelta
 
-    from orchestrator import clock
+    from orchestrator.engine import clock
 
     start = datetime(2026, 1, 1, tzinfo=UTC)
 

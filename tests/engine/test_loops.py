@@ -11,10 +11,9 @@ from decimal import Decimal
 import pytest
 
 from audit.models import AuditEntry
-from orchestrator.models import Effect, Run, StepRun
-from orchestrator.retry import StepError
-from orchestrator.services import reaper
-from orchestrator.services.kinds.worker import (
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services import reaper
+from orchestrator.engine.services.kinds.worker import (
     Usage,
     step_claim,
     step_execute,
@@ -22,8 +21,9 @@ from orchestrator.services.kinds.worker import (
     step_retry_due,
     step_succeed,
 )
-from orchestrator.services.runs import run_cancel, run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.runs import run_cancel, run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.models import Effect, Run, StepRun
 from tests.factories import SETUP
 
 pytestmark = pytest.mark.django_db
@@ -249,7 +249,7 @@ def test_an_effect_inside_a_loop_is_keyed_by_its_iteration(team):
 
 
 def test_a_loop_reopened_with_its_failed_run_goes_on_with_its_iteration(team, operator):
-    from orchestrator.services.operators import step_retry
+    from orchestrator.engine.services.operators import step_retry
 
     run = start(team, loop(), {"name": "other", "type": "tool", "tool": "core.echo"})
     iterate(run, 1, approved=False)

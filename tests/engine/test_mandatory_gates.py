@@ -9,16 +9,16 @@ import copy
 import pytest
 
 from audit.models import AuditEntry
-from orchestrator.definitions.mandatory_gates import mandatory_gate_problems, weakened_gates
-from orchestrator.errors import Forbidden, NotAllowed
-from orchestrator.models import Role, Run, StepState, Workflow
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import (
+from orchestrator.engine.definitions.mandatory_gates import mandatory_gate_problems, weakened_gates
+from orchestrator.engine.errors import Forbidden, NotAllowed
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import (
     workflow_archive,
     workflow_publish,
     workflow_restore,
     workflow_save,
 )
+from orchestrator.models import Role, Run, StepState, Workflow
 from tests.conftest import client_for
 from tests.factories import SETUP, member
 

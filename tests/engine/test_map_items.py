@@ -8,11 +8,11 @@ from datetime import timedelta
 
 import pytest
 
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
+from orchestrator.engine.services.kinds import map_step
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event, MapItem
-from orchestrator.services.kinds import map_step
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.support.http_sink import HttpSink
 
@@ -88,7 +88,7 @@ def test_the_reaper_retries_an_item_whose_worker_died_and_a_late_finisher_change
     assert map_step.map_item_run(step_id=step.id, index=0).verdict == map_step.SKIPPED  # only the reaper
     with django_capture_on_commit_callbacks() as sent:
         assert map_step.map_items_recover(step_id=step.id, stale_before=now() - timedelta(minutes=1)) == 1
-    # One re-send (the other callback writes the retry's log line, orchestrator.events).
+    # One re-send (the other callback writes the retry's log line, orchestrator.engine.events).
     assert len([c for c in sent if "map_items_redispatch" in c.__qualname__]) == 1
     item = item_of(step)
     assert (item.lease_expires_at, item.error["class"], item.attempts) == (None, "lost", 1)

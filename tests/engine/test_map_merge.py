@@ -4,11 +4,11 @@ services a worker and the chord call (`map_item_run`, `map_join`), with a local 
 refusing the items a case needs to fail."""
 import pytest
 
+from orchestrator.engine.services.kinds import map_step
+from orchestrator.engine.services.kinds.map_step import merge
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import MapItem
-from orchestrator.services.kinds import map_step
-from orchestrator.services.kinds.map_step import merge
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.support.http_sink import HttpSink
 

@@ -7,13 +7,13 @@ never commits, so no message is consumed.
 """
 import pytest
 
-from orchestrator.errors import NotAllowed
+from orchestrator.engine.errors import NotAllowed
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
+from orchestrator.engine.services.operators import run_resume, step_retry
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import DeadLetter, Event, Run, StepRun
-from orchestrator.retry import StepError
-from orchestrator.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
-from orchestrator.services.operators import run_resume, step_retry
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 
 pytestmark = pytest.mark.django_db

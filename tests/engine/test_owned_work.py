@@ -15,15 +15,15 @@ import pytest
 
 from approvals.models import ApprovalRequest
 from audit.models import AuditEntry
-from orchestrator import clock
-from orchestrator.keys import idempotency_key_for
+from orchestrator.engine import clock
+from orchestrator.engine.keys import idempotency_key_for
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services import reaper
+from orchestrator.engine.services.kinds import map_step
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
+from orchestrator.engine.services.runs import run_cancel, run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Effect, MapItem, Run, StepRun
-from orchestrator.retry import StepError
-from orchestrator.services import reaper
-from orchestrator.services.kinds import map_step
-from orchestrator.services.kinds.worker import Usage, step_claim, step_fail, step_succeed
-from orchestrator.services.runs import run_cancel, run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.support.children import start_children
 

@@ -8,14 +8,14 @@ never commits, so no message is consumed and nothing races the assertions.
 import pytest
 
 from approvals.models import ApprovalRequest
-from orchestrator.errors import NotAllowed
+from orchestrator.engine.errors import NotAllowed
+from orchestrator.engine.services import reaper
+from orchestrator.engine.services.kinds.human_gate import approval_grant
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_succeed
+from orchestrator.engine.services.operators import run_budget_raise, run_resume
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import DeadLetter, Event, Run, StepRun
-from orchestrator.services import reaper
-from orchestrator.services.kinds.human_gate import approval_grant
-from orchestrator.services.kinds.worker import Usage, step_claim, step_succeed
-from orchestrator.services.operators import run_budget_raise, run_resume
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.support.children import start_children
 

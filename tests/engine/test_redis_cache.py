@@ -3,7 +3,7 @@ still stores, counts and forgets as Django's does."""
 import pytest
 import redis
 
-from orchestrator.redis_cache import SharedClientRedisCache
+from orchestrator.operations.redis_cache import SharedClientRedisCache
 from tests.support.integrations import REDIS_URL, need, unique
 
 

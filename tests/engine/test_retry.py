@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from orchestrator.retry import StepError, backoff_s, retry_at
+from orchestrator.engine.retry import StepError, backoff_s, retry_at
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 POLICY = {"max_attempts": 3, "backoff": "exponential", "base_s": 2, "max_s": 60, "jitter": False,

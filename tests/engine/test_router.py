@@ -1,7 +1,7 @@
 """Rule and score routers choose deterministically from the step input."""
 import pytest
 
-from orchestrator.executors.router import choose
+from orchestrator.engine.executors.router import choose
 
 SCORE = {"strategy": "score", "score": "input.score", "default": {"name": "cold", "then": []},
          "routes": [{"name": "warm", "min": 0.5, "then": []},  # written low to high on purpose

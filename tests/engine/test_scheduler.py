@@ -3,8 +3,14 @@ import re
 
 import pytest
 
-from orchestrator.definitions import normalize_definition
-from orchestrator.scheduler import StepView, current_iteration, graph_of, iteration_name, plan
+from orchestrator.engine.definitions import normalize_definition
+from orchestrator.engine.scheduler import (
+    StepView,
+    current_iteration,
+    graph_of,
+    iteration_name,
+    plan,
+)
 
 
 def definition(*steps, on_error="fail", max_parallel=10):

@@ -15,12 +15,12 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from orchestrator.engine.secret_inputs import MASK, Revealed, secret_paths, split
+from orchestrator.engine.services.kinds.worker import step_execute
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.engine.states import RunState
 from orchestrator.models import Effect, Run, RunSecret, StepRun
-from orchestrator.secret_inputs import MASK, Revealed, secret_paths, split
-from orchestrator.services.kinds.worker import step_execute
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
-from orchestrator.states import RunState
 from tests.conftest import client_for
 from tests.factories import SETUP, UserFactory
 
@@ -172,7 +172,7 @@ def test_a_replay_with_the_same_secret_is_the_same_run_and_another_secret_confli
     again = run_start(version=version, input={"access_code": TOKEN, "customer": "c"},
                       actor=requester, idempotency_key="k")
     assert again.pk == first.pk and not again._created
-    from orchestrator.errors import IdempotencyConflict
+    from orchestrator.engine.errors import IdempotencyConflict
     with pytest.raises(IdempotencyConflict):
         run_start(version=version, input={"access_code": "another", "customer": "c"},
                   actor=requester, idempotency_key="k")
@@ -208,7 +208,7 @@ def test_rotating_the_key_reseals_the_secrets_of_runs(team, requester, settings)
 
     from django.core.management import call_command
 
-    from orchestrator.secret_inputs import revealed_for
+    from orchestrator.engine.secret_inputs import revealed_for
 
     version, _ = workflow_save(team=team, definition=calling("http://127.0.0.1:9"), actor=SETUP)
     run = run_start(version=version, input={"access_code": TOKEN, "customer": "c"}, actor=requester)
@@ -224,7 +224,7 @@ def test_rotating_the_key_reseals_the_secrets_of_runs(team, requester, settings)
 def test_a_webhook_secret_does_not_open_as_a_run_secret(settings):
     from django.core.exceptions import ImproperlyConfigured
 
-    from orchestrator.sealing import RUN_SECRETS, WEBHOOK_SECRETS
+    from orchestrator.engine.sealing import RUN_SECRETS, WEBHOOK_SECRETS
 
     with pytest.raises(ImproperlyConfigured):
         RUN_SECRETS.unseal(WEBHOOK_SECRETS.seal(TOKEN))
@@ -232,7 +232,7 @@ def test_a_webhook_secret_does_not_open_as_a_run_secret(settings):
 
 @pytest.mark.django_db
 def test_a_refused_input_does_not_quote_the_secret(team, requester):
-    from orchestrator.errors import InputInvalid
+    from orchestrator.engine.errors import InputInvalid
 
     definition = calling("http://127.0.0.1:9")
     definition["input_schema"]["properties"]["access_code"]["minLength"] = 40

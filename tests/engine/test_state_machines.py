@@ -5,9 +5,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django_fsm import TransitionNotAllowed
 
-from orchestrator.leases import lease_until
+from orchestrator.engine.leases import lease_until
+from orchestrator.engine.states import RUN_LIVE, STEP_OPEN, STEP_RECOVERABLE, in_order
 from orchestrator.models import Run, RunState, StepAttempt, StepRun, StepState
-from orchestrator.states import RUN_LIVE, STEP_OPEN, STEP_RECOVERABLE, in_order
 
 RUN_ALLOWED = {
     "start": {("pending", "running")},

@@ -5,18 +5,18 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from orchestrator import clock
-from orchestrator.models import Run
-from orchestrator.retry import StepError
-from orchestrator.services.kinds.worker import (
+from orchestrator.engine import clock
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.kinds.worker import (
     Usage,
     step_claim,
     step_execute,
     step_fail,
     step_succeed,
 )
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.models import Run
 from tests.factories import SETUP
 
 BIG = "x" * 20_000

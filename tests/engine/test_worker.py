@@ -1,4 +1,4 @@
-"""A worker step's life, service by service (orchestrator/services/kinds/worker.py): claimed
+"""A worker step's life, service by service (orchestrator/engine/services/kinds/worker.py): claimed
 under a lease, executed, succeeded or failed, retried, recovered by the reaper, re-sent.
 
 Each service is called directly, as a worker, the reaper or an operator calls it, and its
@@ -11,12 +11,11 @@ from decimal import Decimal
 
 import pytest
 
-from orchestrator import limits, metrics
-from orchestrator.clock import now
-from orchestrator.leases import lease_until
-from orchestrator.models import DeadLetter, Event, Run, StepAttempt, StepRun
-from orchestrator.retry import StepError
-from orchestrator.services.kinds.worker import (
+from orchestrator.engine import limits
+from orchestrator.engine.clock import now
+from orchestrator.engine.leases import lease_until
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.kinds.worker import (
     Usage,
     claim_holds,
     lease_extend,
@@ -30,8 +29,10 @@ from orchestrator.services.kinds.worker import (
     step_spec,
     step_succeed,
 )
-from orchestrator.services.runs import run_cancel, run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.runs import run_cancel, run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.models import DeadLetter, Event, Run, StepAttempt, StepRun
+from orchestrator.operations import metrics
 from tests.factories import SETUP
 
 pytestmark = pytest.mark.django_db
@@ -564,8 +565,8 @@ PROBE = "test.worker_probe"
 def probe():
     """A side-effecting tool that records what each call was handed: its params, its context
     and the log ids bound around it. Registered for one test, then removed from the registry."""
-    from orchestrator import logcontext
-    from orchestrator.tools import registry
+    from orchestrator.integrations.tools import registry
+    from orchestrator.operations import logcontext
 
     calls: list[dict] = []
 
@@ -611,8 +612,8 @@ def test_an_attempt_superseded_before_its_effect_starts_calls_nothing(team, prob
                                                                       settings):
     """Attempt 1 claimed the step, then stalled before its call; its lease expired and attempt 2
     claimed the step. Attempt 1 resuming must not call the remote: the ledger asks its claim."""
+    from orchestrator.engine.services.kinds.worker import _execute_claimed
     from orchestrator.models import Effect
-    from orchestrator.services.kinds.worker import _execute_claimed
 
     run = start(team, probed(timeout_s=600, retry=RETRY))
     step = step_of(run)
@@ -637,7 +638,7 @@ def test_an_attempt_superseded_before_its_effect_starts_calls_nothing(team, prob
 def test_parameters_changed_at_the_approval_gate_replace_the_rendered_ones(team, probe):
     from dataclasses import replace
 
-    from orchestrator.services.kinds.worker import _execute_claimed
+    from orchestrator.engine.services.kinds.worker import _execute_claimed
 
     run = start(team, probed(params={"amount": 3, "to": "ann"}))
     step = step_of(run)
@@ -658,7 +659,7 @@ def spans(settings):
     """Tracing on, spans kept in memory (the SDK's provider is installed once per process)."""
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from orchestrator import tracing
+    from orchestrator.operations import tracing
 
     exporter = InMemorySpanExporter()
     tracing.configure(exporter=exporter)
@@ -719,7 +720,7 @@ def test_a_model_reply_is_found_by_the_workflow_and_step_it_is_for(team, setting
 
 
 def test_a_timeout_closes_the_running_attempt_of_that_step_only(team, move_clock):
-    from orchestrator.services.kinds.worker import WorkerStep
+    from orchestrator.engine.services.kinds.worker import WorkerStep
 
     late, other = start(team, echo(retry=NO_RETRY), name="late"), start(team, echo(), name="other")
     step_claim(step_id=step_of(late).id, worker="w")
@@ -737,7 +738,7 @@ def test_a_timeout_closes_the_running_attempt_of_that_step_only(team, move_clock
 
 
 def test_retrying_a_step_of_a_failed_run_reopens_the_steps_the_failure_cancelled(team, operator):
-    from orchestrator.services.operators import step_retry
+    from orchestrator.engine.services.operators import step_retry
 
     run = start(team, echo(retry=NO_RETRY), echo("after", after=["work"]), on_error="fail")
     claim = step_claim(step_id=step_of(run).id, worker="w")

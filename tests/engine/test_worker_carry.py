@@ -12,17 +12,17 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import ApprovalRequest
-from orchestrator.models import Event, Run, StepAttempt
-from orchestrator.services.kinds.human_gate import approval_grant, approval_revoke
-from orchestrator.services.kinds.worker import (
+from orchestrator.engine.services.kinds.human_gate import approval_grant, approval_revoke
+from orchestrator.engine.services.kinds.worker import (
     Carry,
     Usage,
     step_claim,
     step_execute,
     step_succeed,
 )
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.models import Event, Run, StepAttempt
 from tests.engine.conftest import HANDED
 from tests.engine.test_worker import echo, messages, start, step_of
 from tests.factories import SETUP
@@ -209,8 +209,8 @@ FLAKY = "test.carry_flaky"
 @pytest.fixture
 def flaky():
     """A tool that always fails transiently; registered for one test only."""
-    from orchestrator.retry import StepError
-    from orchestrator.tools import registry
+    from orchestrator.engine.retry import StepError
+    from orchestrator.integrations.tools import registry
 
     @registry.tool(FLAKY, params_schema={"type": "object"})
     def carry_flaky(params, ctx):
@@ -281,7 +281,7 @@ def test_a_carry_reads_a_dependency_s_breaker_once_while_its_calls_succeed(team)
     closed with nothing counted, and the two carried steps after that success do not read it."""
     from unittest import mock
 
-    from orchestrator import limits
+    from orchestrator.engine import limits
 
     run = start(team, *CHAIN)
     with mock.patch.object(limits, "breaker_read", wraps=limits.breaker_read) as read:
@@ -295,7 +295,7 @@ def test_a_breaker_found_with_a_failure_counted_is_read_again_at_the_next_carrie
 
     from django.core.cache import cache
 
-    from orchestrator import limits
+    from orchestrator.engine import limits
 
     run = start(team, *CHAIN)
     cache.set("cb:tool:core.echo:failures", 1, timeout=60)

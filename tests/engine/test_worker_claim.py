@@ -1,5 +1,5 @@
 """What the worker's claim, call and finish write, beyond tests/engine/test_worker.py: each
-written for a surviving mutant of orchestrator/services/kinds/worker.py (docs/testing.md).
+written for a surviving mutant of orchestrator/engine/services/kinds/worker.py (docs/testing.md).
 
 A claim refused because its approval was withdrawn fails the step with the refusal, under the
 worker's name; a claim hands the executor the run's sealed secrets; a claim, a fencing check and
@@ -19,13 +19,11 @@ from django.test.utils import CaptureQueriesContext
 
 from approvals.models import ApprovalRequest
 from budgets.models import Reservation
-from orchestrator import metrics
-from orchestrator.dispatch import BROKER_DELAY_LIMIT_S
-from orchestrator.models import DeadLetter, Run, StepAttempt
-from orchestrator.retry import StepError
-from orchestrator.services.kinds.agent import call_settle, repair_reserve
-from orchestrator.services.kinds.human_gate import approval_grant, approval_revoke
-from orchestrator.services.kinds.worker import (
+from orchestrator.engine.dispatch import BROKER_DELAY_LIMIT_S
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.kinds.agent import call_settle, repair_reserve
+from orchestrator.engine.services.kinds.human_gate import approval_grant, approval_revoke
+from orchestrator.engine.services.kinds.worker import (
     Usage,
     claim_holds,
     lease_extend,
@@ -35,8 +33,10 @@ from orchestrator.services.kinds.worker import (
     step_spec,
     step_succeed,
 )
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.models import DeadLetter, Run, StepAttempt
+from orchestrator.operations import metrics
 from tests.engine.conftest import HANDED
 from tests.engine.test_worker import AGENT, RETRY, echo, events, sample, start, step_of
 from tests.factories import SETUP

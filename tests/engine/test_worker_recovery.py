@@ -1,4 +1,4 @@
-"""Recovering a worker step (orchestrator/services/kinds/worker.py): the reaper's
+"""Recovering a worker step (orchestrator/engine/services/kinds/worker.py): the reaper's
 `step_lease_expired` and `step_redispatch`, and an operator's `step_requeue` (through
 `operators.step_retry`, as the API and the admin call it).
 
@@ -19,11 +19,10 @@ from decimal import Decimal
 import pytest
 
 from budgets.models import Reservation
-from orchestrator.errors import BudgetExceeded, NotAllowed
-from orchestrator.models import DeadLetter, Event, Run, StepAttempt, StepRun
-from orchestrator.retry import StepError
-from orchestrator.services.kinds import worker
-from orchestrator.services.kinds.worker import (
+from orchestrator.engine.errors import BudgetExceeded, NotAllowed
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.kinds import worker
+from orchestrator.engine.services.kinds.worker import (
     Usage,
     step_claim,
     step_fail,
@@ -31,8 +30,9 @@ from orchestrator.services.kinds.worker import (
     step_redispatch,
     step_succeed,
 )
-from orchestrator.services.operators import step_retry
-from orchestrator.services.runs import run_cancel
+from orchestrator.engine.services.operators import step_retry
+from orchestrator.engine.services.runs import run_cancel
+from orchestrator.models import DeadLetter, Event, Run, StepAttempt, StepRun
 from tests.engine import test_worker
 from tests.engine.test_loops import loop
 from tests.engine.test_worker import (

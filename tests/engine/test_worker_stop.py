@@ -1,5 +1,5 @@
 """Stopping a running agent, tool or router step from outside its worker
-(orchestrator/services/kinds/worker.py `step_stop`, reached through the run's deadline), and
+(orchestrator/engine/services/kinds/worker.py `step_stop`, reached through the run's deadline), and
 what a started step records.
 
 A run past its `budget.max_duration_s` has its running step stopped by the reaper: that
@@ -12,11 +12,11 @@ nothing, for a step that is not running. A started step's `step.queued` event na
 import pytest
 
 from budgets.models import Reservation
-from orchestrator.authz import REAPER
-from orchestrator.clock import now
+from orchestrator.engine.authz import REAPER
+from orchestrator.engine.clock import now
+from orchestrator.engine.services.kinds.worker import step_claim, step_stop
+from orchestrator.engine.services.runs import run_over_duration, run_time_out
 from orchestrator.models import Event, Run, StepAttempt
-from orchestrator.services.kinds.worker import step_claim, step_stop
-from orchestrator.services.runs import run_over_duration, run_time_out
 from tests.engine.test_worker import AGENT, echo, events, start, step_of
 
 pytestmark = pytest.mark.django_db

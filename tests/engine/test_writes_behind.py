@@ -17,11 +17,11 @@ from django.test.utils import CaptureQueriesContext
 from django_fsm import ConcurrentTransition
 
 from bench.inprocess import round_trips
-from orchestrator import selectors
+from orchestrator.engine import selectors
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.engine.states import StepState
 from orchestrator.models import Event, Run, StepAttempt, StepRun
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
-from orchestrator.states import StepState
 from orchestrator.store.fast import save_row
 from orchestrator.store.fast.compiled import (
     flush,

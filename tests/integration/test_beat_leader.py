@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 
 from orchestrator.beat import LEASE_NAME
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Leadership, Run
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 from triggers.models import Firing
 from triggers.services.config import trigger_create, trigger_update

@@ -10,9 +10,9 @@ from urllib.parse import urlparse
 import pytest
 from django.conf import settings
 
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import StepRun
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.support.tcp_proxy import TcpProxy
 

@@ -4,8 +4,8 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from examples.support_client import handle_ticket
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run
-from orchestrator.services.workflows import workflow_save
 from stepwise_client import Stepwise, StepwiseError, WaitTimeout
 from tests.factories import SETUP, example_definition, member
 from triggers.services.config import trigger_create

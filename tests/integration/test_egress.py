@@ -5,9 +5,9 @@ import json
 import pytest
 
 from audit.models import AuditEntry
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Effect, Event, StepAttempt, StepRun
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.support.hostile_server import HostileServer
 

@@ -5,9 +5,9 @@ import pytest
 
 from approvals.models import ApprovalRequest
 from examples.tools import outbox_path
+from orchestrator.engine.services.runs import run_cancel, run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import MapItem, Run, StepRun
-from orchestrator.services.runs import run_cancel, run_start
-from orchestrator.services.workflows import workflow_save
 from tests.conftest import client_for
 from tests.factories import SETUP, example_definition, member
 from tests.support.http_sink import HttpSink

@@ -5,11 +5,11 @@ from datetime import timedelta
 
 import pytest
 
-from orchestrator.dispatch import batch_queue_for, queue_for
+from orchestrator.engine.dispatch import batch_queue_for, queue_for
+from orchestrator.engine.services import reaper
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import DeadLetter, Effect, Role, Run, StepRun, WorkflowVersion
-from orchestrator.services import reaper
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from orchestrator.tasks import compensate_run, execute_step
 from tests.conftest import client_for
 from tests.factories import SETUP, member

@@ -48,10 +48,10 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 from examples.tools import email_requests_path, outbox_path
+from orchestrator.engine.services import reaper
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Effect, Event, MapItem, Run, StepRun
-from orchestrator.services import reaper
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from orchestrator.tasks import compensate_run, execute_step, map_item, map_join
 from tests.factories import SETUP
 from tests.support import services

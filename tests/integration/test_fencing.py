@@ -8,10 +8,10 @@ from decimal import Decimal
 
 import pytest
 
+from orchestrator.engine.services import reaper
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Effect, Event, Run, StepAttempt, StepRun
-from orchestrator.services import reaper
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.support.http_sink import HttpSink
 

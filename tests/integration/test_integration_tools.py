@@ -18,13 +18,13 @@ import pytest
 import redis
 from django.conf import settings
 
-from orchestrator.definitions import parse_definition_text
+from orchestrator.engine.definitions import parse_definition_text
+from orchestrator.engine.services import reaper
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.integrations.tools.named import message_id
 from orchestrator.management.commands.stepwise_bootstrap import seed_example_warehouse
 from orchestrator.models import Effect, Role, StepRun
-from orchestrator.services import reaper
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
-from orchestrator.tools.named import message_id
 from tests.conftest import client_for
 from tests.factories import EXAMPLES, SETUP, member
 from tests.support.integrations import PG_DB, PG_URL, REDIS_URL, need, unique

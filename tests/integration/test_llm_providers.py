@@ -16,11 +16,11 @@ from jsonschema import Draft202012Validator
 
 from approvals.models import ApprovalRequest
 from examples.tools import refunds_path
-from orchestrator.definitions.proposals import step_output_schema
+from orchestrator.engine.definitions.proposals import step_output_schema
+from orchestrator.engine.services.kinds.human_gate import approval_grant
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import StepAttempt, StepRun
-from orchestrator.services.kinds.human_gate import approval_grant
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, example_definition, member
 from tests.support.fake_llm import (
     MODEL_VERSION,

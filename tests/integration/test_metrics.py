@@ -12,9 +12,9 @@ from django.db.models import Q
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role, StepAttempt
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.conftest import client_for
 from tests.factories import SETUP, example_definition, member
 from tests.support.http_sink import HttpSink

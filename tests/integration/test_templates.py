@@ -7,11 +7,11 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from approvals.models import ApprovalRequest
-from orchestrator.gallery import template_named, templates
+from orchestrator.engine.gallery import template_named, templates
+from orchestrator.engine.services.gallery import template_instantiate
+from orchestrator.engine.services.kinds.human_gate import approval_grant
+from orchestrator.engine.services.runs import run_start
 from orchestrator.models import Run, StepRun
-from orchestrator.services.gallery import template_instantiate
-from orchestrator.services.kinds.human_gate import approval_grant
-from orchestrator.services.runs import run_start
 from stepwise_client import Stepwise, StepwiseError
 from stepwise_client.__main__ import main as client_main
 from stepwise_client.builder import Workflow

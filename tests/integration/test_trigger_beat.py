@@ -13,8 +13,8 @@ from datetime import timedelta
 import pytest
 from django.conf import settings
 
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 from triggers.models import Firing
 from triggers.services.config import trigger_create, trigger_update

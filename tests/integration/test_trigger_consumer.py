@@ -19,8 +19,8 @@ import redis
 from django.conf import settings
 from kombu import Connection, Exchange, Producer, Queue
 
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, example_definition
 from triggers.models import EventDeadLetter, Firing
 from triggers.services.config import trigger_create

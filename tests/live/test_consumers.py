@@ -12,11 +12,11 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.utils.module_loading import import_string
 
 from orchestrator.asgi import application
-from orchestrator.live.consumers import REFUSED
-from orchestrator.live.groups import run_group
+from orchestrator.engine.services.runs import run_cancel, run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event, Role, TeamMembership
-from orchestrator.services.runs import run_cancel, run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.web.live.consumers import REFUSED
+from orchestrator.web.live.groups import run_group
 from tests.factories import SETUP, TeamFactory, member
 
 from .conftest import GATED, run_async

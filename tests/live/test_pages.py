@@ -3,9 +3,9 @@ admin (server side; tests/browser/test_live.py watches them update in a browser)
 import pytest
 from django.urls import reverse
 
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event, Role, Run
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, TeamFactory, example_definition, member
 
 pytestmark = pytest.mark.django_db
@@ -92,7 +92,7 @@ def test_one_person_s_long_polls_are_bounded_and_others_are_still_served(
     """Each long-poll holds a server thread while it waits: the person's one past
     STEPWISE_LONG_POLLS_PER_PERSON is answered 429 at once; another person's, and the person's
     plain reads, are served."""
-    from orchestrator.progress import long_poll_slot  # noqa: PLC0415 - the slots the view takes
+    from orchestrator.web.progress import long_poll_slot  # noqa: PLC0415 - the slots the view takes
 
     settings.STEPWISE_LONG_POLLS_PER_PERSON = 3
     newest = Event.objects.filter(run=run).order_by("-id").first().id
@@ -120,8 +120,8 @@ def test_long_polling_refuses_a_malformed_event_id(api, run):
 
 def paused_run(team):
     """A run paused by its failed first step (on_error: pause)."""
-    from orchestrator.retry import StepError
-    from orchestrator.services.kinds.worker import Usage, step_claim, step_fail
+    from orchestrator.engine.retry import StepError
+    from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_fail
 
     definition = {"name": "ops", "input_schema": {"type": "object"}, "on_error": "pause",
                   "steps": [{"name": "call", "type": "tool", "tool": "core.echo"},
@@ -166,8 +166,8 @@ def test_retrying_a_step_that_failed_with_a_permanent_error_warns_before_confirm
 
 
 def test_a_transient_error_is_retried_without_a_warning():
-    from orchestrator.live.views import retry_warning
     from orchestrator.models import StepRun
+    from orchestrator.web.live.views import retry_warning
     assert retry_warning(StepRun(error={"class": "transient", "message": "503"})) == ""
     assert "a policy error" in retry_warning(StepRun(error={"class": "policy", "message": "no"}))
 

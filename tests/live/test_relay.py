@@ -6,12 +6,12 @@ import time
 import pytest
 from channels.layers import get_channel_layer
 
-from orchestrator.live import relay as relay_module
-from orchestrator.live.groups import run_group, team_group
-from orchestrator.live.relay import Relay, nudges_after
+from orchestrator.engine.services.runs import run_cancel, run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event, Role
-from orchestrator.services.runs import run_cancel, run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.web.live import relay as relay_module
+from orchestrator.web.live.groups import run_group, team_group
+from orchestrator.web.live.relay import Relay, nudges_after
 from tests.factories import SETUP, member
 
 from .conftest import GATED, run_async

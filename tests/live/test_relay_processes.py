@@ -10,9 +10,9 @@ import json
 import pytest
 from websockets.sync.client import connect
 
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event, Role
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, member
 from tests.integration.conftest import wait_for_run
 

@@ -8,10 +8,10 @@ import pytest
 from notifications.callbacks import callback_deliver, verify_signature
 from notifications.models import CallbackDelivery
 from notifications.services import CALLBACK_MAX_ATTEMPTS, callbacks_resend
-from orchestrator.errors import InputInvalid
+from orchestrator.engine.errors import InputInvalid
+from orchestrator.engine.services.runs import run_cancel, run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event
-from orchestrator.services.runs import run_cancel, run_start
-from orchestrator.services.workflows import workflow_save
 from tests.api.driving import drive_to_gate
 from tests.factories import SETUP, example_definition
 from tests.support.http_sink import HttpSink
@@ -125,7 +125,7 @@ def _stored_row(table: str, run_id) -> dict:
 
 def test_a_callback_secret_is_stored_sealed_and_still_signs(support, requester):
     from notifications.models import RunCallback  # noqa: PLC0415
-    from orchestrator.sealing import CALLBACK_SECRETS  # noqa: PLC0415
+    from orchestrator.engine.sealing import CALLBACK_SECRETS  # noqa: PLC0415
 
     run = start(support, requester, "https://hooks.example.com/stepwise")
     stored = _stored_row(RunCallback._meta.db_table, run.id)
@@ -139,7 +139,7 @@ def test_the_migration_seals_the_callback_secrets_stored_in_plain_text(team, req
     from django.db.migrations.executor import MigrationExecutor  # noqa: PLC0415
 
     from notifications.models import RunCallback  # noqa: PLC0415
-    from orchestrator.sealing import CALLBACK_SECRETS  # noqa: PLC0415
+    from orchestrator.engine.sealing import CALLBACK_SECRETS  # noqa: PLC0415
 
     version = workflow_save(team=team, definition=example_definition("support"), actor=SETUP)[0]
     run = start(version, requester, "https://hooks.example.com/stepwise")

@@ -10,7 +10,7 @@ from django.db import transaction
 from notifications.delivery import notification_deliver
 from notifications.models import Notification
 from notifications.services import MAX_ATTEMPTS, notification_send, notifications_resend
-from orchestrator import clock
+from orchestrator.engine import clock
 from tests.support.http_sink import HttpSink
 
 pytestmark = pytest.mark.django_db

@@ -3,7 +3,7 @@ readiness is split from liveness, the docs' assets are local and the token schem
 import pytest
 from rest_framework.test import APIClient
 
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.workflows import workflow_save
 from tests.factories import SETUP
 
 pytestmark = pytest.mark.django_db
@@ -46,7 +46,7 @@ def test_readiness_answers_anonymously_with_nothing_but_its_verdict(client):
 
 
 def test_readiness_is_503_when_the_broker_does_not_answer(client, monkeypatch):
-    from orchestrator import health
+    from orchestrator.operations import health
 
     monkeypatch.setattr(health, "broker_status", lambda: "error: ConnectionRefusedError")
     response = client.get("/api/v1/health/ready/")

@@ -118,9 +118,9 @@ def test_long_polls_hold_no_pooled_connection_while_they_wait(postgres, monkeypa
     so none waits for a connection (a request that waited over a second would be a 500)."""
     from rest_framework.authtoken.models import Token
 
-    from orchestrator.progress import latest_event_of
-    from orchestrator.services.runs import run_start
-    from orchestrator.services.workflows import workflow_save
+    from orchestrator.engine.services.runs import run_start
+    from orchestrator.engine.services.workflows import workflow_save
+    from orchestrator.web.progress import latest_event_of
     from tests.factories import SETUP, example_definition, member
 
     version, _ = workflow_save(team=team, definition=example_definition("support"), actor=SETUP)

@@ -16,11 +16,11 @@ import pytest
 from django.conf import settings
 from django.utils.log import DEFAULT_LOGGING
 
-from orchestrator.logcontext import bound
-from orchestrator.retry import StepError
-from orchestrator.services.kinds.worker import Usage, step_claim, step_fail, step_retry_due
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.retry import StepError
+from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_fail, step_retry_due
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.operations.logcontext import bound
 from orchestrator.signals import enter_task_context, leave_task_context
 from tests.conftest import client_for
 from tests.factories import SETUP
@@ -203,8 +203,8 @@ PROCESS_SETUP = {
 # and (web) uvicorn's access line through uvicorn's own handler.
 LIBRARIES_LOG = """
 import json, logging, httpx
-from orchestrator.sealing import RUN_SECRETS
-from orchestrator.secret_inputs import revealed_from
+from orchestrator.engine.sealing import RUN_SECRETS
+from orchestrator.engine.secret_inputs import revealed_from
 revealed_from(RUN_SECRETS.seal(json.dumps({"input.api_token": "query-77-opaque"})))
 client = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200)))
 client.get("https://api.example.com/orders?customer=acme&key=query-77-opaque")

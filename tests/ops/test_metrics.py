@@ -4,9 +4,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from alerts.services import alert_raise, alert_resolve
-from orchestrator.metrics import metrics_text
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.operations.metrics import metrics_text
 from tests.factories import SETUP
 
 pytestmark = pytest.mark.django_db
@@ -70,7 +70,7 @@ def test_a_worker_process_given_a_killed_workers_pid_does_not_count_its_step():
     from celery.signals import worker_process_init
     from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
-    from orchestrator import metrics
+    from orchestrator.operations import metrics
 
     def child(answer):
         path = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]) / f"gauge_livesum_{os.getpid()}.db"

@@ -8,9 +8,10 @@ import pytest
 from celery import current_app
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from orchestrator import tasks, tracing
+from orchestrator import tasks
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run
-from orchestrator.services.workflows import workflow_save
+from orchestrator.operations import tracing
 from tests.factories import SETUP
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,9 +15,9 @@ import time
 import pytest
 from django.db import connection
 
-from orchestrator.services.kinds.worker import Carry, step_execute
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.kinds.worker import Carry, step_execute
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.perf.test_query_count import chain_definition
 

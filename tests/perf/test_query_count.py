@@ -14,9 +14,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from orchestrator.services.kinds.worker import Carry, step_execute
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.kinds.worker import Carry, step_execute
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from tests.factories import SETUP
 
 # A worker the session started (an integration test) must not take these steps first.
@@ -49,7 +49,8 @@ def steps_within_a_second(monkeypatch):
     """The counts are of a chain whose steps follow each other within the run's progress
     resolution (`scheduling.PROGRESS_RESOLUTION`), as the bench's do: the run's progress time
     is not written again. However slow the machine, these steps are measured that way."""
-    monkeypatch.setattr("orchestrator.services.scheduling.PROGRESS_RESOLUTION", timedelta(days=1))
+    monkeypatch.setattr("orchestrator.engine.services.scheduling.PROGRESS_RESOLUTION",
+                        timedelta(days=1))
 
 
 def chain_definition(steps: int) -> dict:

@@ -3,9 +3,9 @@ import pytest
 
 from audit.services import external_call_authorize
 from budgets.services import cost_of
-from orchestrator.executors import ExecContext, execute
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.executors import ExecContext, execute
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from tests.factories import SETUP
 from tests.support.fake_llm import FakeLLM
 

@@ -5,9 +5,9 @@ from decimal import Decimal
 import pytest
 
 from budgets.services import cost_of
-from orchestrator.executors import ATTEMPT_META_FIELDS, SpentStepError
-from orchestrator.executors.agent import Conversation
-from orchestrator.retry import StepError
+from orchestrator.engine.executors import ATTEMPT_META_FIELDS, SpentStepError
+from orchestrator.engine.executors.agent import Conversation
+from orchestrator.engine.retry import StepError
 from tests.support.fake_llm import MODEL_VERSION, TOKENS_IN, TOKENS_OUT, reply, status, text
 
 pytestmark = pytest.mark.django_db

@@ -3,8 +3,8 @@ from functools import partial
 
 import pytest
 
-from orchestrator.providers.anthropic import AnthropicProvider
-from orchestrator.retry import StepError
+from orchestrator.engine.retry import StepError
+from orchestrator.integrations.providers.anthropic import AnthropicProvider
 from tests.support.fake_llm import (
     MODEL_VERSION,
     SCHEMA,

@@ -5,9 +5,13 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from orchestrator.clock import now
-from orchestrator.providers.errors import classify_exception, classify_status, retry_after_s
-from orchestrator.retry import ERROR_CLASSES, NEVER_RETRIED
+from orchestrator.engine.clock import now
+from orchestrator.engine.retry import ERROR_CLASSES, NEVER_RETRIED
+from orchestrator.integrations.providers.errors import (
+    classify_exception,
+    classify_status,
+    retry_after_s,
+)
 
 
 @pytest.mark.parametrize("status, error_class", [

@@ -3,8 +3,8 @@ import copy
 
 import pytest
 
-from orchestrator.definitions import normalize_definition, validate_definition
-from orchestrator.definitions.format import definition_format_schema
+from orchestrator.engine.definitions import normalize_definition, validate_definition
+from orchestrator.engine.definitions.format import definition_format_schema
 from tests.factories import example_definition
 
 TOOLS = {"shop.order": {"type": "object"}, "shop.refund": {"type": "object"},

@@ -4,9 +4,9 @@ from functools import partial
 
 import pytest
 
-from orchestrator.providers.anthropic import AnthropicProvider
-from orchestrator.providers.openai_compat import OpenAICompatProvider
-from orchestrator.retry import StepError
+from orchestrator.engine.retry import StepError
+from orchestrator.integrations.providers.anthropic import AnthropicProvider
+from orchestrator.integrations.providers.openai_compat import OpenAICompatProvider
 from tests.support.fake_llm import ask, reply, text
 
 ask_openai = partial(ask, OpenAICompatProvider)

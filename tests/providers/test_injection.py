@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from orchestrator.retry import StepError
+from orchestrator.engine.retry import StepError
 from tests.factories import example_definition
 from tests.support.fake_llm import call, reply
 

@@ -3,9 +3,12 @@ from functools import partial
 
 import pytest
 
-from orchestrator.providers import ModelRequest
-from orchestrator.providers.openai_compat import AzureOpenAIProvider, OpenAICompatProvider
-from orchestrator.retry import StepError
+from orchestrator.engine.retry import StepError
+from orchestrator.integrations.providers import ModelRequest
+from orchestrator.integrations.providers.openai_compat import (
+    AzureOpenAIProvider,
+    OpenAICompatProvider,
+)
 from tests.support.fake_llm import (
     MODEL_VERSION,
     SCHEMA,

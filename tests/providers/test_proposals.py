@@ -2,7 +2,7 @@
 import pytest
 from jsonschema import Draft202012Validator
 
-from orchestrator.definitions.proposals import (
+from orchestrator.engine.definitions.proposals import (
     envelope_schema,
     normalize_proposal,
     proposal_hash,

@@ -2,8 +2,8 @@
 scheduler opens only when the risk rules require it (the model has no say)."""
 import pytest
 
-from orchestrator.definitions import normalize_definition
-from orchestrator.scheduler import StepView, plan
+from orchestrator.engine.definitions import normalize_definition
+from orchestrator.engine.scheduler import StepView, plan
 from tests.factories import example_definition
 
 ORDER = {"order_id": "ORD-1002", "total_usd": 1200.0, "customer_email": "bo@example.com"}

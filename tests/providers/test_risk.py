@@ -1,7 +1,7 @@
 """Risk tiers are decided by deterministic rules, table-driven here: every factor, every edge."""
 import pytest
 
-from orchestrator.risk import assess, in_scope
+from orchestrator.engine.risk import assess, in_scope
 
 REFUND_RISK = {
     "tier": "low",

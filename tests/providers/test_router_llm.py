@@ -1,8 +1,8 @@
 """LLM-classified routing: the model picks among declared routes; anything else is the default."""
 import pytest
 
-from orchestrator.executors import SpentStepError
-from orchestrator.executors.router import llm_decision, route_menu
+from orchestrator.engine.executors import SpentStepError
+from orchestrator.engine.executors.router import llm_decision, route_menu
 from tests.support.fake_llm import MODEL_VERSION, TOKENS_IN, call, reply, status, text
 
 pytestmark = pytest.mark.django_db

@@ -28,11 +28,11 @@ from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
 from budgets.services import budget_limit_create
-from orchestrator import clock
-from orchestrator.errors import Forbidden
+from orchestrator.engine import clock
+from orchestrator.engine.errors import Forbidden
+from orchestrator.engine.services.gate_policies import gate_policy_create
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role, Run, StepRun
-from orchestrator.services.gate_policies import gate_policy_create
-from orchestrator.services.workflows import workflow_save
 from tests.conftest import client_for
 from tests.factories import SETUP, member
 from tests.support.children import start_children

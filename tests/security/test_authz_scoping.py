@@ -1,11 +1,11 @@
 """Which teams a person acts in (`authz.teams_where`) and sees (`authz.visible`), who may act at
 all (`authz.may`: never a deactivated person) and how a refusal names them: from the survivors
-of `make mutate` over orchestrator/authz.py. The admin's forms and lists are built from these,
-so a wrong scope shows another team's objects or a form the person may not use."""
+of `make mutate` over orchestrator/engine/authz.py. The admin's forms and lists are built from
+these, so a wrong scope shows another team's objects or a form the person may not use."""
 import pytest
 from django.contrib.auth.models import AnonymousUser
 
-from orchestrator.authz import (
+from orchestrator.engine.authz import (
     Action,
     System,
     operates_somewhere,
@@ -13,10 +13,10 @@ from orchestrator.authz import (
     teams_where,
     visible,
 )
-from orchestrator.errors import Forbidden
+from orchestrator.engine.errors import Forbidden
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role, Run, Workflow
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, TeamFactory, UserFactory, member
 from tests.test_permissions import admin_client
 

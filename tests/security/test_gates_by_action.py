@@ -12,11 +12,11 @@ import copy
 import pytest
 
 from audit.models import AuditEntry
-from orchestrator.errors import Forbidden
+from orchestrator.engine.errors import Forbidden
+from orchestrator.engine.services.gate_policies import gate_policy_create
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_publish, workflow_save
 from orchestrator.models import GatePolicy, Role, Run, StepState, Workflow
-from orchestrator.services.gate_policies import gate_policy_create
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_publish, workflow_save
 from tests.api.published import assert_documented
 from tests.conftest import client_for
 from tests.factories import SETUP, member
@@ -318,7 +318,7 @@ def test_a_child_run_of_an_unguarded_published_version_is_refused(team, editor, 
 
 
 def test_map_items_loop_bodies_and_compensations_perform_actions():
-    from orchestrator.definitions.mandatory_gates import performed_actions
+    from orchestrator.engine.definitions.mandatory_gates import performed_actions
 
     definition = {"steps": [
         {"name": "each", "type": "map", "over": "input.xs",
@@ -342,7 +342,7 @@ def test_map_items_loop_bodies_and_compensations_perform_actions():
 
 
 def test_a_calls_targets_are_its_connection_recipient_domains_and_url_host():
-    from orchestrator.definitions.mandatory_gates import call_targets
+    from orchestrator.engine.definitions.mandatory_gates import call_targets
 
     assert call_targets("mail.send", {"connection": "outbound", "to": ["a@X.com", "b@y.org"],
                                       "cc": "c@z.net"}) == (

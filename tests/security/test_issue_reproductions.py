@@ -16,11 +16,11 @@ from approvals.models import ApprovalRequest
 from audit.chain import seal_pending
 from audit.models import AuditEntry
 from budgets.services import budget_limit_create
-from orchestrator import clock
-from orchestrator.errors import Forbidden
+from orchestrator.engine import clock
+from orchestrator.engine.errors import Forbidden
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role, Run, TeamMembership
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.approvals.conftest import sent_emails, work
 from tests.conftest import client_for
 from tests.factories import SETUP, example_definition, member

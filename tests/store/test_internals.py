@@ -14,9 +14,9 @@ from django.db.models.base import ModelState
 from django.db.models.query import get_related_populators
 from django_fsm import ConcurrentTransitionMixin
 
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event, Run, StepRun
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP
 
 pytestmark = pytest.mark.fast_store
@@ -70,7 +70,7 @@ def test_djangos_save_checks_on_related_objects_take_an_operation_name():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_pending_on_commit_callback_is_a_tuple_of_savepoints_callback_and_robustness():
-    """`orchestrator.txscope` finds its marker at `run_on_commit[index][1]`."""
+    """`orchestrator.engine.txscope` finds its marker at `run_on_commit[index][1]`."""
     def marker() -> None:
         pass
 

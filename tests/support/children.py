@@ -1,9 +1,9 @@
 """Child runs in tests that drive runs in this process: a sub-workflow step only sends the
 `child_start` task as it starts (on commit, which a test transaction never reaches), and a
 worker creates the child. `start_children` does what that worker does."""
+from orchestrator.engine.services.kinds.sub_workflow import child_run_start
+from orchestrator.engine.states import StepKind, StepState
 from orchestrator.models import Run
-from orchestrator.services.kinds.sub_workflow import child_run_start
-from orchestrator.states import StepKind, StepState
 
 
 def start_children(run: Run, *, depth: int = 10) -> list[Run]:

@@ -30,7 +30,7 @@ SCHEMA = {"type": "object", "required": ["category"],
 
 def ask(provider_class, config: dict, **fields):
     """One classification request through `provider_class` configured with `config`."""
-    from orchestrator.providers import ModelRequest
+    from orchestrator.integrations.providers import ModelRequest
 
     request = ModelRequest(model=config["model_id"], prompt="Classify: my invoice is wrong",
                            system="You classify tickets.", output_schema=SCHEMA, **fields)

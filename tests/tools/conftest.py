@@ -10,8 +10,8 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from orchestrator.retry import StepError
-from orchestrator.tools.registry import ToolContext, get_tool
+from orchestrator.engine.retry import StepError
+from orchestrator.integrations.tools.registry import ToolContext, get_tool
 from tests.support.integrations import REQUIRED, closed_port
 
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 import boto3
 import pytest
 
-from orchestrator import artifacts
-from orchestrator.artifacts import ArtifactError
+from orchestrator.engine import artifacts
+from orchestrator.engine.artifacts import ArtifactError
+from orchestrator.engine.services.kinds.worker import step_execute
 from orchestrator.models import Run
-from orchestrator.services.kinds.worker import step_execute
 from tests.engine.test_worker import echo, start, step_of
 
 pytestmark = pytest.mark.django_db

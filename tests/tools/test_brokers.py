@@ -9,7 +9,7 @@ import pytest
 import redis
 from paho.mqtt.enums import CallbackAPIVersion
 
-from orchestrator.tools.named import message_id
+from orchestrator.integrations.tools.named import message_id
 from tests.support.integrations import AMQP_URL, REDIS_URL, closed_port, need, unique
 from tests.support.stall_proxy import StallProxy
 

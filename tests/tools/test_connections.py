@@ -2,9 +2,9 @@
 refusals made when a definition is saved."""
 import pytest
 
-from orchestrator.connections import ConnectionRefused, config_problems, connection_get
-from orchestrator.definitions import DefinitionInvalid
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.definitions import DefinitionInvalid
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.integrations.connections import ConnectionRefused, config_problems, connection_get
 from tests.factories import SETUP
 
 from .conftest import call, fails

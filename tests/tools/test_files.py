@@ -5,8 +5,8 @@ import os
 import boto3
 import pytest
 
-from orchestrator.retry import StepError
-from orchestrator.tools.registry import ToolContext, get_tool
+from orchestrator.engine.retry import StepError
+from orchestrator.integrations.tools.registry import ToolContext, get_tool
 from tests.support.integrations import closed_port
 
 from .conftest import call, fails

@@ -2,7 +2,7 @@
 Message-ID, the allowed domains, and every error class."""
 import pytest
 
-from orchestrator.tools.named import message_id
+from orchestrator.integrations.tools.named import message_id
 from tests.support.integrations import closed_port
 from tests.support.smtp_sink import SmtpSink
 

@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from orchestrator import clock
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine import clock
+from orchestrator.engine.services.workflows import workflow_save
 from tests.factories import SETUP, example_definition
 from triggers.services.config import trigger_create
 from triggers.signatures import sign
@@ -26,7 +26,7 @@ def support(team):
 
 
 class Clock:
-    """`orchestrator.clock.now` under the test's control."""
+    """`orchestrator.engine.clock.now` under the test's control."""
 
     def __init__(self, start: datetime):
         self.moment = start

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from audit.models import AuditEntry
-from orchestrator.errors import NotAllowed
+from orchestrator.engine.errors import NotAllowed
 from orchestrator.models import Event, Role, Run, TeamMembership
 from tests.factories import SETUP, member
 from triggers.models import EventDeadLetter, Firing

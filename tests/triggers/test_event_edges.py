@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from audit.models import AuditEntry
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event, Run
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, TeamFactory, example_definition
 from triggers.models import EventDeadLetter, Firing
 from triggers.services.config import trigger_update

@@ -5,8 +5,8 @@ import copy
 import pytest
 
 from alerts.models import Alert
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role
-from orchestrator.services.workflows import workflow_save
 from tests.conftest import client_for
 from tests.factories import SETUP, example_definition, member
 from triggers.models import Firing, Trigger

@@ -9,7 +9,7 @@ import pytest
 from alerts.models import Alert, AlertRule
 from alerts.rules import RuleKind
 from audit.models import AuditEntry
-from orchestrator.services.workflows import workflow_save
+from orchestrator.engine.services.workflows import workflow_save
 from tests.factories import SETUP, example_definition
 from triggers.models import Firing
 from triggers.services.config import trigger_update

@@ -6,8 +6,8 @@ from datetime import timedelta
 import pytest
 
 from audit.models import AuditEntry
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role
-from orchestrator.services.workflows import workflow_save
 from tests.factories import SETUP, TeamFactory, example_definition, member
 from triggers.models import Trigger
 from triggers.services.config import TriggerInvalid, trigger_update

@@ -13,12 +13,12 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from orchestrator.api.errors import ServiceErrorsMixin, error_body, valid_data
-from orchestrator.api.parsers import JSONBodyParser
-from orchestrator.api.permissions import team_for_write
-from orchestrator.api.serializers import ErrorsSerializer
-from orchestrator.api.throttling import RUN_START_THROTTLES, RunStartThrottleMixin
-from orchestrator.authz import visible
+from orchestrator.engine.authz import visible
+from orchestrator.web.api.errors import ServiceErrorsMixin, error_body, valid_data
+from orchestrator.web.api.parsers import JSONBodyParser
+from orchestrator.web.api.permissions import team_for_write
+from orchestrator.web.api.serializers import ErrorsSerializer
+from orchestrator.web.api.throttling import RUN_START_THROTTLES, RunStartThrottleMixin
 
 from ..models import EventDeadLetter, Trigger
 from ..selectors import webhook_trigger

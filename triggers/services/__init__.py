@@ -7,6 +7,6 @@
 - `webhooks`  a signed HTTP delivery;
 - `events`    a queue event, its dead letter and the replay of one.
 
-Each checks permissions itself (`orchestrator.authz`) and writes its audit entries in its own
+Each checks permissions itself (`orchestrator.engine.authz`) and writes its audit entries in its own
 transaction; entry points (API, admin, tasks, the consumer) only call them.
 """

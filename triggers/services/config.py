@@ -16,14 +16,14 @@ from django.conf import settings
 from django.db import transaction
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
-from orchestrator.authz import Action, Actor, label, person, require
-from orchestrator.clock import now
-from orchestrator.definitions.limits import run_input_problems
-from orchestrator.definitions.problems import format_path
-from orchestrator.errors import ServiceError
+from orchestrator.engine.authz import Action, Actor, label, person, require
+from orchestrator.engine.clock import now
+from orchestrator.engine.definitions.limits import run_input_problems
+from orchestrator.engine.definitions.problems import format_path
+from orchestrator.engine.errors import ServiceError
+from orchestrator.engine.services.runs import input_problems
+from orchestrator.engine.text import text_problem
 from orchestrator.models import Team, Workflow
-from orchestrator.services.runs import input_problems
-from orchestrator.text import text_problem
 
 from .. import sealing, signatures
 from ..mapping import (

@@ -17,11 +17,11 @@ import hashlib
 
 from django.db import transaction
 
-from orchestrator.authz import Action, Actor, label, person, require
-from orchestrator.clock import now
-from orchestrator.definitions import DefinitionInvalid
-from orchestrator.definitions.loader import parse_json_text
-from orchestrator.errors import NotAllowed
+from orchestrator.engine.authz import Action, Actor, label, person, require
+from orchestrator.engine.clock import now
+from orchestrator.engine.definitions import DefinitionInvalid
+from orchestrator.engine.definitions.loader import parse_json_text
+from orchestrator.engine.errors import NotAllowed
 
 from ..models import EventDeadLetter, Trigger, TriggerKind
 from ..selectors import trigger_actor

@@ -10,8 +10,8 @@ its own transaction with the trigger row locked (`trigger_lock`):
 4. admission: past the trigger's `max_per_minute`, or while `budgets.services.budget_admit`
    refuses a new run (the team's cap on unfinished runs, the same on every start path, or a
    spent budget), the firing is refused or held (`when_limited`), never started;
-5. `orchestrator.services.runs.run_start` — the same service as the REST API — starts it, with
-   the trigger's provenance: the people who created and last changed it (and who fired it).
+5. `orchestrator.engine.services.runs.run_start` — the same service as the REST API — starts it,
+   with the trigger's provenance: the people who created and last changed it (and who fired it).
 
 Refusals write an audit entry. Held firings are started by `queued_firings_admit` (beat, every
 2 s), oldest first, as the rate and the team's cap allow; the person who fired one must still
@@ -27,20 +27,20 @@ from django.db import transaction
 
 from audit.services import audit_record
 from budgets.services import admission_refusal
-from orchestrator.authz import Action, Actor, System, label, may, require
-from orchestrator.clock import now
-from orchestrator.definitions.limits import run_input_problems
-from orchestrator.errors import BudgetExceeded, Forbidden, InputInvalid, NotAllowed
-from orchestrator.models import Run
-from orchestrator.provenance import (
+from orchestrator.engine.authz import Action, Actor, System, label, may, require
+from orchestrator.engine.clock import now
+from orchestrator.engine.definitions.limits import run_input_problems
+from orchestrator.engine.errors import BudgetExceeded, Forbidden, InputInvalid, NotAllowed
+from orchestrator.engine.provenance import (
     FIRED,
     TRIGGER_CHANGED,
     TRIGGER_CREATED,
     merged,
     person_entry,
 )
-from orchestrator.services.admission import refusal_audit_once
-from orchestrator.services.runs import input_problems, run_start, version_start_refusal
+from orchestrator.engine.services.admission import refusal_audit_once
+from orchestrator.engine.services.runs import input_problems, run_start, version_start_refusal
+from orchestrator.models import Run
 
 from ..mapping import MappingFailed, event_matches, input_from_event
 from ..models import Firing, Trigger, TriggerKind, WhenLimited
@@ -140,8 +140,8 @@ def _origin(trigger: Trigger, key: str, extra: dict) -> dict:
 
 
 def trigger_provenance(trigger: Trigger, *, fired_by=None) -> dict:
-    """Who set a run of `trigger` in motion (orchestrator/provenance.py): the person who fired
-    it (an api trigger), and whoever created it or last changed its settings or secret — a
+    """Who set a run of `trigger` in motion (orchestrator/engine/provenance.py): the person who
+    fired it (an api trigger), and whoever created it or last changed its settings or secret — a
     schedule, a webhook or a queue event runs what they set up."""
     people = [person_entry(fired_by, FIRED)] if fired_by is not None else []
     if trigger.created_by is not None:

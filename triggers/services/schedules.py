@@ -12,7 +12,7 @@ from django.db import transaction
 
 from alerts.rules import RuleKind
 from alerts.services import alert_raise
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
 
 from ..models import Firing, Trigger, TriggerKind
 from ..selectors import trigger_actor

@@ -17,9 +17,9 @@ from datetime import timedelta
 from django.db import transaction
 from django.db.models import F
 
-from orchestrator.clock import now
-from orchestrator.definitions import DefinitionInvalid
-from orchestrator.definitions.loader import parse_json_text
+from orchestrator.engine.clock import now
+from orchestrator.engine.definitions import DefinitionInvalid
+from orchestrator.engine.definitions.loader import parse_json_text
 
 from .. import sealing, signatures
 from ..models import RefusalTally, Trigger

@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from audit.export import FORMATS, export_range
-from orchestrator.clock import now
+from orchestrator.engine.clock import now
 
 
 def _when(text: str) -> datetime:

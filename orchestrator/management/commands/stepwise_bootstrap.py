@@ -18,11 +18,11 @@ from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
 from audit.signing import key_id, signing_key
-from orchestrator.definitions import parse_definition_text
-from orchestrator.gallery import template_named
+from orchestrator.engine.definitions import parse_definition_text
+from orchestrator.engine.gallery import template_named
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Role, Run, Team, TeamMembership
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
 from triggers.models import Trigger
 from triggers.services.config import trigger_create
 

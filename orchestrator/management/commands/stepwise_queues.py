@@ -3,12 +3,12 @@ batch side of tools or agent alone, or all."""
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from orchestrator.queues import BATCH_SUFFIX
+from orchestrator.operations.queues import BATCH_SUFFIX
 
 
 def queues(family: str) -> list[str]:
     """Each family's interactive queue and, beside it, the batch queue its map items go to
-    (orchestrator.dispatch.batch_queue_for); `tools-batch` and `agent-batch` are the batch
+    (orchestrator.engine.dispatch.batch_queue_for); `tools-batch` and `agent-batch` are the batch
     side alone, for a deployment that gives fan-outs workers of their own."""
     agents = [f"agent.{model}" for model in settings.STEPWISE_MODELS]
     tools_batch = ["tools" + BATCH_SUFFIX]

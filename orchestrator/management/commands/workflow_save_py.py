@@ -7,10 +7,10 @@ The module's attribute is a `Workflow` (or a dict); its `to_dict()` is validated
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator.definitions import DefinitionInvalid
-from orchestrator.errors import Forbidden
+from orchestrator.engine.definitions import DefinitionInvalid
+from orchestrator.engine.errors import Forbidden
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Team
-from orchestrator.services.workflows import workflow_save
 from stepwise_client.builder import load_definition
 
 

@@ -4,7 +4,7 @@ STEPWISE_TRIGGER_KEY_FALLBACKS (docs/security.md). Secrets stay the same; sender
 from django.core.management.base import BaseCommand
 
 from notifications.services import callbacks_reseal
-from orchestrator.secret_inputs import secrets_reseal
+from orchestrator.engine.secret_inputs import secrets_reseal
 from triggers.services.config import triggers_reseal
 
 

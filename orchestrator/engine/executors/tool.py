@@ -1,0 +1,84 @@
+"""Tool steps: render params, validate them against the tool's schema, call the tool.
+
+A side-effecting call goes through the effect ledger handed over in `ctx.effects`; an external
+call is authorized first through `ctx.authorize`.
+"""
+from collections.abc import Callable
+from functools import partial
+
+from jsonschema import Draft202012Validator
+
+from orchestrator.integrations.tools.registry import Tool, ToolContext, get_tool
+from orchestrator.models import Run
+
+from ..definitions import TemplateError, render_value
+from ..output_schemas import validate_output
+from ..retry import StepError
+from .base import ExecContext, Result
+
+
+def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool, Callable[[], object]]:
+    """The tool `spec` names, and a call of it with `spec`'s params rendered over `step_input`
+    and checked against the tool's schema. Raises StepError before anything is called.
+
+    Shared by tool steps and compensations (services/compensation.py).
+    """
+    try:
+        tool = get_tool(spec["tool"])
+    except KeyError:
+        raise StepError("permanent", f"tool '{spec['tool']}' is not registered") from None
+    if tool.side_effect:  # it changes the world whatever the step says, and the audit says so
+        spec = {**spec, "side_effect": True}
+    try:
+        params = render_value(spec.get("params") or {}, step_input)
+    except TemplateError as exc:
+        raise StepError("validation", f"params could not be rendered: {exc}") from exc
+    if ctx.params_override and isinstance(params, dict):
+        params = {**params, **ctx.params_override}
+    errors = sorted(Draft202012Validator(tool.params_schema).iter_errors(params), key=str)
+    if errors:
+        raise StepError("validation", "; ".join(e.message for e in errors[:10]))
+    tool_ctx = ToolContext(ctx.run_id, ctx.step_name, ctx.attempt, ctx.idempotency_key,
+                           side_effect=bool(spec.get("side_effect")),
+                           timeout_s=spec.get("timeout_s"), team_lookup=partial(_team_of, ctx.run_id),
+                           fencing_token=ctx.fencing_token)
+
+    external = not tool.in_process or bool(spec.get("side_effect"))
+
+    def call():
+        # Audit: the entry authorizing this call is committed before the call is made, so a
+        # worker that dies during the call leaves the evidence (audit.services). A replayed
+        # effect makes no call, and so no entry. A call that stays in this process (a pure
+        # tool) is not an external call: nothing to authorize, and no transaction of its own.
+        if external:
+            ctx.authorize(ctx=ctx, spec=spec, step_input=step_input, kind="tool",
+                          target=tool.name, request=params)
+        return _call(tool, params, tool_ctx)
+
+    return tool, call
+
+
+def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
+    tool, call = prepared_call(spec, step_input, ctx)
+    if spec.get("side_effect") or tool.side_effect:
+        if ctx.effects is None:  # a side effect outside the ledger could happen twice
+            raise StepError("permanent", "a side-effecting call needs the effect ledger")
+        output = ctx.effects(tool=tool, call=call)
+    else:
+        output = call()
+    validate_output(spec.get("output_schema") or tool.output_schema, output)
+    return Result(output)
+
+
+def _team_of(run_id: str) -> str:
+    """The run's team slug: a tool's egress policy may be the team's own."""
+    return Run.objects.filter(id=run_id).values_list("team__slug", flat=True).first() or ""
+
+
+def _call(tool, params: dict, tool_ctx: ToolContext):
+    try:
+        return tool.fn(params, tool_ctx)
+    except StepError:
+        raise
+    except Exception as exc:  # a tool bug is a permanent failure of this attempt, not a crash
+        raise StepError("permanent", f"{type(exc).__name__}: {exc}") from exc

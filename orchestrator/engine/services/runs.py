@@ -1,0 +1,292 @@
+"""A run's life as a whole: starting it, pausing or timing it out past its duration, and
+cancelling it.
+
+A run moves forward and ends through `scheduling` (every step that ends calls it); the
+services here are the ones an entry point calls for a whole run. Each checks the actor's
+permission itself (`authz`).
+"""
+from collections.abc import Collection
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from jsonschema import Draft202012Validator
+
+from audit.redaction import keyed_hash
+from budgets.services import budget_admit, duration_policy
+from notifications.services import callback_problems, run_callback_register
+from orchestrator.models import Event, Run, StepRun, WorkflowVersion
+from orchestrator.store import build_row, insert_rows
+
+from ..authz import REAPER, Action, Actor, is_person, label, may, require
+from ..clock import now
+from ..definitions.limits import run_input_problems
+from ..definitions.mandatory_gates import weakened_gates
+from ..errors import (
+    BudgetExceeded,
+    Forbidden,
+    IdempotencyConflict,
+    InputInvalid,
+    NotAllowed,
+    ServiceError,
+)
+from ..events import event_record
+from ..hashing import digest_of
+from ..provenance import of_child as provenance_of_child
+from ..provenance import of_start as provenance_of_start
+from ..secret_inputs import seal_for, secret_paths, split
+from ..selectors import definition_of, lock_run
+from ..states import RUN_CANCELLABLE, RUN_LIVE, STOPPED_BY_RUN_END, RunState, StepState
+from .admission import start_refusal_record
+from .budget_gate import duration_denial, run_pause_for_budget
+from .gate_policies import url_params, version_gate_problems
+from .kinds import handler_for
+from .scheduling import run_advance, run_ended_notify, run_settle_cancel, steps_stop
+
+
+def input_problems(schema: dict, value: object) -> list[dict]:
+    """Every way `value` violates `schema`, as [{"path", "message"}] (path like input.a[0]).
+
+    Formats are checked (`format: email`, `date-time`, `uri`, `uuid`, ...), not only noted. A
+    message about a secret value (secret_inputs) does not quote it: refusals are recorded."""
+    problems = []
+    secret = secret_paths(schema, value) if isinstance(value, dict) else []
+    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    for error in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
+        path = "input"
+        for part in error.absolute_path:
+            path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        at = tuple(str(part) for part in error.absolute_path)
+        hidden = any(at[:len(p)] == p for p in secret)
+        problems.append({"path": path, "message": f"the secret value fails '{error.validator}' "
+                         "of its schema" if hidden else error.message})
+    return problems
+
+
+def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by=None,
+              idempotency_key: str | None = None, parent_step: StepRun | None = None,
+              trigger: str = "api", origin: dict | None = None,
+              known_secrets: Collection[str] = (), callback_url: str = "",
+              callback_secret: str = "", provenance: dict | None = None) -> Run:
+    """Create a run pinned to `version`, start it, and schedule its first steps.
+
+    `actor` starts it (a person needs the run.start permission in the workflow's team);
+    `created_by` is the person it is started for when the actor is the engine (a sub-workflow).
+    With `idempotency_key`, the same key and input return the existing run; the same key with
+    another input raises IdempotencyConflict. Raises InputInvalid (and creates nothing) when
+    the input does not satisfy the workflow's input_schema, Forbidden without the permission,
+    BudgetExceeded when a team's or workflow's budget refuses a new run — its cap on unfinished
+    runs or its spent period (not a child run: it is part of its parent's) —, audited once
+    per window (`admission`).
+    Check `run._created` to tell a new run from a replay.
+
+    `trigger` is the kind of entry point ("api", "sub_workflow", "schedule", "webhook", ...);
+    `origin`, when a trigger started the run, says which one and why ({"trigger", "name",
+    "kind", "key", ...}): it is recorded on the run.created event, so the audit timeline shows it.
+
+    Secret values of the input (`secret_inputs`: `writeOnly` in the input schema, a key that
+    names a secret, or one of `known_secrets`, a parent's) are stored sealed, and the run's
+    input holds a marker in their place.
+
+    `callback_url` (with `callback_secret`, its signing key) is POSTed when the run waits or
+    ends (docs/live.md#callbacks); a URL the team's egress policy refuses is InputInvalid.
+
+    `provenance` says who set the run in motion (`orchestrator.engine.provenance`): a trigger passes
+    its own; by default it is the person `actor` on the path `trigger`, and a child run's is
+    its parent's. It is stored on the run and on its run.created event (so in the ledger).
+    """
+    team = version.workflow.team
+    require(actor, Action.RUN_START, team=team)
+    problems = run_input_problems(input) or input_problems(version.normalized["input_schema"], input)
+    if callback_url or callback_secret:
+        problems += callback_problems(url=callback_url, secret=callback_secret, team=team.slug)
+    if problems:
+        raise InputInvalid("run input is invalid", problems)
+    stored_input, secrets = split(version.normalized["input_schema"], input, known=known_secrets)
+    # The digest proves a replay is the same request without being a hash of a secret.
+    request = {"workflow": version.workflow.name, "version": version.number, "input": stored_input}
+    request_digest = digest_of({**request, "secrets": keyed_hash(secrets)} if secrets else request)
+    if idempotency_key:
+        existing = _idempotent_replay(team.id, idempotency_key, request_digest)
+        if existing:
+            return existing
+    if refusal := version_start_refusal(version, actor):
+        raise refusal
+    created_by = actor if is_person(actor) else created_by
+    if parent_step is not None:
+        parent = parent_step.run
+        provenance = provenance_of_child(parent.provenance, parent_run_id=parent.id,
+                                         created_by=created_by)
+    elif provenance is None:
+        provenance = provenance_of_start(actor, path=trigger)
+    try:
+        with transaction.atomic():
+            run = _create(version, stored_input, actor, created_by, idempotency_key,
+                          request_digest, parent_step, trigger, origin, secrets,
+                          (callback_url, callback_secret), provenance)
+    except BudgetExceeded as refused:
+        start_refusal_record(limit=refused.detail["level"], actor=actor, team=team.slug,
+                             path=provenance["path"], problems=refused.problems,
+                             retry_after_s=refused.retry_after_s)
+        raise
+    except IntegrityError:
+        existing = idempotency_key and _idempotent_replay(team.id, idempotency_key, request_digest)
+        if not existing:
+            raise
+        return existing
+    run._created = True
+    return run
+
+
+def version_start_refusal(version: WorkflowVersion, actor: Actor) -> ServiceError | None:
+    """Why `actor` may not start a run of `version`, or None.
+
+    An archived workflow starts nothing (NotAllowed). A version other than the published one
+    that drops or weakens a mandatory gate of the published one, or any version that calls a
+    tool a gate policy guards without a satisfying gate before it (and no owner waived that
+    when publishing it), starts only for a person who may waive gates (Forbidden): no draft,
+    old version, pinned trigger or policy set after publishing runs around it.
+    """
+    workflow = version.workflow
+    if workflow.archived_at is not None:
+        return NotAllowed(f"workflow '{workflow.name}' is archived: it starts no new runs",
+                          [{"path": "workflow", "message": "archived"}])
+    active = workflow.active_version
+    weakened = weakened_gates(active.normalized, version.normalized, url_params) \
+        if active is not None and active.id != version.id else []
+    problems = weakened + version_gate_problems(version)
+    if problems and not (is_person(actor) and may(actor, Action.WORKFLOW_WAIVE_GATE, team=workflow.team)):
+        what = (f"drops or weakens a mandatory gate of the published version {active.number}"
+                if weakened else "calls a tool a gate policy guards without a gate that "
+                "satisfies it")
+        return Forbidden(f"version {version.number} of '{workflow.name}' {what}; only an owner "
+                         "may start it", [{"path": f"version.{p.path}", "message": p.message}
+                                          for p in problems])
+    return None
+
+
+def _idempotent_replay(team_id: int, key: str, request_digest: str) -> Run | None:
+    run = Run.objects.filter(team_id=team_id, idempotency_key=key).first()
+    if run is None:
+        return None
+    if run.request_digest != request_digest:
+        raise IdempotencyConflict(
+            f"Idempotency-Key '{key}' was already used with a different request (run {run.id})"
+        )
+    run._created = False
+    return run
+
+
+def _create(version, input, actor, created_by, idempotency_key, request_digest, parent_step,
+            trigger, origin, secrets, callback, provenance) -> Run:
+    if parent_step is None:
+        budget_admit(team=version.workflow.team, workflow=version.workflow)
+    # Created and started in one INSERT: no other transaction sees the row before it commits,
+    # so this one needs no lock on it, and it plans from the instances it wrote.
+    run = Run(
+        team=version.workflow.team, version=version, input=input, created_by=created_by,
+        idempotency_key=idempotency_key or None, request_digest=request_digest,
+        parent_step=parent_step, trigger=trigger, provenance=provenance,
+    )
+    run.start()
+    max_duration = (version.normalized.get("budget") or {}).get("max_duration_s")
+    if max_duration:
+        run.deadline_at = run.started_at + timedelta(seconds=max_duration)
+    insert_rows([run])
+    seal_for(run, secrets)
+    run.has_callback = bool(callback[0])
+    if run.has_callback:
+        run_callback_register(run=run, url=callback[0], secret=callback[1], team=run.team.slug)
+    steps = [StepRun(run=run, name=s["name"], kind=s["type"], position=i)
+             for i, s in enumerate(version.normalized["steps"])]
+    insert_rows(steps)
+    who = label(actor) if is_person(actor) or origin else f"service:{trigger}"
+    created = {"workflow": version.workflow.name, "version": version.number, "trigger": trigger}
+    if origin:
+        created["origin"] = origin
+    created["provenance"] = provenance
+    # Written first, in the scheduler's INSERT of events (and its ledger entries), in this order.
+    started = [build_row(Event, run=run, kind="run.created", actor=who, payload=created),
+               build_row(Event, run=run, kind="run.running", actor=who)]
+    # A database that cannot return the ids of a bulk INSERT leaves them to be read back.
+    run_advance(run, actor=actor, pending=started,
+                steps=steps if all(step.pk for step in steps) else None)
+    return run
+
+
+def run_over_duration(*, run_id) -> str:
+    """A live run past its deadline (`budget.max_duration_s`, or an operator's raise of it),
+    per its definition's `budget.on_duration`:
+
+    - `pause` (the default): the run is paused with the reason (level `run.duration`) and an
+      alert goes out; its running steps are stopped and held, to run again once an operator
+      raises the run's duration (`operators.run_budget_raise`) and it resumes;
+    - `fail`: the run is timed out and every step stopped (`run_time_out`).
+
+    Returns what it did ("paused", "timed_out"), or "" when the run is not live or not late,
+    or is paused already with nothing running.
+    """
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if run.state not in RUN_LIVE or not run.deadline_at or run.deadline_at > now():
+            return ""
+        definition, _ = definition_of(run)
+        if duration_policy(definition) == "fail":
+            _time_out(run)
+            return "timed_out"
+        late = duration_denial(run, definition)
+        if late is None:  # the deadline predates a raise of the limit: not late after all
+            return ""
+        paused = run_pause_for_budget(run, late, actor=REAPER)
+        stopped = [handler_for(step.kind).stop(run, step, reason=late["message"], hold=True, actor=REAPER)
+                   for step in run.steps.filter(state=StepState.RUNNING)]
+    return "paused" if paused or any(stopped) else ""
+
+
+def run_time_out(*, run_id) -> bool:
+    """End a live run past its wall-clock budget (`timed_out`), its steps stopped — running
+    ones too. False if it is not live or not late."""
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if run.state not in RUN_LIVE or not run.deadline_at or run.deadline_at > now():
+            return False
+        _time_out(run)
+    return True
+
+
+def _time_out(run: Run) -> None:
+    for step in run.steps.filter(state=StepState.RUNNING):
+        handler_for(step.kind).stop(run, step, reason=STOPPED_BY_RUN_END[RunState.TIMED_OUT],
+                                    hold=False, actor=REAPER)
+    steps_stop(run, reason=STOPPED_BY_RUN_END[RunState.TIMED_OUT], actor=REAPER)
+    run.time_out(error={"class": "timeout", "message": "the run exceeded budget.max_duration_s"})
+    run.save()
+    event_record(run=run, kind="run.timed_out", actor=label(REAPER), payload=run.error)
+    run_ended_notify(run)
+
+
+def run_cancel(*, run_id, actor: Actor, reason: str = "run cancelled") -> Run:
+    """Cancel a run cooperatively: nothing new starts, running steps finish, then `cancelled`.
+
+    Stopping the run's steps releases what they own: open approvals are cancelled, child runs
+    are cancelled the same way. Raises Forbidden without the run.cancel permission, NotAllowed
+    for a run that has ended or is compensating (it ends by itself once its effects are undone).
+    """
+    with transaction.atomic():
+        run = lock_run(run_id)
+        require(actor, Action.RUN_CANCEL, team=run.team, run=run)
+        if run.state == RunState.CANCELLING:
+            return run  # cancelling already: asking again changes nothing
+        if run.is_terminal:
+            raise NotAllowed(f"run {run.id} has already ended ({run.state})")
+        if run.state not in RUN_CANCELLABLE:
+            raise NotAllowed(f"run {run.id} is {run.state}: it is undoing its effects and ends "
+                             "by itself when that is done")
+        if run.state == RunState.PENDING:
+            run.cancel()
+        else:
+            run.request_cancel()
+        run.save()
+        event_record(run=run, kind=f"run.{run.state}", actor=label(actor), payload={"reason": reason})
+        running = steps_stop(run, reason=reason, actor=actor)
+        run_settle_cancel(run, running=running, actor=actor)
+    return run

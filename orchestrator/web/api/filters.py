@@ -1,0 +1,94 @@
+"""django-filter FilterSets for the list endpoints (query parameters, nothing else).
+
+Every FilterSet here refuses what django-filter would quietly ignore (`QueryForm`): a typed
+parameter given empty (`?run=` listed every run's approvals, as if no filter were given) and a
+single-valued parameter given more than once (the last one won). Either is a 400 naming it.
+"""
+from datetime import UTC, datetime
+
+import django_filters
+from django import forms
+
+from approvals.models import ApprovalRequest, ApprovalState
+from orchestrator.models import DeadLetter, Run, RunState, Workflow
+
+
+class QueryForm(forms.Form):
+    """The form behind a FilterSet, reading the raw query string too."""
+
+    def clean(self):
+        for name, field in self.fields.items():
+            if isinstance(field, forms.MultipleChoiceField):
+                continue  # repeatable, and it refuses an empty value itself
+            values = self.data.getlist(name) if hasattr(self.data, "getlist") else []
+            if len(values) > 1:
+                self.add_error(name, f"give {name} once, not {len(values)} times")
+            elif values == [""] and type(field) is not forms.CharField:  # text may be empty
+                self.add_error(name, f"{name} must not be empty; leave it out to not filter")
+        return super().clean()
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    """An ISO 8601 time, compared in UTC: ISO 8601 (and Python) allow UTC offsets that
+    PostgreSQL refuses (beyond 15:59), and a time at the edge of the calendar may have no UTC
+    equivalent - it is then the calendar's edge, which compares the same."""
+
+    def filter(self, qs, value):
+        if value is not None and value.tzinfo is not None:
+            try:
+                value = value.astimezone(UTC)
+            except OverflowError:
+                value = (datetime.min if value.year < 2 else datetime.max).replace(tzinfo=UTC)
+        return super().filter(qs, value)
+
+
+class FilterSet(django_filters.FilterSet):
+    class Meta:
+        form = QueryForm
+
+
+class WorkflowFilter(FilterSet):
+    team = django_filters.CharFilter(field_name="team__slug", help_text="A team slug.")
+
+    class Meta(FilterSet.Meta):
+        model = Workflow
+        fields = ["team"]
+
+
+class RunFilter(FilterSet):
+    workflow = django_filters.CharFilter(
+        field_name="version__workflow__name", help_text="A workflow name."
+    )
+    team = django_filters.CharFilter(field_name="team__slug", help_text="A team slug.")
+    state = django_filters.MultipleChoiceFilter(
+        choices=RunState.choices, help_text="One or more run states (repeat the parameter)."
+    )
+    created_after = UtcDateTimeFilter(
+        field_name="created_at", lookup_expr="gte", help_text="ISO 8601, inclusive."
+    )
+    created_before = UtcDateTimeFilter(
+        field_name="created_at", lookup_expr="lt", help_text="ISO 8601, exclusive."
+    )
+
+    class Meta(FilterSet.Meta):
+        model = Run
+        fields = ["workflow", "team", "state", "created_after", "created_before"]
+
+
+class ApprovalFilter(FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=ApprovalState.choices)
+    run = django_filters.UUIDFilter(field_name="run_id")
+
+    class Meta(FilterSet.Meta):
+        model = ApprovalRequest
+        fields = ["state", "run"]
+
+
+class DeadLetterFilter(FilterSet):
+    status = django_filters.ChoiceFilter(choices=DeadLetter.Status.choices)
+    run = django_filters.UUIDFilter(field_name="run_id")
+    error_class = django_filters.CharFilter()
+
+    class Meta(FilterSet.Meta):
+        model = DeadLetter
+        fields = ["status", "run", "error_class"]
