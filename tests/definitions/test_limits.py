@@ -157,6 +157,19 @@ def test_nested_macros_are_stopped_by_the_cost_limit():
         evaluate_expression(NESTED_ALL, CONTEXT)
 
 
+def test_a_process_held_up_for_a_second_still_evaluates_an_ordinary_condition(monkeypatch):
+    """The cost limit bounds an expression; the time limit is only a backstop, far enough
+    above what the cost limit allows that a busy worker (descheduled for a while between two
+    steps of the evaluation) does not fail a run's condition."""
+    from orchestrator.engine.definitions import expressions
+
+    start = expressions.time.monotonic()
+    readings = iter([start, start + 1.0])  # the budget's start, then the first time check
+    monkeypatch.setattr(expressions.time, "monotonic", lambda: next(readings, start + 1.0))
+    condition = "input.body.contains('refund') || input.body.contains('invoice') || size(input.body) > 3"
+    assert evaluate_expression(condition, {"input": {"body": "a refund"}}) is True
+
+
 @pytest.mark.parametrize(
     "text",
     [
