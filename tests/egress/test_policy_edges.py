@@ -3,9 +3,15 @@ and the words of each refusal (from the mutation survivors of orchestrator/egres
 import ipaddress
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
 from orchestrator.egress import Policy, policy_for, policy_for_base_url
-from orchestrator.egress.policy import address_refusal, config_problems, origin_refusal
+from orchestrator.egress.policy import (
+    address_refusal,
+    config_problems,
+    literal_address,
+    origin_refusal,
+)
 
 
 def ip(text: str):
@@ -110,3 +116,41 @@ def test_every_key_of_a_layer_is_read_into_the_policy(settings):
         max_response_bytes=1, max_redirects=0)
     assert origin_refusal("HTTPS", "api.example.com", None, policy) is None
     assert address_refusal(ip("10.20.3.4"), host="x", policy=policy) is None
+
+
+def test_a_call_for_no_team_reads_no_teams_layer_and_a_malformed_layer_is_named(settings):
+    settings.STEPWISE_EGRESS = {"teams": {"XXXX": {"ports": "*"}, "": {"ports": "*"}}}
+    assert policy_for(tool="http.request").ports == frozenset({80, 443})
+    settings.STEPWISE_EGRESS = {"default": {"hosts": "*"}}
+    with pytest.raises(ImproperlyConfigured) as refused:
+        policy_for(tool="http.request")
+    assert str(refused.value) == "STEPWISE_EGRESS.default.hosts must be a list of non-empty strings"
+
+
+def test_a_hosts_trailing_dot_and_case_are_ignored_by_every_decision():
+    policy = Policy(hosts=("api.example.box",), internal_hosts=("models.box",))
+    assert origin_refusal("https", "API.Example.BOX.", None, policy) is None
+    assert address_refusal(ip("10.0.0.1"), host="Models.BOX.", policy=policy) is None
+
+
+@pytest.mark.parametrize("policy, scheme, port, reason", [
+    (Policy(), "ftp", None, "the scheme 'ftp' is not allowed (allowed: http, https)"),
+    (Policy(schemes=frozenset()), "http", None, "the scheme 'http' is not allowed (allowed: none)"),
+    (Policy(ports=frozenset({443, 80, 8443})), "https", 6379,
+     "the port 6379 is not allowed (allowed: 80, 443, 8443)"),
+    (Policy(ports=frozenset()), "https", None, "the port 443 is not allowed (allowed: none)"),
+])
+def test_an_origins_refusal_names_what_is_allowed(policy, scheme, port, reason):
+    assert origin_refusal(scheme, "api.example.com", port, policy) == reason
+
+
+@pytest.mark.parametrize("host, address", [
+    # An upper-case X is no hex marker; the historical forms need 0x.
+    ("0X7F.1X", None), ("0X7F.1X.", None),
+    # A zone is not part of the address; only the first % starts one.
+    ("fe80::1%eth0", "fe80::1"), ("[fe80::1%a%b]", "fe80::1"),
+    # inet_aton would read what follows a space as nothing: a name, not 127.0.0.1.
+    ("127.0.0.1 x", None),
+])
+def test_address_literals_at_the_edges(host, address):
+    assert literal_address(host) == (ip(address) if address else None)
