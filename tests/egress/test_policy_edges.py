@@ -154,3 +154,29 @@ def test_an_origins_refusal_names_what_is_allowed(policy, scheme, port, reason):
 ])
 def test_address_literals_at_the_edges(host, address):
     assert literal_address(host) == (ip(address) if address else None)
+
+
+@pytest.mark.parametrize("config, problem", [
+    (["default"], "STEPWISE_EGRESS must be a JSON object"),
+    ({"tools": []}, "STEPWISE_EGRESS.tools must be an object"),
+    ({"teams": "payments"}, "STEPWISE_EGRESS.teams must be an object"),
+])
+def test_a_malformed_setting_as_a_whole_is_named(settings, config, problem):
+    settings.STEPWISE_EGRESS = config
+    assert config_problems() == [problem]
+    with pytest.raises(ImproperlyConfigured) as refused:
+        policy_for(tool="http.request", team="payments")
+    assert str(refused.value) == problem
+
+
+def test_a_teams_malformed_tools_refuses_that_teams_calls_by_name(settings):
+    settings.STEPWISE_EGRESS = {"teams": {"payments": {"tools": ["http.request"]}}}
+    with pytest.raises(ImproperlyConfigured) as refused:
+        policy_for(tool="http.request", team="payments")
+    assert str(refused.value) == "STEPWISE_EGRESS.teams.payments.tools must be an object"
+
+
+def test_without_the_setting_every_call_has_the_default_policy(settings):
+    del settings.STEPWISE_EGRESS
+    assert policy_for(tool="http.request", team="payments") == Policy()
+    assert config_problems() == []
