@@ -252,3 +252,20 @@ def test_tls_names_the_host_not_the_address_connected_to(settings, dns, tmp_path
         call(f"https://tls.example:{port}/")
     listener.close()
     assert names == ["tls.example"]
+
+
+def test_the_connection_goes_to_the_checked_address_and_a_refusal_names_host_and_port(
+        settings, dns):
+    """Not to the name, nor to whatever the system would pick: a server listening only on
+    127.0.0.2 is reached through a name that resolves to it."""
+    settings.STEPWISE_EGRESS = LOOPBACK
+    with HostileServer(host="127.0.0.2") as elsewhere:
+        dns["second.example"] = ["127.0.0.2"]
+        response = call(f"http://second.example:{elsewhere.port}/ok")
+        assert response.status_code == 200 and len(elsewhere.requests) == 1
+    dns["private.example"] = ["10.1.2.3"]
+    with pytest.raises(EgressRefused) as refused:
+        call("http://private.example:8080/")
+    assert str(refused.value) == (
+        "egress policy refuses private.example:8080: it resolves to 10.1.2.3; 10.1.2.3 is a "
+        "private address, refused unless an operator allows it")

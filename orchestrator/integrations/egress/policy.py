@@ -179,7 +179,7 @@ def _get(config: Mapping, key: str, name: str) -> object:
     return section.get(name) if isinstance(section, Mapping) else None
 
 
-def _apply(policy: Policy, layer: object, *, where: str, team_layer: bool = False) -> Policy:
+def _apply(policy: Policy, layer: object, *, where: str, team_layer: bool) -> Policy:
     """`policy` with the keys `layer` names replaced. A team's layer may also hold `tools`
     (its per-tool layers, applied after it by the caller)."""
     if not isinstance(layer, Mapping):
@@ -193,10 +193,11 @@ def _apply(policy: Policy, layer: object, *, where: str, team_layer: bool = Fals
             f"{where}: unknown keys {sorted(unknown)}; known: {', '.join(allowed_keys)}")
     changes: dict = {}
     if "schemes" in layer:
-        schemes = _strings(layer["schemes"], f"{where}.schemes")
-        if not set(schemes) <= SUPPORTED_SCHEMES:
+        # Schemes are compared in lower case, as URLs' are: `HTTPS` is https.
+        schemes = frozenset(s.lower() for s in _strings(layer["schemes"], f"{where}.schemes"))
+        if not schemes <= SUPPORTED_SCHEMES:
             raise ImproperlyConfigured(f"{where}.schemes: only http and https are supported")
-        changes["schemes"] = frozenset(s.lower() for s in schemes)
+        changes["schemes"] = schemes
     for key in ("hosts", "deny_hosts", "internal_hosts"):
         if key in layer:
             changes[key] = tuple(h.rstrip(".").lower() for h in
