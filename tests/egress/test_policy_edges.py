@@ -1,12 +1,12 @@
 """The egress policy's edges: a configured base URL's exact origin, every bound of the setting,
-and the words of each refusal (from the mutation survivors of orchestrator/egress/policy.py)."""
+and the words of each refusal (from the mutation survivors of orchestrator/integrations/egress/policy.py)."""
 import ipaddress
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from orchestrator.egress import Policy, policy_for, policy_for_base_url
-from orchestrator.egress.policy import (
+from orchestrator.integrations.egress import Policy, policy_for, policy_for_base_url
+from orchestrator.integrations.egress.policy import (
     address_refusal,
     config_problems,
     literal_address,

@@ -1,9 +1,9 @@
 """The save-time check of a URL's literal text at its edges (from the mutation survivors of
-orchestrator/egress/static.py): where the literal part ends, how a host and a port are read
+orchestrator/integrations/egress/static.py): where the literal part ends, how a host and a port are read
 from it, and the words of each refusal."""
 import pytest
 
-from orchestrator.egress import Policy, url_problems
+from orchestrator.integrations.egress import Policy, url_problems
 
 ONLY_API = Policy(hosts=("api.example.box",))
 ANY_PORT = Policy(ports=None)

@@ -1,5 +1,5 @@
 """The websocket consumers at their edges (from the mutation survivors of
-orchestrator/live/consumers.py): the run list's socket for each kind of person, the team groups
+orchestrator/web/live/consumers.py): the run list's socket for each kind of person, the team groups
 it listens on, what a page is told on connect, and the groups a closed socket leaves."""
 import pytest
 from channels.layers import get_channel_layer
@@ -7,12 +7,12 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 
 from orchestrator.asgi import application
-from orchestrator.live.consumers import REFUSED
-from orchestrator.live.groups import ALL_RUNS, run_group, team_group
-from orchestrator.live.relay import latest_event_id
+from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event, Role
-from orchestrator.services.runs import run_start
-from orchestrator.services.workflows import workflow_save
+from orchestrator.web.live.consumers import REFUSED
+from orchestrator.web.live.groups import ALL_RUNS, run_group, team_group
+from orchestrator.web.live.relay import latest_event_id
 from tests.factories import SETUP, TeamFactory, member
 
 from .conftest import GATED, run_async
