@@ -286,3 +286,20 @@ def test_a_firing_the_teams_cap_refuses_after_admitting_it_is_refused_for_that_c
     assert raced.problems == [{"path": "", "message": message}]
     assert (raced.run, raced.firing) == (None, None)
     assert not Firing.objects.filter(key="request:b").exists()
+
+
+def test_a_held_firing_whose_version_is_gone_when_admitted_is_refused_with_the_reason(
+        team, support, move_clock):
+    from triggers.services.firing import queued_firings_admit
+
+    trigger, fire_as = held_trigger(team)
+    fire_as("a")
+    fire_as("b")
+    Trigger.objects.filter(id=trigger.id).update(workflow_version=9)
+    move_clock(61)
+
+    assert queued_firings_admit() == 0
+
+    firing = Firing.objects.get(key="request:b")
+    assert (firing.state, firing.reason) == ("refused", "refused_at_admission")
+    assert firing.problems == [{"path": "workflow_version", "message": "no such version"}]
