@@ -303,3 +303,15 @@ def test_a_held_firing_whose_version_is_gone_when_admitted_is_refused_with_the_r
     firing = Firing.objects.get(key="request:b")
     assert (firing.state, firing.reason) == ("refused", "refused_at_admission")
     assert firing.problems == [{"path": "workflow_version", "message": "no such version"}]
+
+
+def test_a_firing_refused_for_the_rate_in_its_last_second_may_retry_in_one(
+        team, support, move_clock):
+    trigger, _ = make_trigger(team, "api", name="prog", max_per_minute=1)
+    person = member(team, "dev", role=Role.MEMBER)
+    trigger_fire_api(trigger_id=trigger.id, key="a", actor=person, payload=TICKET)
+    move_clock(59.5)
+
+    over = trigger_fire_api(trigger_id=trigger.id, key="b", actor=person, payload=TICKET)
+
+    assert (over.reason, over.retry_after_s) == ("rate", 1)
