@@ -315,3 +315,19 @@ def test_a_firing_refused_for_the_rate_in_its_last_second_may_retry_in_one(
     over = trigger_fire_api(trigger_id=trigger.id, key="b", actor=person, payload=TICKET)
 
     assert (over.reason, over.retry_after_s) == ("rate", 1)
+
+
+def test_a_firing_past_the_teams_spent_budget_is_refused_for_the_budget_until_it_renews(
+        team, support):
+    from budgets.services import budget_limit_create
+
+    trigger, _ = make_trigger(team, "api", name="prog")
+    person = member(team, "dev", role=Role.MEMBER)
+    trigger_fire_api(trigger_id=trigger.id, key="a", actor=person, payload=TICKET)
+    budget_limit_create(team=team, actor=SETUP, daily_usd=0)
+
+    spent = trigger_fire_api(trigger_id=trigger.id, key="b", actor=person, payload=TICKET)
+
+    assert (spent.status, spent.reason, spent.retry_after_s) == ("refused", "budget", 3600)
+    assert spent.problems == [{"path": "", "message": "team 'support' has committed $0.10 this "
+                                                      "day; its limit is $0.00"}]
