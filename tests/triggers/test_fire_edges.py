@@ -331,3 +331,17 @@ def test_a_firing_past_the_teams_spent_budget_is_refused_for_the_budget_until_it
     assert (spent.status, spent.reason, spent.retry_after_s) == ("refused", "budget", 3600)
     assert spent.problems == [{"path": "", "message": "team 'support' has committed $0.10 this "
                                                       "day; its limit is $0.00"}]
+
+
+def test_a_triggers_ledger_entries_name_it_its_team_and_workflow(team, support):
+    from triggers.services.webhooks import refusal_tallies_record
+
+    trigger, _ = make_trigger(team, "webhook", name="hook")
+    trigger_lock(trigger.id)
+
+    created = AuditEntry.objects.get(action="trigger.created")
+
+    assert (created.subject_type, created.subject_id, created.team, created.workflow) == (
+        "trigger", str(trigger.id), "support", "support-reply")
+    assert created.idempotency_key == ""  # only a tally's entry is keyed
+    assert refusal_tallies_record() == 0

@@ -52,6 +52,7 @@ def test_a_minute_of_unauthenticated_posts_is_recorded_by_the_trigger_with_its_b
     assert (entry.actor, entry.data["reason"]) == (f"trigger:{trigger.id}", "unauthenticated")
     assert (entry.data["from"], entry.data["until"]) == (
         minute.isoformat(), (minute + timedelta(minutes=1)).isoformat())
+    assert entry.idempotency_key == f"refusals:{trigger.id}:{minute.isoformat()}"
 
 
 def test_after_a_key_rotation_the_resealed_secrets_and_the_previous_one_still_verify(
