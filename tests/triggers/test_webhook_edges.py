@@ -52,6 +52,7 @@ def test_a_minute_of_unauthenticated_posts_is_recorded_by_the_trigger_with_its_b
     assert (entry.actor, entry.data["reason"]) == (f"trigger:{trigger.id}", "unauthenticated")
     assert (entry.data["from"], entry.data["until"]) == (
         minute.isoformat(), (minute + timedelta(minutes=1)).isoformat())
+    assert entry.idempotency_key == f"refusals:{trigger.id}:{minute.isoformat()}"
 
 
 def test_after_a_key_rotation_the_resealed_secrets_and_the_previous_one_still_verify(
@@ -134,3 +135,34 @@ def test_what_a_webhook_post_is_answered_at_its_edges(client, hook, team, frozen
     entry = AuditEntry.objects.get(action="trigger.refused", outcome="malformed")
     assert entry.actor == f"trigger:{trigger.id}"
     assert entry.data["problems"][0]["message"].startswith("invalid JSON body: ")
+
+
+@pytest.mark.parametrize("missing", ["webhook-id", "webhook-timestamp", "webhook-signature"])
+def test_a_signed_post_without_one_of_its_headers_is_refused_for_the_missing_header(
+        hook, frozen, missing):
+    from triggers.services.webhooks import webhook_receive
+    from triggers.signatures import sign
+
+    trigger, secret = hook
+    stamp = int(frozen.moment.timestamp())
+    headers = {"webhook-id": "d-1", "webhook-timestamp": str(stamp),
+               "webhook-signature": sign(secret, "d-1", stamp, b"{}")}
+    del headers[missing]
+
+    outcome = webhook_receive(trigger_id=trigger.id, headers=headers, body=b"{}")
+
+    assert (outcome.status, outcome.reason) == ("unauthorized", "missing_headers")
+    assert outcome.problems == [{"path": "headers", "message": (
+        "the webhook-id, webhook-timestamp and webhook-signature headers are required "
+        "(Standard Webhooks)")}]
+
+
+def test_an_empty_signed_body_fires_with_no_payload(client, team, support):
+    constant = {"ticket_id": "T-0", "body": "ping", "customer_email": "ops@example.com"}
+    trigger, secret = make_trigger(team, "webhook", name="ping", input_template=constant)
+
+    answer = deliver(client, trigger, secret, b"", delivery="d-1")
+
+    assert answer.status_code == 202
+    firing = trigger.firings.get()
+    assert firing.run.input == constant

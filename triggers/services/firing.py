@@ -194,10 +194,12 @@ def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
         return refusal(trigger, key=key, reason=failed.reason_class, problems=failed.problems,
                        actor=who, origin=origin, status="invalid")
     version = version_to_run(trigger)
+    missing = (f"version {trigger.workflow_version}" if trigger.workflow_version
+               else "published version")
     problems = (run_input_problems(run_input) or input_problems(
         version.normalized["input_schema"], run_input)) if version else [
-        {"path": "workflow_version", "message": f"workflow '{trigger.workflow.name}' has no "
-                                                f"version {trigger.workflow_version or ''}"}]
+        {"path": "workflow_version",
+         "message": f"workflow '{trigger.workflow.name}' has no {missing}"}]
     if version and not problems and (refused := version_start_refusal(version, actor)):
         problems = refused.problems
     if problems:
