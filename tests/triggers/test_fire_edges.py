@@ -129,7 +129,7 @@ def test_fire_itself_refuses_a_person_who_may_not_start_runs_before_holding_anyt
         team, support):
     """Every caller checks first; `fire` checks again, so a held firing is never taken from
     someone who could not have started it."""
-    from orchestrator.errors import Forbidden
+    from orchestrator.engine.errors import Forbidden
     from tests.factories import TeamFactory
 
     trigger, _ = make_trigger(team, "api", name="prog", max_per_minute=1, when_limited="queue")
@@ -221,7 +221,7 @@ def test_a_held_firing_keeps_its_input_origin_and_person_and_the_ledger_says_why
 
 
 def test_a_started_firing_records_its_run_origin_moment_and_person(team, support, move_clock):
-    from orchestrator import clock
+    from orchestrator.engine import clock
 
     trigger, fire_as = held_trigger(team)
     outcome = fire_as("a")
