@@ -102,7 +102,9 @@ async def _groups_after_close(path: str, headers, group: str) -> tuple[int, int]
     return open_, len(layer.groups.get(group, {}))
 
 
-def test_a_closed_socket_leaves_the_groups_it_joined(run, team):
+def test_a_closed_socket_leaves_the_groups_it_joined(run, team, settings):
+    # A layer of this process's own, whose groups can be read (on any configured backend).
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     viewer = member(team, "viewer", role=Role.MEMBER)
     assert run_async(_groups_after_close, f"/ws/runs/{run.id}/", headers_for(viewer),
                      run_group(run.id)) == (1, 0)

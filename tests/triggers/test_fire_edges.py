@@ -4,6 +4,7 @@ mutation survivors of `triggers/services/firing.py` (docs/testing.md)."""
 import json
 
 import pytest
+from django.db.models import Max
 
 from audit.models import AuditEntry
 from orchestrator.models import Role
@@ -16,9 +17,20 @@ from .conftest import SUPPORT_TEMPLATE, TICKET, make_trigger
 pytestmark = pytest.mark.django_db
 
 
+_LEDGER = {"last_before_the_test": 0}
+
+
+@pytest.fixture(autouse=True)
+def _ledger_before_the_test():
+    """Entries that earlier transactional tests committed stay in PostgreSQL's append-only
+    ledger: a test reads only those written after it started."""
+    _LEDGER["last_before_the_test"] = AuditEntry.objects.aggregate(last=Max("id"))["last"] or 0
+
+
 def refused_entry() -> dict:
-    """The payload of the one `trigger.refused` entry in the ledger."""
-    return json.loads(AuditEntry.objects.get(action="trigger.refused").payload)
+    """The payload of the one `trigger.refused` entry this test wrote."""
+    return json.loads(AuditEntry.objects.get(
+        action="trigger.refused", id__gt=_LEDGER["last_before_the_test"]).payload)
 
 
 def test_a_key_refused_when_held_is_answered_with_its_firing_and_problems_again(
