@@ -27,10 +27,14 @@ def _ledger_before_the_test():
     _LEDGER["last_before_the_test"] = AuditEntry.objects.aggregate(last=Max("id"))["last"] or 0
 
 
+def written_entry(action: str) -> AuditEntry:
+    """The one `action` entry this test wrote."""
+    return AuditEntry.objects.get(action=action, id__gt=_LEDGER["last_before_the_test"])
+
+
 def refused_entry() -> dict:
     """The payload of the one `trigger.refused` entry this test wrote."""
-    return json.loads(AuditEntry.objects.get(
-        action="trigger.refused", id__gt=_LEDGER["last_before_the_test"]).payload)
+    return json.loads(written_entry("trigger.refused").payload)
 
 
 def test_a_key_refused_when_held_is_answered_with_its_firing_and_problems_again(
@@ -201,7 +205,7 @@ def test_the_queue_is_full_at_max_queued_exactly(team, support, move_clock):
     entry = refused_entry()
     assert (entry["trigger"], entry["key"], entry["reason"]) == ("prog", "request:d", "queue_full")
     assert entry["origin"] == {"request": "d", "by": "user:dev"}
-    assert AuditEntry.objects.get(action="trigger.refused").actor == "user:dev"
+    assert written_entry("trigger.refused").actor == "user:dev"
     move_clock(61)  # the rate is free again, and the two held ones still fill the queue
 
     late = fire_as("e")
@@ -271,7 +275,7 @@ def test_a_firing_over_the_rate_is_refused_with_when_to_retry_and_recorded(
     entry = refused_entry()
     assert (entry["key"], entry["reason"]) == ("request:b", "rate")
     assert entry["origin"] == {"request": "b", "by": "user:dev"}
-    assert AuditEntry.objects.get(action="trigger.refused").actor == "user:dev"
+    assert written_entry("trigger.refused").actor == "user:dev"
 
 
 @pytest.mark.parametrize(("limit", "reason", "message", "retry_after_s"), [
@@ -351,7 +355,7 @@ def test_a_triggers_ledger_entries_name_it_its_team_and_workflow(team, support):
     trigger, _ = make_trigger(team, "webhook", name="hook")
     trigger_lock(trigger.id)
 
-    created = AuditEntry.objects.get(action="trigger.created")
+    created = written_entry("trigger.created")
 
     assert (created.subject_type, created.subject_id, created.team, created.workflow) == (
         "trigger", str(trigger.id), "support", "support-reply")
