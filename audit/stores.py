@@ -4,7 +4,7 @@ A checkpoint is worth what its store protects: one kept beside the database can 
 whoever can rewrite the ledger. Settings choose the store (docs/audit.md#where-checkpoints-live):
 
 - `STORAGES["audit_checkpoints"]`, set by settings.py when AUDIT_CHECKPOINT_S3_BUCKET is: any
-  Django storage backend; for S3, `LockedS3Storage` (django-storages), which writes each
+  Django storage backend; for S3, `audit.s3.LockedS3Storage` (django-storages), which writes each
   object under an object-lock retention so that no credential can delete or overwrite it
   before the retention ends;
 - otherwise the directory AUDIT_CHECKPOINT_DIR, written whole under a temporary name and then
@@ -17,16 +17,12 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
 
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages
-from storages.backends.s3 import S3Storage
-
-from orchestrator.engine.clock import now
 
 ALIAS = "audit_checkpoints"
 PATTERN = "checkpoint-*.json"
@@ -94,23 +90,6 @@ class StorageStore:
             prefix = getattr(self.storage, "location", "")
             return f"bucket s3://{bucket}/{prefix}".rstrip("/")
         return f"storage {type(self.storage).__name__}"
-
-
-class LockedS3Storage(S3Storage):
-    """S3Storage whose uploads carry an object-lock retention of `retain_days` (COMPLIANCE
-    mode unless `lock_mode` says GOVERNANCE), on top of whatever default retention the bucket
-    has. The bucket must have been created with object lock enabled."""
-
-    def __init__(self, *, retain_days: int = 0, lock_mode: str = "COMPLIANCE", **options):
-        self.retain_days, self.lock_mode = retain_days, lock_mode
-        super().__init__(**options)
-
-    def get_object_parameters(self, name):
-        parameters = super().get_object_parameters(name)
-        if self.retain_days:
-            parameters.update(ObjectLockMode=self.lock_mode,
-                              ObjectLockRetainUntilDate=now() + timedelta(days=self.retain_days))
-        return parameters
 
 
 def checkpoint_store() -> CheckpointStore:

@@ -604,7 +604,7 @@ AUDIT_CHECKPOINT_GRACE_S = float(os.environ.get("AUDIT_CHECKPOINT_GRACE_S", "60"
 # created with object lock (audit/stores.py). Keep either off the database's host.
 AUDIT_CHECKPOINT_DIR = Path(os.environ.get("AUDIT_CHECKPOINT_DIR", VAR_DIR / "audit-checkpoints"))
 if os.environ.get("AUDIT_CHECKPOINT_S3_BUCKET"):
-    STORAGES["audit_checkpoints"] = {"BACKEND": "audit.stores.LockedS3Storage", "OPTIONS": {
+    STORAGES["audit_checkpoints"] = {"BACKEND": "audit.s3.LockedS3Storage", "OPTIONS": {
         "bucket_name": os.environ["AUDIT_CHECKPOINT_S3_BUCKET"],
         "location": os.environ.get("AUDIT_CHECKPOINT_S3_PREFIX", "audit-checkpoints"),
         "endpoint_url": os.environ.get("AUDIT_CHECKPOINT_S3_ENDPOINT") or None,

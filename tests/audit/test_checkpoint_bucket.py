@@ -44,7 +44,7 @@ def bucket(s3_server, settings, monkeypatch, tmp_path) -> Bucket:  # noqa: F811
     bucket.client.put_object_lock_configuration(Bucket=bucket.name, ObjectLockConfiguration={
         "ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "COMPLIANCE", "Days": 1}}})
     settings.STORAGES = {**settings.STORAGES, "audit_checkpoints": {
-        "BACKEND": "audit.stores.LockedS3Storage", "OPTIONS": {
+        "BACKEND": "audit.s3.LockedS3Storage", "OPTIONS": {
             "bucket_name": bucket.name, "location": PREFIX, "endpoint_url": s3_server,
             "region_name": "us-east-1", "retain_days": 30, "lock_mode": "COMPLIANCE",
             "default_acl": None, "querystring_auth": False, "file_overwrite": True}}}
