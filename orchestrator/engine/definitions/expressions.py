@@ -142,7 +142,13 @@ def _checked_mul(left, right):
 
 
 _FUNCTIONS = {"_+_": _checked_add, "_*_": _checked_mul}
-_environment = celpy.Environment(runner_class=_BudgetedRunner)
+
+
+@lru_cache(maxsize=1)
+def _environment() -> celpy.Environment:
+    """Built on first use: building CEL's parser is a large part of starting a process, and
+    many (beat, the relay, most commands) never evaluate an expression."""
+    return celpy.Environment(runner_class=_BudgetedRunner)
 
 
 @dataclass(frozen=True)
@@ -209,8 +215,9 @@ def _check_nesting(text: str) -> None:
 @lru_cache(maxsize=limits.EXPRESSION_CACHE_SIZE)
 def _compile(text: str) -> CompiledExpression:
     try:
-        tree = _environment.compile(text)
-        program = _environment.program(tree, functions=_FUNCTIONS)
+        environment = _environment()
+        tree = environment.compile(text)
+        program = environment.program(tree, functions=_FUNCTIONS)
     except CELParseError as error:
         raise ExpressionError(f"CEL syntax error: {str(error).rstrip()}") from None
     except (CELUnsupportedError, lark.LarkError) as error:
