@@ -29,8 +29,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, ReadTimeoutError
 
 from orchestrator.engine.retry import StepError
@@ -300,6 +298,10 @@ def _local_delete(connection: Connection, parts: list[str]) -> bool:
 # --- S3-compatible object storage -------------------------------------------------------------
 
 def _s3(connection: Connection, seconds: float):
+    # Imported here: boto3 is a large part of a process's start, and most never call S3.
+    import boto3
+    from botocore.config import Config
+
     config = Config(connect_timeout=min(seconds, 10), read_timeout=seconds,
                     retries={"max_attempts": 1, "mode": "standard"})
     return boto3.session.Session().client(
