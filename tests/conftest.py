@@ -176,7 +176,69 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
     if db["ENGINE"].endswith("sqlite3") and db.get("TEST", {}).get("NAME"):
         for suffix in ("-wal", "-shm", ""):
             Path(f"{db['TEST']['NAME']}{suffix}").unlink(missing_ok=True)
+        if _from_template(db):
+            _copy(_migrated_template(), Path(db["TEST"]["NAME"]))
     yield
+
+
+def _from_template(db: dict) -> bool:
+    return (db["ENGINE"].endswith("sqlite3") and bool(db.get("TEST", {}).get("NAME"))
+            and "MUTANT_UNDER_TEST" not in os.environ)
+
+
+@pytest.fixture(scope="session")
+def django_db_keepdb(request):
+    """On SQLite the test database is a copy of a migrated template (`_migrated_template`):
+    Django keeps it, and its migrate finds nothing left to apply."""
+    from django.conf import settings
+
+    return request.config.getvalue("reuse_db") or _from_template(settings.DATABASES["default"])
+
+
+def _migrated_template():
+    """var/test-template-<digest>.sqlite3: every migration applied once, for every session.
+    Migrating takes a process seconds of CPU, and `make test` starts four sessions at once; the
+    first to come builds the template under a lock and the others wait, then each copies it.
+    The digest covers every installed app's migrations, so a new or changed one builds anew."""
+    import fcntl
+    import hashlib
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from django.apps import apps
+    from django.conf import settings
+
+    digest = hashlib.sha256()
+    for config in sorted(apps.get_app_configs(), key=lambda c: c.label):
+        for path in sorted(Path(config.path, "migrations").glob("*.py")):
+            digest.update(f"{config.label}/{path.name}".encode() + path.read_bytes())
+    var = Path(settings.VAR_DIR)
+    template = var / f"test-template-{digest.hexdigest()[:16]}.sqlite3"
+    var.mkdir(parents=True, exist_ok=True)
+    with (var / "test-template.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not template.exists():
+            for stale in var.glob("test-template-*.sqlite3*"):
+                stale.unlink()
+            building = template.with_suffix(".building")
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("PYTEST_", "DATABASE_URL"))}
+            subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+                           cwd=Path(__file__).resolve().parents[1], check=True,
+                           env={**env, "STEPWISE_SQLITE_PATH": str(building)})
+            _copy(building, template)
+            for suffix in ("-wal", "-shm", ""):
+                Path(f"{building}{suffix}").unlink(missing_ok=True)
+    return template
+
+
+def _copy(source, target) -> None:
+    """A consistent copy, through SQLite's backup API (a WAL database is more than its file)."""
+    import sqlite3
+
+    with sqlite3.connect(source) as reading, sqlite3.connect(target) as writing:
+        reading.backup(writing)
 
 def _mutation_database(db: dict):
     """Under mutmut: one migrated template database, and a private copy of it per mutant.
