@@ -36,7 +36,9 @@ def reap() -> dict[str, int]:
               "items_resent": 0, "children": 0, "children_started": 0, "stuck": 0, "runs_timed_out": 0, "runs_paused": 0,
               "compensations": 0, "approval_reminders": 0, "notifications": 0,
               "callbacks": 0}
-    for step_id in _ids(state=StepState.WAITING, wake_at__lte=at):
+    # The longest overdue first (the order of their index): more than a batch wake on the next sweeps.
+    due = StepRun.objects.filter(state=StepState.WAITING, wake_at__lte=at).order_by("wake_at")
+    for step_id in due.values_list("id", flat=True)[:BATCH]:
         report["woken"] += sleep.sleep_wake(step_id=step_id)
     late = StepRun.objects.filter(state__in=[StepState.RUNNING, StepState.WAITING], deadline_at__lt=at)
     for step_id, kind in late.values_list("id", "kind")[:BATCH]:
