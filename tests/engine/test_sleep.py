@@ -232,3 +232,27 @@ def test_the_api_shows_a_sleeping_step_s_wake_up_time(team, api):
     step = next(s for s in body["steps"] if s["name"] == "nap")
     assert step["state"] == "waiting"
     assert datetime.fromisoformat(step["wake_at"].replace("Z", "+00:00")) == nap.wake_at
+
+
+def test_a_sweep_wakes_the_longest_overdue_first_and_the_rest_on_the_next(team, move_clock):
+    naps = [
+        {"name": f"nap_{i}", "type": "sleep", "for_s": 1000 - i} for i in range(reaper.BATCH + 1)
+    ]
+    version, _ = workflow_save(
+        team=team,
+        definition={
+            "name": "many-naps",
+            "input_schema": {"type": "object"},
+            "steps": naps,
+            "max_parallel": 1000,
+        },
+        actor=SETUP,
+    )
+    run = run_start(version=version, input={}, actor=SETUP)
+    assert run.steps.filter(state="waiting").count() == reaper.BATCH + 1
+
+    move_clock(1000)
+    assert reaper.reap()["woken"] == reaper.BATCH
+    assert list(run.steps.filter(state="waiting").values_list("name", flat=True)) == ["nap_0"]
+    assert reaper.reap()["woken"] == 1
+    assert Run.objects.get(id=run.id).state == "completed"
