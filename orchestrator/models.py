@@ -350,6 +350,8 @@ class StepRun(CachedStateFieldsMixin, models.Model):
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True, help_text="When the reaper times it out.")
+    wake_at = models.DateTimeField(null=True, blank=True,
+                                   help_text="When a sleep step wakes (the reaper wakes it).")
     ready_at = models.DateTimeField(null=True, blank=True)
     queued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -371,6 +373,8 @@ class StepRun(CachedStateFieldsMixin, models.Model):
                          condition=models.Q(state__in=[StepState.RUNNING, StepState.WAITING])),
             models.Index(fields=["queue", "queued_at"], name="step_queued",
                          condition=models.Q(state=StepState.QUEUED)),
+            models.Index(fields=["wake_at"], name="step_sleeping_wake",
+                         condition=models.Q(state=StepState.WAITING, wake_at__isnull=False)),
         ]
         ordering = ["run", "position", "id"]  # a loop's iterations share its position
 
@@ -409,6 +413,14 @@ class StepRun(CachedStateFieldsMixin, models.Model):
     def await_event(self, *, timeout_s: int) -> None:
         self.started_at = now()
         self.deadline_at = self.started_at + timedelta(seconds=timeout_s)
+
+    @transition(field=state, source=StepState.READY, target=StepState.WAITING)
+    def await_time(self, *, wake_at) -> None:
+        """A sleep step: waits for `wake_at`, which the reaper watches; it has no deadline of
+        its own (the run's duration budget still applies)."""
+        self.started_at = now()
+        self.wake_at = wake_at
+        self.deadline_at = None
 
     @transition(field=state, source=[StepState.RUNNING, StepState.WAITING], target=StepState.COMPLETED)
     def complete(self, *, output) -> None:

@@ -140,6 +140,14 @@ class Workflow(_Steps):
         return self._add(_step(name, "sub_workflow", after=after, fields={
             "workflow": workflow, "input": input, **fields}))
 
+    def sleep(self, name: str, *, for_s: int | None = None, until: str | None = None,
+              timezone: str | None = None, after: Iterable[str | Step] | None = None,
+              **fields: Any) -> Step:
+        """A sleep: the run waits `for_s` seconds, or `until` a time (a template, read in
+        `timezone`), holding no worker."""
+        return self._add(_step(name, "sleep", after=after, fields={
+            "for_s": for_s, "until": until, "timezone": timezone, **fields}))
+
     def loop(self, name: str, *, max_iterations: int, until: str, input: dict | None = None,
              after: Iterable[str | Step] | None = None, **fields: Any) -> Loop:
         """A loop: its body (added on the returned Loop) runs until `until` holds, at most

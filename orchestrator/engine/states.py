@@ -77,13 +77,15 @@ class StepKind(TextChoices):
     HUMAN_GATE = "human_gate"
     SUB_WORKFLOW = "sub_workflow"
     LOOP = "loop"
+    SLEEP = "sleep"
 
 
 # Run by a worker (claimed under a lease, executed, retried under their policy).
 WORKER_KINDS = frozenset({StepKind.AGENT, StepKind.TOOL, StepKind.ROUTER})
 # Started by the engine itself; they wait, holding no worker, for an approval, a child run,
-# a chord's join or a loop's iterations, and own that work until they end.
-CONTROL_KINDS = frozenset({StepKind.HUMAN_GATE, StepKind.SUB_WORKFLOW, StepKind.MAP, StepKind.LOOP})
+# a chord's join, a loop's iterations or a time, and own that work until they end.
+CONTROL_KINDS = frozenset({StepKind.HUMAN_GATE, StepKind.SUB_WORKFLOW, StepKind.MAP, StepKind.LOOP,
+                           StepKind.SLEEP})
 
 
 def in_order(states: frozenset) -> list:

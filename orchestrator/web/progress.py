@@ -17,7 +17,7 @@ from django.db.models import Count, Q
 
 from approvals.models import ApprovalRequest, ApprovalState
 from orchestrator.engine.selectors import definition_of
-from orchestrator.engine.states import STEP_BROKEN, STEP_DONE, STEP_TERMINAL, StepKind
+from orchestrator.engine.states import STEP_BROKEN, STEP_DONE, STEP_TERMINAL, StepKind, StepState
 from orchestrator.models import Event, MapItem, Run, StepRun
 
 
@@ -108,7 +108,7 @@ def wait_for_event(run: Run, *, after: int, timeout: float) -> int:
 def run_snapshot(run: Run) -> dict:
     """Everything the run page shows, as JSON-ready data: the run, its budget and progress, the
     DAG (nodes and edges) with each step's state, times, attempts, tokens, cost and error, and
-    its pending approvals. `run` should come from `selectors.runs_with_version()`."""
+    its pending approvals and sleeping steps. `run` should come from `selectors.runs_with_version()`."""
     definition, graph = definition_of(run)
     steps = list(run.steps.order_by("position").annotate(
         attempt_records_failed=Count("attempt_records",
@@ -143,9 +143,12 @@ def run_snapshot(run: Run) -> dict:
             "tokens_in": s.tokens_in, "tokens_out": s.tokens_out, "cost_usd": s.cost_usd,
             "error": s.error, "skip_reason": s.skip_reason,
             "done": s.state in STEP_DONE,
-            "next_attempt_at": s.next_attempt_at,
+            "next_attempt_at": s.next_attempt_at, "wake_at": s.wake_at,
         } for s in steps],
         "approvals": [{"id": a.id, "step": a.step.name, "approvers": a.approvers,
                        "risk_tier": a.risk_tier, "deadline_at": a.deadline_at}
                       for a in pending],
+        # What else the run waits for, and until when: each sleep step still sleeping.
+        "sleeps": [{"step": s.name, "until": s.wake_at} for s in steps
+                   if s.kind == StepKind.SLEEP and s.state == StepState.WAITING],
     }

@@ -19,10 +19,11 @@
   const root = document.getElementById("builder");
   const csrf = root.dataset.csrf;
   const schema = data.schema;
-  const STEP_TYPES = ["agent", "tool", "router", "map", "human_gate", "sub_workflow", "loop"];
+  const STEP_TYPES = ["agent", "tool", "router", "map", "human_gate", "sub_workflow", "loop", "sleep"];
   const BODY_TYPES = ["agent", "tool", "router"];
   const TYPE_LABELS = { agent: "Agent", tool: "Tool", router: "Router", map: "Map",
-                        human_gate: "Human gate", sub_workflow: "Sub-workflow", loop: "Loop" };
+                        human_gate: "Human gate", sub_workflow: "Sub-workflow", loop: "Loop",
+                        sleep: "Sleep" };
   const $ = (id) => document.getElementById(id);
 
   let def = markFloats(data.definition, data.float_paths || []);

@@ -153,7 +153,7 @@
       }
     }
     const approvals = $("run-approvals");
-    approvals.hidden = run.approvals.length === 0;
+    approvals.hidden = run.approvals.length === 0 && run.sleeps.length === 0;
     approvals.replaceChildren();
     if (run.approvals.length) {
       const h = document.createElement("h3");
@@ -165,6 +165,17 @@
         link.href = a.url; link.textContent = `Decide on ${a.step}`;
         p.appendChild(link);
         p.appendChild(document.createTextNode(` (${a.risk_tier} risk, group ${a.approvers}, due ${when(a.deadline_at)})`));
+        approvals.appendChild(p);
+      }
+    }
+    if (run.sleeps.length) {
+      const h = document.createElement("h3");
+      h.textContent = "Sleeping";
+      approvals.appendChild(h);
+      for (const sleep of run.sleeps) {
+        const p = document.createElement("p");
+        p.className = "live-sleep";
+        p.textContent = `${sleep.step} sleeps until ${when(sleep.until)}`;
         approvals.appendChild(p);
       }
     }

@@ -339,3 +339,28 @@ def test_the_canvas_takes_the_width_new_steps_never_overlap_and_required_fields_
     required = [label for label in labels if label.endswith(" *")]
     assert "tool *" in required
     assert labels[:len(required)] == required  # every required field before the optional ones
+
+
+def test_an_editor_adds_a_sleep_from_the_palette_and_saves_it(browser_page, workers, web_server, team,
+                                                              editor):
+    page = browser_page
+    sign_in(page, web_server, "/admin/orchestrator/workflow/")
+    page.click("text=New workflow in the builder")
+    page.wait_for_selector("#builder[data-ready=true]")
+
+    set_field(page, "#field-workflow-name", "nap-then-echo")
+    drop_step(page, "sleep", 150, 250)
+    set_field(page, "#field-step-name", "nap")
+    set_field(page, "#field-step-for_s", "30")
+    drop_step(page, "tool", 400, 250)
+    set_field(page, "#field-step-name", "echo")
+    set_field(page, "#field-step-tool", "core.echo")
+    page.click("#btn-connect")
+    draw_edge(page, "nap", "echo")
+    page.click("#btn-connect")
+    save(page)
+
+    version = WorkflowVersion.objects.get(workflow__name="nap-then-echo", workflow__team=team)
+    assert version.definition["steps"] == [
+        {"name": "nap", "type": "sleep", "for_s": 30},
+        {"name": "echo", "type": "tool", "tool": "core.echo", "after": ["nap"]}]

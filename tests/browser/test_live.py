@@ -5,12 +5,13 @@ import pytest
 from django.contrib.auth.models import Group
 
 from approvals.models import ApprovalRequest
+from orchestrator.engine.services import reaper
 from orchestrator.engine.services.workflows import workflow_save
-from orchestrator.models import Role
+from orchestrator.models import Role, StepRun
 from tests.conftest import client_for
 from tests.factories import SETUP, example_definition, member
 
-from .conftest import wait_for_run
+from .conftest import wait_for, wait_for_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -147,3 +148,34 @@ def test_the_support_run_page_and_the_operations_page(browser_page, screenshot, 
     page.wait_for_function("document.querySelector('#result_list tbody tr').innerText.includes('cancelled')")
     assert page.is_checked("#result_list input.action-select")  # the selection survived
     assert page.is_hidden("#run-list-changed")
+
+
+def test_a_run_page_says_until_when_a_run_sleeps_and_follows_it_waking(
+        browser_page, workers, web_server, team):
+    operator_with_password(team)
+    workflow_save(team=team, definition={
+        "name": "napper", "input_schema": {"type": "object"},
+        "steps": [{"name": "nap", "type": "sleep", "for_s": 3},
+                  {"name": "after", "type": "tool", "tool": "core.echo", "after": ["nap"]}]},
+        actor=SETUP)
+    response = client_for(member(team, "starter", role=Role.EDITOR)).post(
+        "/api/v1/workflows/napper/runs/", {"input": {}}, format="json")
+    run_id = response.json()["id"]
+    wait_for_run(run_id, states=("waiting",))
+    wake_at = StepRun.objects.get(run_id=run_id, name="nap").wake_at
+    page = browser_page
+    sign_in(page, web_server, "ops_olga", "operate-pass-1")
+    page.goto(f"{web_server}/admin/orchestrator/run/{run_id}/live/")
+    page.wait_for_function("document.querySelector('#step-nap')?.dataset.state === 'waiting'")
+
+    shown = page.inner_text("#run-approvals")
+    assert "Sleeping" in shown
+    assert f"nap sleeps until {wake_at.strftime('%Y-%m-%d %H:%M:%S')} UTC" in shown
+
+    def swept():  # as beat's sweeps would
+        reaper.reap()
+        return page.evaluate("document.querySelector('#run-state')?.dataset.state === 'completed'")
+
+    wait_for(swept, timeout=30, interval=0.3)
+    assert step_state(page, "nap") == "completed"
+    assert page.is_hidden("#run-approvals")

@@ -12,6 +12,7 @@ The public API the rest of Stepwise uses; import from here, not from the modules
 * `compile_template`, `render_template`, `render_value`, `contains_template` (templates.py) -
   sandboxed Jinja2.
 * `schema_accepts` (compat.py) - whether one step's output satisfies another's input.
+* `parse_time`, `TimeInvalid` (times.py) - a sleep step's `until`, read in its time zone.
 """
 
 from .compat import schema_accepts
@@ -33,6 +34,7 @@ from .templates import (
     render_template,
     render_value,
 )
+from .times import TimeInvalid, parse_time
 from .validation import validate_definition
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "ExpressionError",
     "Problem",
     "TemplateError",
+    "TimeInvalid",
     "calls_model",
     "compile_expression",
     "compile_template",
@@ -49,6 +52,7 @@ __all__ = [
     "expression_roots",
     "normalize_definition",
     "parse_definition_text",
+    "parse_time",
     "referenced_steps",
     "render_template",
     "render_value",

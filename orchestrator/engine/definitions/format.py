@@ -22,7 +22,7 @@ WORKFLOW_NAME_PATTERN = r"^(?!validate$)[a-z][a-z0-9_-]{0,99}$"
 STEP_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 STEP_RUN_NAME_CHARS = 64  # StepRun.name: a step's name, or a loop body step's with `[N]`
 
-STEP_TYPES = ("agent", "tool", "router", "map", "human_gate", "sub_workflow", "loop")
+STEP_TYPES = ("agent", "tool", "router", "map", "human_gate", "sub_workflow", "loop", "sleep")
 MAP_ITEM_TYPES = ("agent", "tool")
 # A loop's body runs on workers only: no gate, map, child run or loop inside an iteration.
 LOOP_BODY_TYPES = ("agent", "tool", "router")
@@ -64,6 +64,11 @@ GATE_DEADLINE_CHOICES = ("expire", "reject")
 DEFAULT_GATE_DEADLINE = "expire"
 MAX_REQUIRED_APPROVALS = 10
 MAX_ESCALATION_TIERS = 5
+# A sleep step's `until` without an offset is read in this zone (filled in by `normalize`).
+DEFAULT_SLEEP_TIMEZONE = "UTC"
+# What a sleep step has of the common step fields: it runs nothing, so it has no attempt to
+# time out or retry, and no model call to cap.
+SLEEP_COMMON_FIELDS = ("name", "type", "description", "after", "when", "join", "fallback")
 RETRY_DEFAULTS: dict[str, Any] = {
     "max_attempts": 1,
     "backoff": "exponential",
@@ -921,6 +926,36 @@ def shared_format_schema() -> dict:
                 },
             },
             ["name", "type", "workflow"],
+        ),
+        "sleep_step": _closed_step(
+            "sleep step",
+            {
+                **{key: common[key] for key in SLEEP_COMMON_FIELDS},
+                "for_s": {
+                    "type": "integer",
+                    "exclusiveMinimum": 0,
+                    "maximum": limits.MAX_SLEEP_S,
+                    "description": "Seconds to wait from when the step starts (or `until`).",
+                },
+                "until": {
+                    **_TEMPLATE,
+                    "minLength": 1,
+                    "description": (
+                        "The time to wait until (or `for_s`): ISO 8601, e.g. "
+                        "'2026-12-24T18:00:00', rendered when the step starts; a time in the "
+                        "past wakes at once. " + _TEMPLATE["description"]
+                    ),
+                },
+                "timezone": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": (
+                        f"The IANA time zone of an `until` without an offset (default "
+                        f"{DEFAULT_SLEEP_TIMEZONE}); only with `until`."
+                    ),
+                },
+            },
+            ["name", "type"],
         ),
         "loop_step": _closed_step(
             "loop step",

@@ -32,6 +32,7 @@ MAX_INPUT_DEPTH = 64
 # --- numeric fields of the format (also in its JSON Schema as `maximum`) ---------------------
 MAX_TIMEOUT_S = 30 * 86400  # a step attempt, a human gate, a map item, a sub-workflow
 MAX_RUN_DURATION_S = 90 * 86400  # budget.max_duration_s
+MAX_SLEEP_S = 90 * 86400  # a sleep step: its for_s, and how far ahead its until may be
 MAX_COST_USD = 1_000_000  # budget.max_cost_usd
 MAX_RETRY_ATTEMPTS = 100
 MAX_RETRY_DELAY_S = 86400  # retry.base_s and retry.max_s

@@ -22,6 +22,7 @@ from .format import (
     DEFAULT_ON_ERROR,
     DEFAULT_OUTSIDE_TIER,
     DEFAULT_REPAIR_ATTEMPTS,
+    DEFAULT_SLEEP_TIMEZONE,
     DEFAULT_STRATEGY,
     RETRY_DEFAULTS,
     default_timeout_s,
@@ -54,6 +55,11 @@ def _fill_step(step: dict) -> None:
     step.setdefault("when", None)
     step.setdefault("join", DEFAULT_JOIN)
     step.setdefault("fallback", None)
+    if step["type"] == "sleep":
+        step.setdefault("description", "")
+        if "until" in step:
+            step.setdefault("timezone", DEFAULT_SLEEP_TIMEZONE)
+        return  # it runs nothing: no timeout_s or retry
     _fill_body(step)
     if step["type"] == "router":
         step.setdefault("strategy", DEFAULT_STRATEGY)

@@ -26,6 +26,7 @@ from .expressions import (
 )
 from .format import (
     CONTEXT_ROOTS,
+    DEFAULT_SLEEP_TIMEZONE,
     HUMAN_GATE_TIMEOUT_S,
     LOOP_BODY_ROOTS,
     MAP_ITEM_ROOTS,
@@ -58,6 +59,7 @@ from .templates import (
     template_names,
     template_step_references,
 )
+from .times import TimeInvalid, parse_time, zone
 
 # CEL errors that mean a read of something the shapes do not have (not a value-dependent
 # failure such as comparing a sample string with a number).
@@ -311,6 +313,36 @@ class _Check:
             self.check_sub_workflow(at, step, name, upstream)
         elif step_type == "loop":
             self.check_loop(at, step, name, upstream)
+        elif step_type == "sleep":
+            self.check_sleep(at, step, name, upstream)
+
+    def check_sleep(self, at: Parts, step: dict, name, upstream) -> None:
+        """Exactly one of `for_s` and `until`; a time zone that exists, only with `until`; an
+        `until` template checked like every other, a literal one read as a time now."""
+        has_for, has_until = "for_s" in step, "until" in step
+        if not has_for and not has_until:
+            self.add(at, "a sleep step needs for_s (seconds to wait) or until (a time to wait for)")
+        elif has_for and has_until:
+            self.add((*at, "until"), "give for_s or until, not both")
+        timezone = step.get("timezone", DEFAULT_SLEEP_TIMEZONE)
+        if "timezone" in step and not has_until:
+            self.add((*at, "timezone"), "timezone is only used with until")
+        elif isinstance(timezone, str) and timezone:
+            try:
+                zone(timezone)
+            except TimeInvalid as error:
+                self.add((*at, "timezone"), str(error))
+                return
+        until = step.get("until")
+        if not isinstance(until, str) or not until:
+            return
+        if is_template(until):
+            self.check_template((*at, "until"), until, name, upstream, self.roots)
+        elif isinstance(timezone, str) and timezone:
+            try:
+                parse_time(until, timezone)
+            except TimeInvalid as error:
+                self.add((*at, "until"), str(error))
 
     def check_loop(self, at: Parts, step: dict, name, upstream) -> None:
         """A loop's body is checked as a small workflow of its own (its `after`, references and

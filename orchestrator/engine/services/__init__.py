@@ -9,7 +9,7 @@ the rules, the permission checks, the events and the audit rows exist once, here
 - step_end: what happens after any step ends (release what it owned, move the run on)
 - kinds/: one module per step kind, owning its start, finish, timeout and release:
   agent, tool and router (on what every worker kind shares: worker), human_gate, sub_workflow,
-  map_step, loop
+  map_step, loop, sleep
 - operators: an operator's redrive, retry, skip and resume
 - deadletters: recording work that failed for good
 - effects: the idempotency ledger every side effect goes through
@@ -25,6 +25,7 @@ from .kinds import (  # noqa: F401  (registers the kinds)
     loop,
     map_step,
     router,
+    sleep,
     sub_workflow,
     tool,
     worker,

@@ -1,7 +1,7 @@
 """The reaper: a periodic sweep (Celery beat) over persisted state.
 
-It enforces what no stuck worker can: step and map item timeouts, runs past their duration
-(paused or timed out per `budget.on_duration`, their running steps stopped), expired leases, due retries,
+It wakes sleep steps whose time has come, and enforces what no stuck worker can: step and map
+item timeouts, runs past their duration (paused or timed out per `budget.on_duration`, their running steps stopped), expired leases, due retries,
 lost messages, lost chord callbacks, children never started and finished children, approval deadlines (a gate's timeout:
 escalate, reject or expire) and reminders, notifications whose delivery is due again, and flags
 runs that stopped moving. Every action goes through the same service a worker would call, so a sweep
@@ -23,7 +23,7 @@ from ..dispatch import compensate_on_commit
 from ..events import event_record
 from ..states import RUN_LIVE, RUN_TERMINAL, RunState, StepState
 from . import runs
-from .kinds import handler_for, map_step, sub_workflow, worker
+from .kinds import handler_for, map_step, sleep, sub_workflow, worker
 
 BATCH = 200
 STUCK_AFTER = timedelta(minutes=5)
@@ -32,10 +32,14 @@ STUCK_AFTER = timedelta(minutes=5)
 def reap() -> dict[str, int]:
     """One sweep. Returns how many of each thing it acted on."""
     at = now()
-    report = {"timed_out": 0, "leases": 0, "retries": 0, "redispatched": 0, "joined": 0,
+    report = {"woken": 0, "timed_out": 0, "leases": 0, "retries": 0, "redispatched": 0, "joined": 0,
               "items_resent": 0, "children": 0, "children_started": 0, "stuck": 0, "runs_timed_out": 0, "runs_paused": 0,
               "compensations": 0, "approval_reminders": 0, "notifications": 0,
               "callbacks": 0}
+    # The longest overdue first (the order of their index): more than a batch wake on the next sweeps.
+    due = StepRun.objects.filter(state=StepState.WAITING, wake_at__lte=at).order_by("wake_at")
+    for step_id in due.values_list("id", flat=True)[:BATCH]:
+        report["woken"] += sleep.sleep_wake(step_id=step_id)
     late = StepRun.objects.filter(state__in=[StepState.RUNNING, StepState.WAITING], deadline_at__lt=at)
     for step_id, kind in late.values_list("id", "kind")[:BATCH]:
         report["timed_out"] += handler_for(kind).time_out(step_id=step_id, reason="step timeout elapsed")
