@@ -21,7 +21,12 @@ sqlite3 — so nothing a model or a run input says is ever spliced into SQL.
   SQLite, an interrupt from the progress handler.
 
 Errors are classified for the retry policy by SQLSTATE / server error code (`classify`).
+
+SQLAlchemy is imported by the functions that use it, not with the module: every process loads
+the tools, and most never run a SQL step.
 """
+from __future__ import annotations
+
 import json
 import sqlite3
 import threading
@@ -30,12 +35,8 @@ from base64 import b64encode
 from datetime import date, datetime, timedelta
 from datetime import time as dtime
 from decimal import Decimal
+from typing import TYPE_CHECKING
 from uuid import UUID
-
-import sqlalchemy as sa
-from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.engine import Connection as SAConnection
-from sqlalchemy.pool import NullPool
 
 from orchestrator.engine.hashing import digest_of
 from orchestrator.engine.retry import StepError
@@ -43,6 +44,11 @@ from orchestrator.engine.retry import StepError
 from ..connections import Connection
 from .named import CONNECTION_PARAM, connection_checked, connection_for, deadline_s, failure
 from .registry import ToolContext, tool
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.engine import URL, Engine
+    from sqlalchemy.engine import Connection as SAConnection
 
 DEFAULT_MAX_ROWS = 1000
 MAX_BATCH = 1000
@@ -137,6 +143,8 @@ _engines_lock = threading.Lock()
 # --- connections ----------------------------------------------------------------------------
 
 def _url(connection: Connection) -> URL:
+    from sqlalchemy.engine import make_url
+
     url = make_url(connection.secret("url"))
     backend = url.get_backend_name()
     if backend in ("postgresql", "postgres"):
@@ -151,6 +159,9 @@ def _url(connection: Connection) -> URL:
 
 def engine_for(connection: Connection) -> Engine:
     """One engine (and connection pool) per connection configuration in this process."""
+    import sqlalchemy as sa
+    from sqlalchemy.pool import NullPool
+
     url = _url(connection)
     key = digest_of({"name": connection.name, "url": url.render_as_string(hide_password=False),
                      "timeout": connection.get("timeout_s")})
@@ -242,6 +253,8 @@ def placeholders(clause: sa.TextClause) -> set[str]:
 def _statement(params: dict) -> sa.TextClause:
     """The statement with its placeholders; raises StepError("validation") when `args` does
     not give exactly the values its placeholders name."""
+    import sqlalchemy as sa
+
     clause = sa.text(params["statement"])
     names = placeholders(clause)
     batches = params.get("args") if isinstance(params.get("args"), list) else [params.get("args") or {}]
@@ -277,6 +290,8 @@ _MYSQL_CODES = {1045: "auth", 1044: "auth", 1698: "auth", 1142: "auth", 1143: "a
 def classify(exc: BaseException) -> str:
     """The retry class of a database failure: timeout, transient, rate_limit, auth, policy
     (a write refused by a read-only transaction) or permanent (the statement or the data)."""
+    import sqlalchemy as sa
+
     orig = getattr(exc, "orig", exc)
     module = type(orig).__module__
     if module.startswith("pymysql") and orig.args and isinstance(orig.args[0], int):
@@ -336,6 +351,8 @@ def _failed(connection: Connection, exc: BaseException) -> StepError:
 # --- the tools ----------------------------------------------------------------------------
 
 def check_statement(params: dict, connection) -> list[tuple[tuple, str]]:
+    import sqlalchemy as sa
+
     problems = connection_checked(params, names=("statement",))
     if problems:
         return [(at, "statement must be literal SQL with :name placeholders; pass values in "
@@ -363,6 +380,8 @@ def check_execute(params: dict, connection) -> list[tuple[tuple, str]]:
 def sql_query(params: dict, ctx: ToolContext) -> dict:
     """Run one parameterized statement in a read-only transaction; return at most max_rows
     rows (`truncated` says whether there were more)."""
+    import sqlalchemy as sa
+
     connection = connection_for(params, ctx, "sql")
     clause = _statement(params)
     limit = _max_rows(connection, params)
@@ -393,6 +412,8 @@ _tables_made: set[tuple[str, str]] = set()
 def _ensure_table(engine: Engine, table: str) -> None:
     """Create the idempotency table once per process if it is missing, in autocommit mode: the
     DDL needs no transaction of its own (the operator may also create it beforehand)."""
+    import sqlalchemy as sa
+
     if (str(engine.url), table) in _tables_made:
         return
     ddl = (f"CREATE TABLE IF NOT EXISTS {table} (effect_key VARCHAR(255) PRIMARY KEY, "
@@ -409,6 +430,8 @@ def _ensure_table(engine: Engine, table: str) -> None:
 
 
 def _stored(conn: SAConnection, table: str, key: str) -> dict | None:
+    import sqlalchemy as sa
+
     row = conn.execute(sa.text(f"SELECT result FROM {table} WHERE effect_key = :k"),
                        {"k": key}).first()
     return json.loads(row[0]) if row and row[0] else None
@@ -421,6 +444,8 @@ def sql_execute(params: dict, ctx: ToolContext) -> dict:
     """Run one parameterized statement (once per item of a list of args) in one transaction,
     together with the record of the step's idempotency key; a repeated key returns the first
     result without writing again."""
+    import sqlalchemy as sa
+
     connection = connection_for(params, ctx, "sql")
     if not connection.get("writes"):
         raise StepError("policy", f"connection '{connection.name}' is read-only; sql.execute "
