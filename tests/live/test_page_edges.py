@@ -3,6 +3,7 @@ retry warning's words (tests/live/test_pages.py reads their JSON state)."""
 import pytest
 from django.urls import reverse
 
+from approvals.models import ApprovalRequest
 from orchestrator.engine.services.runs import run_start
 from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import StepRun
@@ -58,3 +59,16 @@ def test_the_retry_warning_of_an_error_without_a_message_names_only_its_class():
         assert retry_warning(StepRun(error=error)).startswith(
             "This step failed with a policy error, which is never retried automatically"), error
     assert retry_warning(StepRun(error=None)) == ""
+
+
+def test_the_run_state_links_each_step_and_each_approval_to_its_admin_page(client, team, operator):
+    version, _ = workflow_save(team=team, definition=GATED, actor=SETUP)
+    run = run_start(version=version, input={}, actor=operator)
+    approval = ApprovalRequest.objects.get(run=run)
+
+    state = signed_in(client, operator).get(reverse("admin:orchestrator_run_state", args=[run.id])).json()
+
+    assert {step["name"]: step["url"] for step in state["steps"]} == {
+        step.name: reverse("admin:orchestrator_steprun_change", args=[step.id]) for step in run.steps.all()}
+    assert [a["url"] for a in state["approvals"]] == [
+        reverse("admin:approvals_approvalrequest_change", args=[approval.id])]
