@@ -68,7 +68,8 @@ def nudges_after(last_id: int, *, limit: int = BATCH) -> tuple[list[int], dict]:
 
 def nudges_among(ids: list[int]) -> tuple[list[int], dict]:
     """Those of `ids` that are committed now, and their nudges (coalesced per run)."""
-    return _coalesce(Event.objects.filter(id__in=ids).values_list("id", "run_id", "run__team_id"))
+    return _coalesce(Event.objects.filter(id__in=ids).order_by("id")
+                     .values_list("id", "run_id", "run__team_id"))
 
 
 class Relay:

@@ -116,7 +116,11 @@ def run_operate(request, run_id, operation: str, *, admin_context: dict) -> Temp
     run = _visible_run(request, run_id)
     step = None
     if operation in ("retry", "skip"):
-        step = StepRun.objects.filter(run=run, id=request.GET.get("step") or 0).first()
+        step_id = request.GET.get("step", "")
+        # Only a step of this run: the page shows the step's name and error before asking. An
+        # id that is no number is not found either (Django finds none for one out of range).
+        step = (StepRun.objects.filter(run=run, id=step_id).first()
+                if step_id.isascii() and step_id.isdigit() else None)
         if step is None:
             raise Http404("no such step in this run")
     page = reverse("admin:orchestrator_run_live", args=[run.id])
