@@ -234,3 +234,23 @@ def test_every_field_of_a_cron_reaches_beat(team, support):
     crontab = PeriodicTask.objects.get(name=f"stepwise-trigger-{trigger.id}").crontab
     assert (crontab.minute, crontab.hour, crontab.day_of_month, crontab.month_of_year,
             crontab.day_of_week) == ("15", "9", "1", "6", "*")
+
+
+def test_a_template_with_problems_of_its_own_is_not_also_checked_against_the_input(team, support):
+    assert refused(team, "webhook", name="", filter="x >",
+                   input_template={**SUPPORT_TEMPLATE, "body": "{{ payload. }}"}) == [
+        {"path": "name", "message": "is required"},
+        {"path": "input_template.body",
+         "message": "template syntax error on line 1: expected name or number"},
+        {"path": "filter", "message": "CEL syntax error: x >\n  ^"}]
+    assert refused(team, "webhook", input_template={**SUPPORT_TEMPLATE, "body": ["ok", "\ud800"]}
+                   ) == [{"path": "input_template.body[1]",
+                          "message": "the text is not valid Unicode: it holds a lone surrogate "
+                                     "(U+D800), which no UTF-8 text can carry"}]
+
+
+def test_a_schedules_own_problems_follow_the_others(team, support):
+    assert refused(team, "schedule", name="", cron="* * *", input_template=DIGEST) == [
+        {"path": "name", "message": "is required"},
+        {"path": "cron", "message": "a cron expression has five fields (minute hour "
+                                    "day-of-month month day-of-week), not 3"}]
