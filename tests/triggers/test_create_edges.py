@@ -184,8 +184,11 @@ def test_a_schedules_template_is_rendered_with_its_slot_and_trigger_when_it_is_s
 
 def test_a_name_the_team_has_is_refused_and_another_team_may_use_it(team, support):
     make_trigger(team, "webhook", name="inbox")
-    assert refused(team, "api", name="inbox", input_template=SUPPORT_TEMPLATE) == [
-        {"path": "name", "message": "team 'support' has a trigger 'inbox' already"}]
+    with pytest.raises(TriggerInvalid) as error:
+        trigger_create(team=team, kind="api", name="inbox", actor=SETUP, workflow="support-reply",
+                       input_template=SUPPORT_TEMPLATE)
+    assert (str(error.value), error.value.problems) == ("the trigger is invalid", [
+        {"path": "name", "message": "team 'support' has a trigger 'inbox' already"}])
 
     theirs = TeamFactory(slug="billing", name="Billing")
     workflow_save(team=theirs, definition=example_definition("support"), actor=SETUP)

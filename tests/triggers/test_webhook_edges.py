@@ -172,13 +172,18 @@ def test_an_empty_signed_body_fires_with_no_payload(client, team, support):
     assert firing.run.input == constant
 
 
-def test_a_malformed_body_is_recorded_with_its_key_origin_and_path(client, hook):
+def test_a_malformed_body_is_invalid_and_recorded_with_its_key_origin_and_path(hook, frozen):
     trigger, secret = hook
+    stamp = int(frozen.moment.timestamp())
 
-    assert deliver(client, trigger, secret, b"{oops", delivery="d-5").status_code == 400
+    outcome = webhook_receive(trigger_id=trigger.id, body=b"{oops", headers={
+        "webhook-id": "d-5", "webhook-timestamp": str(stamp),
+        "webhook-signature": sign(secret, "d-5", stamp, b"{oops")})
 
+    assert (outcome.status, outcome.reason) == ("invalid", "malformed")
     entry = AuditEntry.objects.get(action="trigger.refused", outcome="malformed",
                                    actor=f"trigger:{trigger.id}")
+    assert (entry.data["trigger"], entry.data["kind"]) == ("inbox", "webhook")
     assert (entry.data["key"], entry.data["origin"]) == ("delivery:d-5", {"delivery": "d-5"})
     assert [problem["path"] for problem in entry.data["problems"]] == ["body"]
 
