@@ -257,3 +257,9 @@ def test_a_schedules_own_problems_follow_the_others(team, support):
         {"path": "name", "message": "is required"},
         {"path": "cron", "message": "a cron expression has five fields (minute hour "
                                     "day-of-month month day-of-week), not 3"}]
+
+
+def test_a_queues_own_problems_follow_the_others(team, support):
+    problems = refused(team, "queue", name="", source="nowhere", input_template=SUPPORT_TEMPLATE)
+
+    assert [problem["path"] for problem in problems] == ["name", "source"]
