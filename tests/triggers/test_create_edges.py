@@ -8,8 +8,16 @@ from django.conf import settings
 from django_celery_beat.models import PeriodicTask
 
 from audit.models import AuditEntry
-from tests.factories import SETUP
-from triggers.services.config import TriggerInvalid, trigger_create, trigger_update
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.models import Role
+from tests.factories import SETUP, TeamFactory, example_definition, member
+from triggers.models import Trigger
+from triggers.services.config import (
+    TriggerInvalid,
+    trigger_create,
+    trigger_problems,
+    trigger_update,
+)
 
 from .conftest import DIGEST, SUPPORT_TEMPLATE, make_trigger
 
@@ -146,3 +154,112 @@ def test_only_a_schedule_is_given_to_beat(team, support):
     make_trigger(team, "webhook", name="hook")
     make_trigger(team, "api", name="prog")
     assert not PeriodicTask.objects.exists()
+
+
+def test_an_interval_schedules_template_is_checked_against_its_workflows_input(team, support):
+    assert refused(team, "schedule", interval_s=60) == [
+        {"path": "input_template", "message": "is required for a schedule: a slot has no "
+         "payload, and workflow 'support-reply' needs an input object (the template reads "
+         "{{ slot }}, {{ slot_utc }} and {{ trigger.name }})"}]
+
+
+def test_a_trigger_checked_before_it_names_a_workflow_has_no_input_problem(team):
+    unsaved = Trigger(team=team, kind="webhook", name="t", input_template=SUPPORT_TEMPLATE)
+
+    assert trigger_problems(unsaved) == []
+
+
+def test_a_schedules_template_is_rendered_with_its_slot_and_trigger_when_it_is_saved(team, support):
+    reads_all = {"ticket_id": "{{ trigger.name }}-{{ trigger.kind }}", "body": "{{ slot_utc }}",
+                 "customer_email": "ops@example.com"}
+    trigger, _ = make_trigger(team, "schedule", name="all", interval_s=60,
+                              input_template=reads_all)
+    assert trigger.input_template == reads_all
+
+    assert refused(team, "schedule", interval_s=60,
+                   input_template={**DIGEST, "body": "{{ payload.text }}"}) == [
+        {"path": "input_template.body",
+         "message": "there is no 'payload' here; a template may use slot, slot_utc, trigger"}]
+
+
+def test_a_name_the_team_has_is_refused_and_another_team_may_use_it(team, support):
+    make_trigger(team, "webhook", name="inbox")
+    with pytest.raises(TriggerInvalid) as error:
+        trigger_create(team=team, kind="api", name="inbox", actor=SETUP, workflow="support-reply",
+                       input_template=SUPPORT_TEMPLATE)
+    assert (str(error.value), error.value.problems) == ("the trigger is invalid", [
+        {"path": "name", "message": "team 'support' has a trigger 'inbox' already"}])
+
+    theirs = TeamFactory(slug="billing", name="Billing")
+    workflow_save(team=theirs, definition=example_definition("support"), actor=SETUP)
+    trigger, _ = make_trigger(theirs, "webhook", name="inbox")
+    assert trigger.team == theirs
+
+
+def test_who_created_a_trigger_is_kept_and_recorded(team, support):
+    creator = member(team, "maker", role=Role.EDITOR)
+    trigger, _ = make_trigger(team, "api", name="prog")
+    theirs, _ = trigger_create(team=team, kind="api", name="by-hand", actor=creator,
+                               workflow="support-reply", input_template=SUPPORT_TEMPLATE)
+
+    assert (trigger.created_by, theirs.created_by) == (None, creator)
+    assert AuditEntry.objects.get(action="trigger.created",
+                                  subject_id=str(theirs.id)).actor == "user:maker"
+
+
+def test_only_a_webhook_has_a_secret_and_only_a_schedule_an_anchor(team, support, frozen):
+    hook, secret = make_trigger(team, "webhook", name="hook")
+    prog, none = make_trigger(team, "api", name="prog")
+    digest, _ = make_trigger(team, "schedule", name="digest", interval_s=60, input_template=DIGEST)
+
+    assert secret and hook.secret_fingerprint and hook.schedule_anchor is None
+    assert (none, prog.secret_ciphertext, prog.secret_fingerprint, prog.schedule_anchor) == (
+        None, "", "", None)
+    assert (digest.secret_fingerprint, digest.schedule_anchor) == ("", frozen.moment)
+
+
+def test_a_schedules_input_past_the_input_limits_is_refused_before_the_schema_reads_it(
+        team, support):
+    too_deep = "{{ " + "[" * 65 + "]" * 65 + " }}"
+
+    [problem] = refused(team, "schedule", interval_s=60,
+                        input_template={**DIGEST, "body": too_deep})
+
+    assert problem == {"path": "input_template.body" + "[0]" * 63,
+                       "message": "gives the run input nests deeper than 64 levels (the input "
+                                  "schema of workflow 'support-reply')"}
+
+
+def test_every_field_of_a_cron_reaches_beat(team, support):
+    trigger, _ = make_trigger(team, "schedule", name="yearly", cron="15 9 1 6 *",
+                              input_template=DIGEST)
+
+    crontab = PeriodicTask.objects.get(name=f"stepwise-trigger-{trigger.id}").crontab
+    assert (crontab.minute, crontab.hour, crontab.day_of_month, crontab.month_of_year,
+            crontab.day_of_week) == ("15", "9", "1", "6", "*")
+
+
+def test_a_template_with_problems_of_its_own_is_not_also_checked_against_the_input(team, support):
+    assert refused(team, "webhook", name="", filter="x >",
+                   input_template={**SUPPORT_TEMPLATE, "body": "{{ payload. }}"}) == [
+        {"path": "name", "message": "is required"},
+        {"path": "input_template.body",
+         "message": "template syntax error on line 1: expected name or number"},
+        {"path": "filter", "message": "CEL syntax error: x >\n  ^"}]
+    assert refused(team, "webhook", input_template={**SUPPORT_TEMPLATE, "body": ["ok", "\ud800"]}
+                   ) == [{"path": "input_template.body[1]",
+                          "message": "the text is not valid Unicode: it holds a lone surrogate "
+                                     "(U+D800), which no UTF-8 text can carry"}]
+
+
+def test_a_schedules_own_problems_follow_the_others(team, support):
+    assert refused(team, "schedule", name="", cron="* * *", input_template=DIGEST) == [
+        {"path": "name", "message": "is required"},
+        {"path": "cron", "message": "a cron expression has five fields (minute hour "
+                                    "day-of-month month day-of-week), not 3"}]
+
+
+def test_a_queues_own_problems_follow_the_others(team, support):
+    problems = refused(team, "queue", name="", source="nowhere", input_template=SUPPORT_TEMPLATE)
+
+    assert [problem["path"] for problem in problems] == ["name", "source"]

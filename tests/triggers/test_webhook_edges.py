@@ -1,6 +1,7 @@
 """Webhook refusals at their edges: what the ledger records of a refused authenticated post, and
 of a minute of unauthenticated ones. Written from the mutation survivors of
 `triggers/services/firing.py` and `webhooks.py` (docs/testing.md)."""
+import json
 from datetime import timedelta
 
 import pytest
@@ -8,9 +9,10 @@ import pytest
 from audit.models import AuditEntry
 from tests.factories import SETUP
 from triggers.services.config import trigger_update
-from triggers.services.webhooks import refusal_tallies_record
+from triggers.services.webhooks import refusal_tallies_record, webhook_receive
+from triggers.signatures import sign
 
-from .conftest import deliver, make_trigger
+from .conftest import TICKET, deliver, make_trigger
 
 pytestmark = pytest.mark.django_db
 
@@ -168,3 +170,38 @@ def test_an_empty_signed_body_fires_with_no_payload(client, team, support):
     assert answer.status_code == 202
     firing = trigger.firings.get()
     assert firing.run.input == constant
+
+
+def test_a_malformed_body_is_invalid_and_recorded_with_its_key_origin_and_path(hook, frozen):
+    trigger, secret = hook
+    stamp = int(frozen.moment.timestamp())
+
+    outcome = webhook_receive(trigger_id=trigger.id, body=b"{oops", headers={
+        "webhook-id": "d-5", "webhook-timestamp": str(stamp),
+        "webhook-signature": sign(secret, "d-5", stamp, b"{oops")})
+
+    assert (outcome.status, outcome.reason) == ("invalid", "malformed")
+    entry = AuditEntry.objects.get(action="trigger.refused", outcome="malformed",
+                                   actor=f"trigger:{trigger.id}")
+    assert (entry.data["trigger"], entry.data["kind"]) == ("inbox", "webhook")
+    assert (entry.data["key"], entry.data["origin"]) == ("delivery:d-5", {"delivery": "d-5"})
+    assert [problem["path"] for problem in entry.data["problems"]] == ["body"]
+
+
+def test_a_template_reads_the_delivery_and_the_headers_but_never_the_credentials(hook, frozen):
+    trigger, secret = hook
+    trigger_update(trigger_id=trigger.id, actor=SETUP, changes={"input_template": {
+        "ticket_id": "{{ delivery }}", "body": "{{ headers | tojson }}",
+        "customer_email": "{{ payload.email }}"}})
+    body, stamp = json.dumps(TICKET).encode(), int(frozen.moment.timestamp())
+
+    outcome = webhook_receive(trigger_id=trigger.id, body=body, headers={
+        "Webhook-Id": "d-7", "Webhook-Timestamp": str(stamp),
+        "Webhook-Signature": sign(secret, "d-7", stamp, body), "X-Source": "crm",
+        "Authorization": "Bearer t", "Cookie": "s=1", "Proxy-Authorization": "Basic x"})
+
+    assert outcome.status == "started"
+    assert (outcome.firing.key, outcome.firing.origin) == ("delivery:d-7", {"delivery": "d-7"})
+    assert outcome.run.input["ticket_id"] == "d-7"
+    assert json.loads(outcome.run.input["body"]) == {
+        "webhook-id": "d-7", "webhook-timestamp": str(stamp), "x-source": "crm"}
