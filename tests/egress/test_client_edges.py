@@ -40,7 +40,7 @@ def test_an_oversized_response_is_refused_naming_its_url_without_the_query(serve
         f"the response of {shown} {size}; the limit is {CAP} bytes "
         "(max_response_bytes in STEPWISE_EGRESS)"
     )
-    assert refused.value.url == shown
+    assert (refused.value.url, refused.value.limit) == (shown, CAP)
 
 
 def test_one_redirect_too_many_is_refused_naming_the_hop_without_its_query(server):

@@ -64,7 +64,7 @@ def url_problems(text: str, policy: Policy) -> list[str]:
     return [_refused(text, reason)] if reason else []
 
 
-def definition_checker(*, team: str = "") -> Checker:
+def definition_checker(*, team: str) -> Checker:
     """The save-time checker of `team`'s definitions: each param a tool declares as a URL
     (`url_params` in the tool registry) is checked against that tool's policy for the team."""
     tools = all_tools()
