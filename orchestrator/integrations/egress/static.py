@@ -98,8 +98,9 @@ def _host_end(partial: str) -> int | None:
     if partial.startswith("["):
         end = partial.find("]:")
         return end + 1 if end > 0 else None
+    # An empty host before the `:` is found too, so that it is refused as `http://:80/` is.
     end = partial.find(":")
-    return end if end > 0 else None
+    return end if end >= 0 else None
 
 
 def _host_port(authority: str) -> tuple[str, int | None] | None:
