@@ -379,7 +379,8 @@ def test_a_certificate_authority_from_ssl_cert_file_is_not_trusted(
 
 def test_reads_over_tls_end_at_the_deadline_too(certificate):
     """The stream a TLS handshake returns keeps the deadline: a server that trickles its
-    answer after the handshake is cut off when the deadline passes."""
+    answer after the handshake is cut off when the deadline passes. Every phase here is given
+    no timeout of its own, so each takes what is left of the deadline."""
     cert, key = certificate
 
     def trickle(tls):
@@ -391,12 +392,34 @@ def test_reads_over_tls_end_at_the_deadline_too(certificate):
     port = tls_server(cert, key, trickle)
     trusting = ssl.create_default_context(cafile=str(cert))
     backend = transport.GuardedBackend(LOOPBACK, transport.Deadline(1))
-    stream = backend.connect_tcp("127.0.0.1", port, timeout=5)
-    tls = stream.start_tls(trusting, server_hostname="tls.example", timeout=5)
-    tls.write(b"GET / HTTP/1.1\r\nHost: tls.example\r\n\r\n", timeout=5)
+    stream = backend.connect_tcp("127.0.0.1", port)
+    tls = stream.start_tls(trusting, server_hostname="tls.example")
+    assert tls.get_extra_info("ssl_object").server_hostname == "tls.example"
+    tls.write(b"GET / HTTP/1.1\r\nHost: tls.example\r\n\r\n")
     started = time.monotonic()
     with pytest.raises(httpcore.ReadTimeout, match="the call's deadline of 1 s passed"):
-        while tls.read(1024, timeout=5):
+        while tls.read(1024):
             pass
     assert time.monotonic() - started < 1.5
     tls.close()
+
+
+def test_a_phase_begun_after_the_deadline_fails_at_once_in_the_deadlines_words(certificate):
+    cert, key = certificate
+    port, other = (tls_server(cert, key, lambda tls: time.sleep(2)) for _ in range(2))
+    trusting = ssl.create_default_context(cafile=str(cert))
+    backend = transport.GuardedBackend(LOOPBACK, transport.Deadline(0.5))
+    tls = backend.connect_tcp("127.0.0.1", port).start_tls(trusting, server_hostname="tls.example")
+    plain = transport.GuardedBackend(LOOPBACK, transport.Deadline(0.5)).connect_tcp(
+        "127.0.0.1", other
+    )
+    time.sleep(0.6)
+    passed = "^the call's deadline of 0.5 s passed$"
+    with pytest.raises(httpcore.WriteTimeout, match=passed):
+        tls.write(b"GET / HTTP/1.1\r\n\r\n", timeout=5)
+    with pytest.raises(httpcore.ReadTimeout, match=passed):
+        tls.read(1024, timeout=5)
+    with pytest.raises(httpcore.ConnectTimeout, match=passed):
+        plain.start_tls(trusting, server_hostname="tls.example", timeout=5)
+    tls.close()
+    plain.close()
