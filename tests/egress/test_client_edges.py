@@ -57,6 +57,16 @@ def test_one_redirect_too_many_is_refused_naming_the_hop_without_its_query(serve
     assert str(refused.value) == (
         f"egress policy refuses {server.url}/redirect: more than 1 redirects (max_redirects)"
     )
+    none = Policy(ports=None, allow_networks=LOOPBACK.allow_networks, max_redirects=0)
+    with pytest.raises(EgressRefused) as refused:
+        egress.request(
+            "GET",
+            f"{server.url}/redirect?to={server.url}/ok#part",
+            policy=none,
+            deadline_s=5,
+            follow_redirects=True,
+        )
+    assert refused.value.url == f"{server.url}/redirect"
 
 
 def test_a_followed_response_reports_the_url_it_came_from(server):
