@@ -75,7 +75,9 @@ def request(method: str, url: str, *, policy: Policy, deadline_s: float,
             try:
                 if follow_redirects and response.next_request is not None:
                     if hops >= policy.max_redirects:
-                        raise EgressRefused(str(outgoing.url), f"more than {policy.max_redirects} "
+                        # Named as every refusal is: without a query that may hold a secret.
+                        shown = str(outgoing.url.copy_with(query=None, fragment=None))
+                        raise EgressRefused(shown, f"more than {policy.max_redirects} "
                                             "redirects (max_redirects)")
                     hops += 1
                     outgoing = response.next_request

@@ -64,7 +64,7 @@ def url_problems(text: str, policy: Policy) -> list[str]:
     return [_refused(text, reason)] if reason else []
 
 
-def definition_checker(*, team: str = "") -> Checker:
+def definition_checker(*, team: str) -> Checker:
     """The save-time checker of `team`'s definitions: each param a tool declares as a URL
     (`url_params` in the tool registry) is checked against that tool's policy for the team."""
     tools = all_tools()
@@ -98,8 +98,9 @@ def _host_end(partial: str) -> int | None:
     if partial.startswith("["):
         end = partial.find("]:")
         return end + 1 if end > 0 else None
+    # An empty host before the `:` is found too, so that it is refused as `http://:80/` is.
     end = partial.find(":")
-    return end if end > 0 else None
+    return end if end >= 0 else None
 
 
 def _host_port(authority: str) -> tuple[str, int | None] | None:

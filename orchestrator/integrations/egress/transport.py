@@ -93,6 +93,10 @@ class GuardedBackend(httpcore.NetworkBackend):
         time.sleep(seconds)
 
 
+#: The most one write to the socket is given at once (see `DeadlineStream.write`).
+WRITE_PIECE = 64 * 1024
+
+
 class DeadlineStream(httpcore.NetworkStream):
     """A connection whose every read, write and handshake ends by the call's deadline."""
 
@@ -109,7 +113,12 @@ class DeadlineStream(httpcore.NetworkStream):
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         try:
-            self._stream.write(buffer, self._deadline.left(timeout, httpcore.WriteTimeout))
+            # httpcore gives its timeout to each send of one write, so a server that reads a
+            # little at a time would keep a large write going past the deadline: the buffer is
+            # handed over in pieces, each with what is left.
+            for start in range(0, len(buffer), WRITE_PIECE):
+                self._stream.write(buffer[start:start + WRITE_PIECE],
+                                   self._deadline.left(timeout, httpcore.WriteTimeout))
         except httpcore.WriteTimeout:
             self._deadline.check(httpcore.WriteTimeout)
             raise
