@@ -1,6 +1,8 @@
 """The run page's operator controls at their edges: who is offered which, what each control's
 confirmation says, the service each one calls and the words it answers with, and the steps and
 methods that are refused (tests/live/test_pages.py has the common paths)."""
+import uuid
+
 import pytest
 from django.contrib.messages import get_messages
 from django.db import transaction
@@ -147,6 +149,22 @@ def test_a_step_of_another_run_or_no_step_at_all_is_not_found(client, team, oper
             assert response.status_code == 404, (operation, query)
             assert client.post(f"{base}{operation}/{query}").status_code == 404, (operation, query)
     assert StepRun.objects.get(id=foreign.id).state == "failed"
+
+
+def test_with_debug_on_each_page_not_found_says_what_was_not_found(client, team, operator, settings):
+    """A 404's words reach a person only through Django's page for DEBUG (the one a developer
+    reads): the run, the step and the operation each named."""
+    settings.DEBUG = True
+    run = paused_run(team)
+    signed_in(client, operator)
+    missing_run = live(run).replace(str(run.id), str(uuid.uuid4()))
+    pages = {f"{missing_run}operate/cancel/": "no such run, or not one of your teams&#x27;",
+             f"{live(run)}operate/retry/?step=call": "no such step in this run",
+             f"{live(run)}operate/delete/": "delete"}
+    for url, words in pages.items():
+        response = client.get(url)
+        assert response.status_code == 404, url
+        assert f'<pre class="exception_value">{words}</pre>' in response.content.decode(), url
 
 
 def test_an_unknown_operation_is_not_found(client, team, operator):
