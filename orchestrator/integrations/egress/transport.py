@@ -66,7 +66,7 @@ class GuardedBackend(httpcore.NetworkBackend):
     def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                     local_address: str | None = None,
                     socket_options: Iterable | None = None) -> httpcore.NetworkStream:
-        addresses = resolve(host, port, self.deadline.left(timeout, httpcore.ConnectTimeout))
+        addresses = resolve(host, port, self._time_to_connect(timeout))
         for address in addresses:
             reason = address_refusal(address, host=host, policy=self.policy)
             if reason:
@@ -77,13 +77,18 @@ class GuardedBackend(httpcore.NetworkBackend):
         for address in addresses:
             try:
                 stream = self._inner.connect_tcp(
-                    str(address), port, timeout=self.deadline.left(timeout, httpcore.ConnectTimeout),
+                    str(address), port, timeout=self._time_to_connect(timeout),
                     local_address=local_address, socket_options=socket_options)
             except httpcore.ConnectError as exc:  # try the next checked address
                 error = exc
                 continue
             return DeadlineStream(stream, self.deadline)
         raise error or httpcore.ConnectError(f"could not connect to {host}:{port}")
+
+    def _time_to_connect(self, timeout: float | None) -> float:
+        """What the lookup, and then each address's connect, may take: a deadline passed
+        before or between them is a ConnectTimeout."""
+        return self.deadline.left(timeout, httpcore.ConnectTimeout)
 
     def connect_unix_socket(self, path: str, timeout: float | None = None,
                             socket_options: Iterable | None = None) -> httpcore.NetworkStream:
