@@ -3,9 +3,13 @@ drive async code from a test."""
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from asgiref.sync import async_to_sync
 
+from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.models import Role
 from tests.browser.conftest import web_server  # noqa: F401
+from tests.factories import SETUP, member
 
 
 def run_async(fn, *args, **kwargs):
@@ -35,3 +39,14 @@ GATED = {
         {"name": "after", "type": "tool", "tool": "core.echo", "after": ["hold"], "params": {}},
     ],
 }
+
+
+@pytest.fixture
+def version(team):
+    """The first version of GATED, saved for the test's team."""
+    return workflow_save(team=team, definition=GATED, actor=SETUP)[0]
+
+
+@pytest.fixture
+def starter(team):
+    return member(team, "starter", role=Role.EDITOR)

@@ -7,14 +7,13 @@ import pytest
 from channels.layers import get_channel_layer
 
 from orchestrator.engine.services.runs import run_cancel, run_start
-from orchestrator.engine.services.workflows import workflow_save
-from orchestrator.models import Event, Role
+from orchestrator.models import Event
 from orchestrator.web.live import relay as relay_module
 from orchestrator.web.live.groups import run_group, team_group
 from orchestrator.web.live.relay import Relay, nudges_after
-from tests.factories import SETUP, member
+from tests.factories import SETUP
 
-from .conftest import GATED, run_async
+from .conftest import run_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,16 +36,6 @@ def no_other_relay_in_this_process(settings):
             time.sleep(0.02)
 
 TICKET: dict = {}
-
-
-@pytest.fixture
-def version(team):
-    return workflow_save(team=team, definition=GATED, actor=SETUP)[0]
-
-
-@pytest.fixture
-def starter(team):
-    return member(team, "starter", role=Role.EDITOR)
 
 
 def newest(run) -> int:

@@ -10,8 +10,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
 from orchestrator.engine.services.runs import run_start
-from orchestrator.engine.services.workflows import workflow_save
-from orchestrator.models import Event, Role
+from orchestrator.models import Event
 from orchestrator.web.live import relay as relay_module
 from orchestrator.web.live.groups import ALL_RUNS, run_group, team_group
 from orchestrator.web.live.relay import (
@@ -21,22 +20,11 @@ from orchestrator.web.live.relay import (
     ensure_started,
     latest_event_id,
 )
-from tests.factories import SETUP, member
 
-from .conftest import GATED, run_async
+from .conftest import run_async
 from .test_relay import _relay_and_listen, newest, no_other_relay_in_this_process  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def version(team):
-    return workflow_save(team=team, definition=GATED, actor=SETUP)[0]
-
-
-@pytest.fixture
-def starter(team):
-    return member(team, "starter", role=Role.EDITOR)
 
 
 def polling_only():
