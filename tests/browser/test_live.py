@@ -151,7 +151,7 @@ def test_the_support_run_page_and_the_operations_page(browser_page, screenshot, 
 
 
 def test_a_run_page_says_until_when_a_run_sleeps_and_follows_it_waking(
-        browser_page, workers, web_server, team):
+        browser_page, screenshot, workers, web_server, team):
     operator_with_password(team)
     workflow_save(team=team, definition={
         "name": "napper", "input_schema": {"type": "object"},
@@ -171,6 +171,7 @@ def test_a_run_page_says_until_when_a_run_sleeps_and_follows_it_waking(
     shown = page.inner_text("#run-approvals")
     assert "Sleeping" in shown
     assert f"nap sleeps until {wake_at.strftime('%Y-%m-%d %H:%M:%S')} UTC" in shown
+    screenshot(page, "live-run-sleeping")
 
     def swept():  # as beat's sweeps would
         reaper.reap()
