@@ -39,16 +39,12 @@ def parse_time(text: object, timezone: str = DEFAULT_TIMEZONE) -> datetime:
         raise TimeInvalid(f"{text!r} is not a time: expected an ISO 8601 text")
     stripped = text.strip()
     shown = stripped if len(stripped) <= MAX_TIME_CHARS else stripped[:MAX_TIME_CHARS] + "…"
+    not_a_time = TimeInvalid(f"{shown!r} is not a time: expected ISO 8601, e.g. "
+                             "'2026-12-24T18:00:00' or '2026-12-24T18:00:00+01:00'")
     if not stripped or len(stripped) > MAX_TIME_CHARS:
-        raise TimeInvalid(
-            f"{shown!r} is not a time: expected ISO 8601, e.g. "
-            "'2026-12-24T18:00:00' or '2026-12-24T18:00:00+01:00'"
-        )
+        raise not_a_time
     try:
         parsed = datetime.fromisoformat(stripped)
     except ValueError:
-        raise TimeInvalid(
-            f"{shown!r} is not a time: expected ISO 8601, e.g. "
-            "'2026-12-24T18:00:00' or '2026-12-24T18:00:00+01:00'"
-        ) from None
+        raise not_a_time from None
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=tz)
