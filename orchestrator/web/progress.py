@@ -108,7 +108,7 @@ def wait_for_event(run: Run, *, after: int, timeout: float) -> int:
 def run_snapshot(run: Run) -> dict:
     """Everything the run page shows, as JSON-ready data: the run, its budget and progress, the
     DAG (nodes and edges) with each step's state, times, attempts, tokens, cost and error, and
-    its pending approvals and sleeping steps. `run` should come from `selectors.runs_with_version()`."""
+    its pending approvals, sleeping steps and steps waiting for a signal. `run` should come from `selectors.runs_with_version()`."""
     definition, graph = definition_of(run)
     steps = list(run.steps.order_by("position").annotate(
         attempt_records_failed=Count("attempt_records",
@@ -151,4 +151,7 @@ def run_snapshot(run: Run) -> dict:
         # What else the run waits for, and until when: each sleep step still sleeping.
         "sleeps": [{"step": s.name, "until": s.wake_at} for s in steps
                    if s.kind == StepKind.SLEEP and s.state == StepState.WAITING],
+        # Each wait step still waiting: the signal it waits for, and until when.
+        "signals": [{"step": s.name, "signal": graph.steps[s.name]["signal"], "until": s.deadline_at}
+                    for s in steps if s.kind == StepKind.WAIT and s.state == StepState.WAITING],
     }

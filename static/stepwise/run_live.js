@@ -153,7 +153,7 @@
       }
     }
     const approvals = $("run-approvals");
-    approvals.hidden = run.approvals.length === 0 && run.sleeps.length === 0;
+    approvals.hidden = run.approvals.length === 0 && run.sleeps.length === 0 && run.signals.length === 0;
     approvals.replaceChildren();
     if (run.approvals.length) {
       const h = document.createElement("h3");
@@ -176,6 +176,17 @@
         const p = document.createElement("p");
         p.className = "live-sleep";
         p.textContent = `${sleep.step} sleeps until ${when(sleep.until)}`;
+        approvals.appendChild(p);
+      }
+    }
+    if (run.signals.length) {
+      const h = document.createElement("h3");
+      h.textContent = "Waiting for a signal";
+      approvals.appendChild(h);
+      for (const wait of run.signals) {
+        const p = document.createElement("p");
+        p.className = "live-signal";
+        p.textContent = `${wait.step} waits for signal ${wait.signal} until ${when(wait.until)}`;
         approvals.appendChild(p);
       }
     }

@@ -22,7 +22,10 @@ from .format import (
     DEFAULT_ON_ERROR,
     DEFAULT_OUTSIDE_TIER,
     DEFAULT_REPAIR_ATTEMPTS,
+    DEFAULT_EARLY_SIGNALS,
+    DEFAULT_ON_TIMEOUT,
     DEFAULT_SLEEP_TIMEZONE,
+    DEFAULT_WAIT_TIMEOUT_S,
     DEFAULT_STRATEGY,
     RETRY_DEFAULTS,
     default_timeout_s,
@@ -60,6 +63,12 @@ def _fill_step(step: dict) -> None:
         if "until" in step:
             step.setdefault("timezone", DEFAULT_SLEEP_TIMEZONE)
         return  # it runs nothing: no timeout_s or retry
+    if step["type"] == "wait":
+        step.setdefault("description", "")
+        step.setdefault("timeout_s", DEFAULT_WAIT_TIMEOUT_S)
+        step.setdefault("on_timeout", DEFAULT_ON_TIMEOUT)
+        step.setdefault("early_signals", DEFAULT_EARLY_SIGNALS)
+        return  # it runs nothing: no retry
     _fill_body(step)
     if step["type"] == "router":
         step.setdefault("strategy", DEFAULT_STRATEGY)

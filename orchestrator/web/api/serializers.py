@@ -273,7 +273,7 @@ class StepRunSerializer(serializers.ModelSerializer):
         fields = ["name", "kind", "position", "state", "queue", "attempts", "input", "output",
                   "error", "skip_reason", "tokens_in", "tokens_out", "cost_usd", "ready_at",
                   "queued_at", "started_at", "finished_at", "deadline_at", "next_attempt_at",
-                  "wake_at", "approval", "attempt_records"]
+                  "wake_at", "correlation_key", "approval", "attempt_records"]
 
     @extend_schema_field(StepApprovalSerializer(allow_null=True))
     def get_approval(self, step: StepRun) -> dict | None:
