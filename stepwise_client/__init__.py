@@ -19,10 +19,11 @@ from .client import (
     Approval,
     Firing,
     Run,
+    Signal,
     Stepwise,
     StepwiseError,
     WaitTimeout,
 )
 
-__all__ = ["TERMINAL_STATES", "Approval", "Firing", "Run", "Stepwise", "StepwiseError",
+__all__ = ["TERMINAL_STATES", "Approval", "Firing", "Run", "Signal", "Stepwise", "StepwiseError",
            "WaitTimeout", "Workflow"]

@@ -15,7 +15,15 @@ from budgets.selectors import run_budget
 from budgets.serializers import RunBudgetSerializer
 from orchestrator.engine.executors import ATTEMPT_META_FIELDS
 from orchestrator.engine.provenance import describe
-from orchestrator.models import DeadLetter, Run, StepAttempt, StepRun, Workflow, WorkflowVersion
+from orchestrator.models import (
+    DeadLetter,
+    Run,
+    Signal,
+    StepAttempt,
+    StepRun,
+    Workflow,
+    WorkflowVersion,
+)
 
 from ..progress import latest_event_of, run_progress
 
@@ -262,6 +270,28 @@ class StepApprovalSerializer(serializers.ModelSerializer):
     class Meta:
         model = ApprovalRequest
         fields = ["id", "url", "state"]
+
+
+class SignalSendSerializer(serializers.Serializer):
+    payload = serializers.JSONField(help_text="The signal's payload: a JSON object, checked "
+                                    "against the waiting step's schema; the step's output.")
+
+
+class SignalSerializer(serializers.ModelSerializer):
+    """A signal as sent: consumed by a wait step (`step`), or buffered until one waits."""
+
+    step = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    run = serializers.UUIDField(source="run_id", read_only=True)
+    duplicate = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Signal
+        fields = ["id", "run", "name", "key", "state", "step", "payload", "sent_by", "created_at",
+                  "consumed_at", "duplicate"]
+
+    def get_duplicate(self, signal: Signal) -> bool:
+        """True when the key had been sent already: this is the first send's result."""
+        return bool(self.context.get("duplicate"))
 
 
 class StepRunSerializer(serializers.ModelSerializer):
