@@ -9,6 +9,8 @@ from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Run, Signal
 from tests.factories import SETUP
 
+from .published import assert_documented
+
 pytestmark = pytest.mark.django_db
 
 
@@ -24,10 +26,15 @@ def run(team) -> Run:
     return run_start(version=version, input={}, actor=SETUP)
 
 
+PATH = "/api/v1/runs/{id}/signals/{name}/"
+
+
 def signal(client, run, name="paid", payload=None, key="k-1"):
-    return client.post(f"/api/v1/runs/{run.id}/signals/{name}/",
-                       {"payload": {"amount": 5} if payload is None else payload}, format="json",
-                       headers={"Idempotency-Key": key} if key else {})
+    response = client.post(f"/api/v1/runs/{run.id}/signals/{name}/",
+                           {"payload": {"amount": 5} if payload is None else payload},
+                           format="json", headers={"Idempotency-Key": key} if key else {})
+    assert_documented(client, response, "POST", PATH)  # every answer as the schema says
+    return response
 
 
 def test_a_signal_completes_the_waiting_step_and_a_repeat_of_its_key_changes_nothing(api, run):

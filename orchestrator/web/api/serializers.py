@@ -273,7 +273,7 @@ class StepApprovalSerializer(serializers.ModelSerializer):
 
 
 class SignalSendSerializer(serializers.Serializer):
-    payload = serializers.JSONField(help_text="The signal's payload: a JSON object, checked "
+    payload = serializers.DictField(help_text="The signal's payload: a JSON object, checked "
                                     "against the waiting step's schema; the step's output.")
 
 
