@@ -214,3 +214,57 @@ def test_the_run_page_says_what_the_run_waits_for_and_until_when(team):
     pay = run.steps.get(name="pay")
     snapshot = run_snapshot(runs_with_version().get(id=run.id))
     assert snapshot["signals"] == [{"step": "pay", "signal": "paid", "until": pay.deadline_at}]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sweeps_and_signals_racing_on_separate_connections_end_a_wait_once(team, requester, move_clock):
+    """Two reaper sweeps and two sends of the same signal, each on a connection of its own at
+    once, past the deadline: the run lock and the state re-check let exactly one of them end
+    the step, whichever it is, and the others change nothing."""
+    import threading
+
+    from django.db import connection
+
+    run = start(team)
+    pay = run.steps.get(name="pay")
+    move_clock(61)
+    barrier = threading.Barrier(4)
+    results, errors = [], []
+
+    def sweep():
+        try:
+            barrier.wait()
+            results.append(("sweep", reaper.reap()["timed_out"]))
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    def signal():
+        try:
+            barrier.wait()
+            results.append(("signal", send(run, requester, key="same").status))
+        except NotAllowed:
+            results.append(("signal", "refused"))
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=f) for f in (sweep, sweep, signal, signal)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert not errors, errors
+    pay.refresh_from_db()
+    ended = Event.objects.filter(run=run, step=pay, kind__in=["step.completed", "step.timed_out"])
+    assert ended.count() == 1, results
+    if pay.state == "completed":  # a send came first: its key answered the other send
+        assert sorted(r for k, r in results if k == "signal") == ["consumed", "consumed"]
+        assert sum(r for k, r in results if k == "sweep") == 0
+    else:
+        assert pay.state == "timed_out"
+        assert sum(r for k, r in results if k == "sweep") == 1
+        assert sorted(r for k, r in results if k == "signal") == ["refused", "refused"]
