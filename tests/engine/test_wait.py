@@ -214,6 +214,8 @@ def test_the_run_page_says_what_the_run_waits_for_and_until_when(team):
     pay = run.steps.get(name="pay")
     snapshot = run_snapshot(runs_with_version().get(id=run.id))
     assert snapshot["signals"] == [{"step": "pay", "signal": "paid", "until": pay.deadline_at}]
+    send(run, SETUP)
+    assert run_snapshot(runs_with_version().get(id=run.id))["signals"] == []  # it no longer waits
 
 
 @pytest.mark.django_db(transaction=True)
