@@ -38,6 +38,11 @@ def signal(client, run, name="paid", payload=None, key="k-1"):
 
 
 def test_a_signal_completes_the_waiting_step_and_a_repeat_of_its_key_changes_nothing(api, run):
+    waiting = api.get(f"/api/v1/runs/{run.id}/")
+    assert_documented(api, waiting, "GET", "/api/v1/runs/{id}/")
+    until = run.steps.get(name="pay").deadline_at
+    assert waiting.json()["waiting_for_signals"] == [
+        {"step": "pay", "signal": "paid", "until": until.isoformat().replace("+00:00", "Z")}]
     response = signal(api, run)
     assert response.status_code == 202, response.json()
     body = response.json()
@@ -52,6 +57,7 @@ def test_a_signal_completes_the_waiting_step_and_a_repeat_of_its_key_changes_not
 
     detail = api.get(f"/api/v1/runs/{run.id}/").json()
     assert {s["name"]: s["state"] for s in detail["steps"]} == {"pay": "completed", "ship": "queued"}
+    assert detail["waiting_for_signals"] == []
 
 
 def test_the_same_key_with_another_payload_is_a_409(api, run):

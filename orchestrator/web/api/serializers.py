@@ -15,6 +15,8 @@ from budgets.selectors import run_budget
 from budgets.serializers import RunBudgetSerializer
 from orchestrator.engine.executors import ATTEMPT_META_FIELDS
 from orchestrator.engine.provenance import describe
+from orchestrator.engine.selectors import definition_of
+from orchestrator.engine.states import StepKind, StepState
 from orchestrator.models import (
     DeadLetter,
     Run,
@@ -403,8 +405,15 @@ class ProgressSerializer(serializers.Serializer):
     map_items = MapProgressSerializer(many=True, help_text="Each map step's items done of its items.")
 
 
+class AwaitedSignalSerializer(serializers.Serializer):
+    step = serializers.CharField(help_text="The wait step.")
+    signal = serializers.CharField(help_text="The signal it waits for.")
+    until = serializers.DateTimeField(help_text="When it times out.")
+
+
 class RunDetailSerializer(RunSerializer):
     steps = StepRunSerializer(many=True, read_only=True)
+    waiting_for_signals = serializers.SerializerMethodField()
     parent_run = serializers.SerializerMethodField()
     started_by = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
@@ -413,7 +422,19 @@ class RunDetailSerializer(RunSerializer):
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "input", "output", "error", "idempotency_key",
-                  "parent_run", "started_by", "progress", "last_event", "budget", "steps"]
+                  "parent_run", "started_by", "progress", "last_event", "budget",
+                  "waiting_for_signals", "steps"]
+
+    @extend_schema_field(AwaitedSignalSerializer(many=True))
+    def get_waiting_for_signals(self, run: Run) -> list[dict]:
+        """Each wait step still waiting: the signal it waits for, and until when."""
+        waiting = [s for s in run.steps.all()
+                   if s.kind == StepKind.WAIT and s.state == StepState.WAITING]
+        if not waiting:
+            return []
+        graph = definition_of(run)[1]
+        return [{"step": s.name, "signal": graph.steps[s.name]["signal"], "until": s.deadline_at}
+                for s in waiting]
 
     @extend_schema_field(ProgressSerializer)
     def get_progress(self, run: Run) -> dict:
