@@ -270,3 +270,18 @@ def test_sweeps_and_signals_racing_on_separate_connections_end_a_wait_once(team,
         assert pay.state == "timed_out"
         assert sum(r for k, r in results if k == "sweep") == 1
         assert sorted(r for k, r in results if k == "signal") == ["refused", "refused"]
+
+
+def test_the_admin_lists_a_team_s_signals_to_its_members_only(team, requester, operator, outsider, client):
+    run = start(team, before=True)
+    signal = send(run, requester).signal
+    client.force_login(operator)
+    listed = client.get("/admin/orchestrator/signal/")
+    assert listed.status_code == 200 and f"/admin/orchestrator/signal/{signal.id}/change/" in listed.content.decode()
+    page = client.get(f"/admin/orchestrator/signal/{signal.id}/change/").content.decode()
+    assert "buffered" in page and "user:requester" in page
+    outsider.is_staff = True
+    outsider.save()
+    client.force_login(outsider)
+    assert f"/admin/orchestrator/signal/{signal.id}/change/" not in client.get(
+        "/admin/orchestrator/signal/").content.decode()
