@@ -131,6 +131,44 @@ def test_a_wait_resumes_on_a_correlated_rabbitmq_message_delivered_twice_once(
             exchange.bind(channel).delete()
 
 
+def test_a_consumer_killed_between_the_resume_and_the_ack_resumes_the_run_once(workers, team, settings):
+    """The consumer commits the signal, is SIGKILLed before it acknowledges the message, and
+    the broker delivers it again to the restarted consumer: a duplicate, the run resumed once."""
+    if not _reachable(RABBIT):
+        pytest.skip("RabbitMQ is not running at 127.0.0.1:5672")
+    from kombu import Connection
+
+    settings.STEPWISE_EVENT_SOURCES = SOURCES
+    names = f"wait-{uuid.uuid4().hex[:10]}"
+    exchange = Exchange(f"{names}.x", type="topic", durable=True)
+    queue = Queue(f"{names}.q", exchange, routing_key="payments.*", durable=True)
+    consumer = Consumer(names)
+    with Connection(RABBIT) as connection:
+        try:
+            run = waiting(order(team))
+            trigger_create(team=team, kind="queue", name="payments", workflow="order", actor=SETUP,
+                           source="rabbitmq", exchange=exchange.name, binding_key="payments.*",
+                           queue=queue.name, correlate="payload.order")
+            consumer.start(ack_delay_s=30)
+            consumer.wait_for_log(f"consuming RabbitMQ queue {queue.name}")
+            publish(connection, exchange, json.dumps(PAID).encode(), message_id="pay-9",
+                    routing_key="payments.succeeded")
+            consumer.wait_for_log("acknowledging in")  # the signal committed, the ack held open
+            assert StepRun.objects.get(run=run, name="pay").state == "completed"
+            consumer.kill()
+            wait_for(lambda: ready_in(connection, queue) == 1)  # the broker still holds it
+
+            consumer.start()
+            consumer.wait_for_log("message pay-9 duplicate")
+            wait_for(lambda: ready_in(connection, queue) == 0)
+            paid_once(run)
+        finally:
+            consumer.stop()
+            channel = connection.default_channel
+            queue.bind(channel).delete()
+            exchange.bind(channel).delete()
+
+
 def test_a_wait_times_out_and_routes_to_its_timeout_step(workers, team):
     run = waiting(order(team, timeout_s=2))
 
