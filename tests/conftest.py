@@ -289,26 +289,32 @@ def move_clock(monkeypatch):
     return move
 
 
-# The session's worker group, once a test has asked for it. Only tests that ask for `workers`
-# (directly or through their fixtures) have it running: under `make test` a process runs the
-# integration files first and everything else after, and a step that a unit test drives itself
-# must not be taken by a worker left running by an earlier file.
-_WORKER_GROUPS: list = []
+# The session's processes a test may ask for by fixture name (the worker group, the web
+# server), once a test has asked: only tests that ask for one (directly or through their
+# fixtures) have it running. Under `make test` a process runs the integration and browser files
+# first and everything else after, and a step a unit test drives itself must not be taken by a
+# worker left running by an earlier file, nor a page's nudges sent by a server's relay.
+_SESSION_PROCESSES: dict[str, list] = {}
 
 
-def _running_groups() -> list:
-    return [group for group in _WORKER_GROUPS if group.proc and group.proc.poll() is None]
+def stopped_when_not_asked_for(fixture: str, process) -> None:
+    """Register `process` (with `start()`, `stop()` and `proc`) as the one `fixture` gives."""
+    _SESSION_PROCESSES.setdefault(fixture, []).append(process)
+
+
+def _running(process) -> bool:
+    return process.proc is not None and process.proc.poll() is None
 
 
 @pytest.fixture(autouse=True)
-def workers_only_where_asked(request):
-    if "workers" in request.fixturenames:
-        for group in _WORKER_GROUPS:
-            if not (group.proc and group.proc.poll() is None):
-                group.start()
-    else:
-        for group in _running_groups():
-            group.stop()
+def session_processes_only_where_asked(request):
+    for fixture, processes in _SESSION_PROCESSES.items():
+        wanted = fixture in request.fixturenames
+        for process in processes:
+            if wanted and not _running(process):
+                process.start()
+            elif not wanted and _running(process):
+                process.stop()
 
 
 @pytest.fixture(scope="module")
@@ -317,8 +323,9 @@ def without_workers():
     session's worker group, if an earlier test in this process started one, is stopped (a test
     that asks for `workers` starts it again). For tests that drive a step themselves and count
     what it does: a worker taking their step's message first would do the work instead."""
-    for group in _running_groups():
-        group.stop()
+    for group in _SESSION_PROCESSES.get("workers", []):
+        if _running(group):
+            group.stop()
 
 
 @pytest.fixture(scope="session")
@@ -332,6 +339,6 @@ def workers(django_db_setup, django_db_blocker):
 
     group = WorkerGroup(f"itest-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
     group.start()
-    _WORKER_GROUPS.append(group)
+    stopped_when_not_asked_for("workers", group)
     yield group
     group.stop()
