@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import django_filters
 from django import forms
 
-from approvals.models import ApprovalRequest, ApprovalState
+from approvals.models import ApprovalRequest, ApprovalState, InputState, InputTask
 from orchestrator.models import DeadLetter, Run, RunState, Workflow
 
 
@@ -81,6 +81,15 @@ class ApprovalFilter(FilterSet):
 
     class Meta(FilterSet.Meta):
         model = ApprovalRequest
+        fields = ["state", "run"]
+
+
+class InputTaskFilter(FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=InputState.choices)
+    run = django_filters.UUIDFilter(field_name="run_id")
+
+    class Meta(FilterSet.Meta):
+        model = InputTask
         fields = ["state", "run"]
 
 
