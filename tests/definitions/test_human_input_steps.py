@@ -1,4 +1,4 @@
-"""A human_input step at save (docs/definitions.md, "Human input steps"): a group and a form
+"""A human_input step at save (docs/definitions.md, "human_input"): a group and a form
 that can be drawn (a valid JSON Schema of an object of flat fields, its `required` naming
 fields), its instructions and evidence templates checked like every other, an escalation that
 comes before the deadline and goes to another group, none of the fields of a step that runs

@@ -1,4 +1,4 @@
-"""Human input steps (docs/definitions.md, "Human input"): a run waits, holding no worker, for a
+"""Human input steps (docs/definitions.md, "human_input"): a run waits, holding no worker, for a
 person of a group (or its assignee) to fill in a form. The answer is checked against the form's
 schema, by who may answer it, and against the run's current state (a stale task is refused);
 an abstention is an answer the definition routes on; the reaper escalates once and then expires

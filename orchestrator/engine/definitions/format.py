@@ -70,7 +70,7 @@ DEFAULT_SLEEP_TIMEZONE = "UTC"
 # What a sleep step has of the common step fields: it runs nothing, so it has no attempt to
 # time out or retry, and no model call to cap.
 SLEEP_COMMON_FIELDS = ("name", "type", "description", "after", "when", "join", "fallback")
-# A human_input step (docs/definitions.md#human-input-steps): how long a person has to answer
+# A human_input step (docs/definitions.md#human_input): how long a person has to answer
 # (filled in by `normalize`), and what happens when nobody did.
 DEFAULT_INPUT_DEADLINE_S = 86400
 INPUT_TIMEOUT_CHOICES = ("fail", "abstain")
