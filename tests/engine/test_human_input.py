@@ -6,11 +6,14 @@ the task. Runs are driven in this process through the services a worker and the 
 the engine's clock (`move_clock`).
 """
 
+import json
 from datetime import timedelta
 
 import pytest
 
 from approvals.models import InputTask
+from audit.models import AuditEntry
+from audit.timeline import explain
 from orchestrator.engine.errors import Forbidden, InputInvalid, NotAllowed
 from orchestrator.engine.services import reaper
 from orchestrator.engine.services.kinds.human_input import input_answer
@@ -244,3 +247,23 @@ def test_the_run_page_says_what_the_run_waits_for_and_until_when(team):
     snapshot = run_snapshot(runs_with_version().get(id=run.id))
     assert snapshot["inputs"] == [{"id": task.id, "step": "ask", "group": "clerks",
                                    "assignee": "", "until": task.deadline_at}]
+
+
+def test_the_ledger_records_the_answerer_and_each_refusal_scoped_to_the_run(team, clerk):
+    run = start(team)
+    task = task_of(run)
+    stranger = member(team, "stranger")
+    with pytest.raises(Forbidden):
+        input_answer(task_id=task.id, user=stranger, answer={"iban": "DE0012345"})
+    input_answer(task_id=task.id, user=clerk, answer={"iban": "DE0012345"})
+
+    entries = {e.action: e for e in AuditEntry.objects.filter(run_id=run.id,
+                                                             action__startswith="input.")}
+    assert set(entries) == {"input.requested", "input.refused", "input.answered"}
+    answered = entries["input.answered"]
+    assert answered.actor == "user:clerk"
+    assert explain(answered, json.loads(answered.payload)) == "Answered by user:clerk (fields: iban)."
+    assert "DE0012345" not in answered.payload  # the value stays in the task
+    refused = entries["input.refused"]
+    assert explain(refused, json.loads(refused.payload)).startswith(
+        "Refused to answer for user:stranger: you are not in the group that answers this task")
