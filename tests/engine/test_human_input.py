@@ -128,7 +128,8 @@ def test_an_answer_the_form_rejects_is_refused_naming_each_field(team, clerk):
         input_answer(task_id=task.id, user=clerk,
                      answer={"amount": -3, "currency": "GBP", "extra": 1})
     paths = {p["path"] for p in refused.value.problems}
-    assert paths == {"answer.iban", "answer.amount", "answer.currency"}
+    assert paths == {"answer.iban", "answer.amount", "answer.currency", "answer.extra"}
+    assert {"path": "answer.extra", "message": "not a field of this form"} in refused.value.problems
     assert {"path": "answer.iban", "message": "this field is required"} in refused.value.problems
     assert states(run)["ask"] == "waiting" and task_of(run).state == "open"
     assert Event.objects.filter(run=run, kind="input.refused", payload__task=task.id).count() == 1

@@ -97,14 +97,15 @@ def answer_problems(form: dict, answer: object) -> list[dict]:
     (`answer.<field>`)."""
     if not isinstance(answer, dict):
         return [{"path": "answer", "message": "the answer is an object of the form's fields"}]
-    problems = []
+    fields = form.get("properties") or {}
+    # A key the form has no field for is refused, as an unknown key of a definition is.
+    problems = [{"path": f"answer.{key}", "message": "not a field of this form"}
+                for key in answer if key not in fields]
     for error in sorted(Draft202012Validator(form).iter_errors(answer), key=lambda e: list(e.path)):
         path = ".".join(["answer", *(str(p) for p in error.absolute_path)])
         if error.validator == "required":
             missing = error.message.split("'")[1] if "'" in error.message else ""
             path, message = f"answer.{missing}" if missing else path, "this field is required"
-        elif error.validator == "additionalProperties":
-            message = f"not a field of this form: {error.message}"
         else:
             message = error.message
         problems.append({"path": path, "message": message})
