@@ -110,3 +110,9 @@ def test_the_python_client_lists_and_answers(clerk, task, live_server):
         assert answered.state == "abstained"
         assert client.input_task(task.id).data["answered_by"] == "clerk"
         assert client.input_tasks() == []
+
+
+def test_for_takes_only_me(clerk, task):
+    response = client_for(clerk).get("/api/v1/input-tasks/", {"for": "everyone"})
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["path"] == "for"

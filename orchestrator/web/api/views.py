@@ -21,7 +21,6 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, Throttled, ValidationError
 from rest_framework.response import Response
 
-from approvals.authority import input_inbox
 from approvals.models import ApprovalDecision, ApprovalRequest, InputTask
 from budgets.serializers import BudgetRaiseSerializer, RunEstimateSerializer
 from budgets.services import run_estimate
@@ -580,9 +579,6 @@ class ApprovalViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retrieve
         return self._answer(approval.pk)
 
 
-@extend_schema_view(list=extend_schema(parameters=[OpenApiParameter(
-    "for", OpenApiTypes.STR, enum=["me"],
-    description="`me`: only the open tasks you may answer (yours, or your groups').")]))
 class InputTaskViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                        viewsets.GenericViewSet):
     """Input tasks of `human_input` steps in your teams' runs (superusers: all). Filter with
@@ -595,8 +591,6 @@ class InputTaskViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retriev
         tasks = InputTask.objects.select_related(
             "run__team", "run__version__workflow", "step", "answered_by"
         ).defer("run__version__definition", "run__version__normalized")
-        if self.action == "list" and self.request.query_params.get("for") == "me":
-            tasks = tasks.filter(id__in=input_inbox(self.request.user).values("id"))
         return visible(tasks, self.request.user, team_field="run__team").order_by("deadline_at", "id")
 
     @extend_schema(request=s.InputAnswerSerializer,
