@@ -10,12 +10,14 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 
 from approvals.models import InputTask
 from audit.models import AuditEntry
 from audit.timeline import explain
 from orchestrator.engine.errors import Forbidden, InputInvalid, NotAllowed
 from orchestrator.engine.services import reaper
+from orchestrator.engine.services.kinds import handler_for
 from orchestrator.engine.services.kinds.human_input import input_answer
 from orchestrator.engine.services.runs import run_cancel, run_start
 from orchestrator.engine.services.workflows import workflow_save
@@ -268,3 +270,24 @@ def test_the_ledger_records_the_answerer_and_each_refusal_scoped_to_the_run(team
     refused = entries["input.refused"]
     assert explain(refused, json.loads(refused.payload)).startswith(
         "Refused to answer for user:stranger: you are not in the group that answers this task")
+
+
+def test_an_escalation_whose_transaction_died_is_done_once_by_the_next_sweep(team, move_clock):
+    run = start(team, deadline_s=100, escalate_to="managers", escalate_after_s=40)
+    ask = run.steps.get(name="ask")
+    move_clock(41)
+
+    class Crash(Exception):
+        pass
+
+    with pytest.raises(Crash), transaction.atomic():  # the sweep dies before its COMMIT
+        assert handler_for("human_input").time_out(step_id=ask.id, reason="step timeout elapsed")
+        raise Crash
+    assert task_of(run).group == "clerks"
+
+    assert reaper.reap()["timed_out"] == 1
+    # A second sweep that listed the step before the escalation moved its deadline: nothing.
+    assert handler_for("human_input").time_out(step_id=ask.id, reason="again") is False
+    assert reaper.reap()["timed_out"] == 0
+    assert task_of(run).group == "managers"
+    assert Event.objects.filter(run=run, kind="input.escalated").count() == 1

@@ -29,6 +29,7 @@ from orchestrator.models import Run, StepRun
 from orchestrator.store import save_row
 
 from ...authz import REAPER, Actor, label
+from ...clock import now
 from ...errors import InputInvalid, NotAllowed, ServiceError
 from ...events import event_record
 from ...selectors import lock_run, lock_run_of_step, spec_of
@@ -53,7 +54,10 @@ class HumanInput(StepKindHandler):
         or time the step out per its `on_timeout`."""
         with transaction.atomic():
             run, step = lock_run_of_step(step_id)
-            if step.state != StepState.WAITING:
+            # Re-read under the lock: a sweep that listed the step before another escalated it
+            # finds its deadline moved on, and does nothing.
+            due = step.deadline_at is not None and step.deadline_at <= now()
+            if step.state != StepState.WAITING or not due:
                 return False
             task = (InputTask.objects.select_related("run__team", "run__version__workflow", "step")
                     .filter(step=step, state=InputState.OPEN).first())
