@@ -114,6 +114,12 @@ def test_later_steps_read_the_answer_by_the_form_s_fields(validate):
     assert [p.path for p in problems] == ["steps[2].params.message"], problems
     assert "declared shapes do not have" in problems[0].message
 
+    # The branch that is not taken on an abstention is the one that reads the answer: a typo
+    # there is found too.
+    guarded = use({"message": "{{ steps.ask.output.answer.ibn }}"},
+                  when="!steps.ask.output.abstained")
+    assert [p.path for p in validate(definition(then=guarded))] == ["steps[2].params.message"]
+
     optional = use({"message": "{{ steps.ask.output.answer.amount }}"})
     problems = validate(definition(then=optional))
     assert [p.path for p in problems] == ["steps[2].params.message"], problems
