@@ -18,11 +18,12 @@ from .client import (
     TERMINAL_STATES,
     Approval,
     Firing,
+    InputTask,
     Run,
     Stepwise,
     StepwiseError,
     WaitTimeout,
 )
 
-__all__ = ["TERMINAL_STATES", "Approval", "Firing", "Run", "Stepwise", "StepwiseError",
+__all__ = ["TERMINAL_STATES", "Approval", "Firing", "InputTask", "Run", "Stepwise", "StepwiseError",
            "WaitTimeout", "Workflow"]

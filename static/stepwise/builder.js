@@ -19,11 +19,12 @@
   const root = document.getElementById("builder");
   const csrf = root.dataset.csrf;
   const schema = data.schema;
-  const STEP_TYPES = ["agent", "tool", "router", "map", "human_gate", "sub_workflow", "loop", "sleep"];
+  const STEP_TYPES = ["agent", "tool", "router", "map", "human_gate", "sub_workflow", "loop", "sleep",
+                      "human_input"];
   const BODY_TYPES = ["agent", "tool", "router"];
   const TYPE_LABELS = { agent: "Agent", tool: "Tool", router: "Router", map: "Map",
                         human_gate: "Human gate", sub_workflow: "Sub-workflow", loop: "Loop",
-                        sleep: "Sleep" };
+                        sleep: "Sleep", human_input: "Human input" };
   const $ = (id) => document.getElementById(id);
 
   let def = markFloats(data.definition, data.float_paths || []);

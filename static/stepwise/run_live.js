@@ -153,7 +153,8 @@
       }
     }
     const approvals = $("run-approvals");
-    approvals.hidden = run.approvals.length === 0 && run.sleeps.length === 0;
+    approvals.hidden = run.approvals.length === 0 && run.sleeps.length === 0
+      && run.inputs.length === 0;
     approvals.replaceChildren();
     if (run.approvals.length) {
       const h = document.createElement("h3");
@@ -165,6 +166,21 @@
         link.href = a.url; link.textContent = `Decide on ${a.step}`;
         p.appendChild(link);
         p.appendChild(document.createTextNode(` (${a.risk_tier} risk, group ${a.approvers}, due ${when(a.deadline_at)})`));
+        approvals.appendChild(p);
+      }
+    }
+    if (run.inputs.length) {
+      const h = document.createElement("h3");
+      h.textContent = "Waiting for input";
+      approvals.appendChild(h);
+      for (const input of run.inputs) {
+        const p = document.createElement("p");
+        p.className = "live-input";
+        const link = document.createElement("a");
+        link.href = input.url; link.textContent = input.step;
+        p.appendChild(link);
+        p.appendChild(document.createTextNode(
+          ` waits for input from ${input.assignee || input.group} until ${when(input.until)}`));
         approvals.appendChild(p);
       }
     }

@@ -14,6 +14,8 @@ from .format import (
     DEFAULT_ACTION_TIER,
     DEFAULT_APPROVAL_AT,
     DEFAULT_AUDIT_STORE,
+    DEFAULT_INPUT_DEADLINE_S,
+    DEFAULT_INPUT_TIMEOUT,
     DEFAULT_JOIN,
     DEFAULT_MAX_PARALLEL,
     DEFAULT_MERGE,
@@ -60,6 +62,14 @@ def _fill_step(step: dict) -> None:
         if "until" in step:
             step.setdefault("timezone", DEFAULT_SLEEP_TIMEZONE)
         return  # it runs nothing: no timeout_s or retry
+    if step["type"] == "human_input":
+        step.setdefault("description", "")
+        step.setdefault("deadline_s", DEFAULT_INPUT_DEADLINE_S)
+        step.setdefault("on_timeout", DEFAULT_INPUT_TIMEOUT)
+        step.setdefault("allow_abstain", False)
+        step.setdefault("separation_of_duties", False)
+        step.setdefault("evidence", {})
+        return  # a person answers it: no attempt to time out or retry
     _fill_body(step)
     if step["type"] == "router":
         step.setdefault("strategy", DEFAULT_STRATEGY)

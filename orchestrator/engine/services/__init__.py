@@ -9,7 +9,7 @@ the rules, the permission checks, the events and the audit rows exist once, here
 - step_end: what happens after any step ends (release what it owned, move the run on)
 - kinds/: one module per step kind, owning its start, finish, timeout and release:
   agent, tool and router (on what every worker kind shares: worker), human_gate, sub_workflow,
-  map_step, loop, sleep
+  map_step, loop, sleep, human_input
 - operators: an operator's redrive, retry, skip and resume
 - deadletters: recording work that failed for good
 - effects: the idempotency ledger every side effect goes through
@@ -22,6 +22,7 @@ itself), so the scheduler and the reaper find them without importing them.
 from .kinds import (  # noqa: F401  (registers the kinds)
     agent,
     human_gate,
+    human_input,
     loop,
     map_step,
     router,
