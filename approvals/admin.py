@@ -27,12 +27,19 @@ from orchestrator.engine.services.kinds.human_gate import (
     approval_reject,
     approval_revoke,
 )
+from orchestrator.engine.services.kinds.human_input import input_answer
 from orchestrator.web.admin_display import ReadOnlyAdminMixin, badge_column, money, state_badge
 
 from .actions import action_summary
-from .authority import is_reviewer, requests_visible_to
-from .forms import DecisionForm, EditForm, RevokeForm
-from .models import ApprovalRequest, ApprovalState
+from .authority import (
+    input_inbox,
+    input_tasks_visible_to,
+    is_reviewer,
+    may_answer,
+    requests_visible_to,
+)
+from .forms import ABSTAIN, AnswerForm, DecisionForm, EditForm, RevokeForm
+from .models import ApprovalRequest, ApprovalState, InputState, InputTask
 from .review import review_of
 
 STATUS_OF = {Forbidden: 403, NotAllowed: 409, InputInvalid: 400}
@@ -124,6 +131,7 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     ordering = ["deadline_at", "id"]
     actions = None
     change_form_template = "admin/approvals/approvalrequest/decision.html"
+    change_list_template = "admin/approvals/approvalrequest/change_list.html"
 
     # --- who sees what ----------------------------------------------------------------------
 
@@ -181,7 +189,12 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return f"{given} of {approval.approvals_required}"
 
     def changelist_view(self, request, extra_context=None):
-        return super().changelist_view(request, {"title": "Approval inbox", **(extra_context or {})})
+        # The same inbox lists the input tasks waiting for this person's answer, above.
+        tasks = (input_inbox(request.user)
+                 .select_related("run__version__workflow", "step").order_by("deadline_at", "id"))
+        return super().changelist_view(request, {"title": "Approval inbox",
+                                                 "input_tasks": list(tasks[:100]),
+                                                 **(extra_context or {})})
 
     # --- the decision page ------------------------------------------------------------------
 
@@ -277,3 +290,119 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                  .values("user").distinct().count())
         return (f"Your approval is recorded ({given} of {approval.approvals_required}); "
                 "it waits for another approver.")
+
+
+class InputStateFilter(admin.SimpleListFilter):
+    """Open unless another state (or all) is chosen."""
+
+    title = "state"
+    parameter_name = "state"
+    default = InputState.OPEN
+
+    def lookups(self, request, model_admin):
+        return [*InputState.choices, ("all", "All")]
+
+    def queryset(self, request, queryset):
+        value = self.value() or self.default
+        return queryset if value == "all" else queryset.filter(state=value)
+
+    def choices(self, changelist):
+        current = self.value() or self.default
+        for value, label in self.lookup_choices:
+            yield {"selected": current == value, "display": label,
+                   "query_string": changelist.get_query_string({self.parameter_name: value})}
+
+
+@admin.register(InputTask)
+class InputTaskAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Input tasks of `human_input` steps: listed in the approvals inbox (and here, with their
+    history), answered on their own page, whose form is drawn from the step's JSON Schema
+    (`forms.AnswerForm`) and posts to `input_answer`, the service the API calls. A refusal
+    (not yours to answer, stale, an answer the form rejects) comes back as a form error."""
+
+    list_display = ["summary", "workflow", "asked_of", "deadline", badge_column("state")]
+    list_display_links = ["summary"]
+    list_filter = [InputStateFilter, "group"]
+    list_select_related = ["run__version__workflow", "step", "answered_by"]
+    search_fields = ["run__id", "step__name", "group", "assignee"]
+    ordering = ["deadline_at", "id"]
+    actions = None
+    change_form_template = "admin/approvals/inputtask/answer.html"
+
+    def get_queryset(self, request) -> QuerySet[InputTask]:
+        return input_tasks_visible_to(request.user, super().get_queryset(request))
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        user = request.user
+        return user.is_active and (user.is_superuser or is_reviewer(user))
+
+    def has_module_permission(self, request) -> bool:
+        return self.has_view_permission(request)
+
+    @admin.display(description="task")
+    def summary(self, task: InputTask) -> str:
+        return format_html("<strong>Input for {}</strong><br><span class='quiet'>run {}</span>",
+                           task.step.name, str(task.run_id)[:8])
+
+    @admin.display(description="workflow", ordering="run__version__workflow__name")
+    def workflow(self, task: InputTask) -> str:
+        return task.run.version.workflow.name
+
+    @admin.display(description="asked of", ordering="group")
+    def asked_of(self, task: InputTask) -> str:
+        return task.assignee or task.group
+
+    @admin.display(description="deadline", ordering="deadline_at")
+    def deadline(self, task: InputTask) -> str:
+        at = task.deadline_at
+        if task.state != InputState.OPEN:
+            text = at.strftime("%Y-%m-%d %H:%M")
+        elif at < now():
+            text = f"overdue by {timesince(at, now())}"
+        else:
+            text = f"in {timeuntil(at, now())}"
+        return format_html('<span title="{} UTC">{}</span>', at.strftime("%Y-%m-%d %H:%M"), text)
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {"title": "Input tasks", **(extra_context or {})})
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        task = self.get_object(request, object_id)
+        if task is None:
+            raise Http404("No such input task, or not one of yours.")
+        form = AnswerForm(schema=task.form)
+        status = 200
+        if request.method == "POST":
+            form = AnswerForm(request.POST, schema=task.form)
+            abstain = request.POST.get("decision") == ABSTAIN
+            if abstain or form.is_valid():
+                note = request.POST.get("note", "") if abstain else form.cleaned_data["note"]
+                try:
+                    input_answer(task_id=task.id, user=request.user, abstain=abstain,
+                                 answer=None if abstain else form.answer(), note=note)
+                except ServiceError as exc:
+                    form = AnswerForm(request.POST, schema=task.form)
+                    form.is_valid()
+                    for problem in exc.problems:
+                        form.add_error(form.field_name(problem.get("path") or ""), problem["message"])
+                    status = next((code for cls, code in STATUS_OF.items()
+                                   if isinstance(exc, cls)), 400)
+                else:
+                    what = "You abstained" if abstain else "Your answer is recorded"
+                    self.message_user(request, f"{what}: the run goes on.", messages.SUCCESS)
+                    return HttpResponseRedirect(reverse("admin:approvals_approvalrequest_changelist"))
+            else:
+                status = 400
+        task.refresh_from_db()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Input for {task.step.name}", "subtitle": f"input task {task.id}",
+            "opts": self.model._meta, "original": task, "task": task, "form": form,
+            "answer_fields": [field for field in form if field.name != "note"],
+            "may_answer": task.state == InputState.OPEN and may_answer(request.user, task),
+            "overdue": task.state == InputState.OPEN and task.deadline_at < now(),
+            "state_badge": state_badge(task.state), "workflow": task.run.version.workflow.name,
+            "inbox_url": reverse("admin:approvals_approvalrequest_changelist"),
+            "has_view_permission": True,
+        }
+        return TemplateResponse(request, self.change_form_template, context, status=status)

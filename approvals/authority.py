@@ -25,7 +25,7 @@ from orchestrator.engine.selectors import spec_of
 from orchestrator.engine.states import RunState, StepKind, StepState
 from orchestrator.models import StepRun
 
-from .models import ApprovalDecision, ApprovalRequest, ApprovalState, Verdict
+from .models import ApprovalDecision, ApprovalRequest, ApprovalState, InputState, InputTask, Verdict
 
 
 def _is_person(user: Actor) -> bool:
@@ -172,6 +172,84 @@ def on_the_way(user: Actor) -> int:
 
 
 def is_reviewer(user: Actor) -> bool:
-    """A person who may open the admin to decide: in a team and in a group (staff or not)."""
-    return (_is_person(user) and user.groups.exists()
-            and teams_visible_to(user).exists())
+    """A person who may open the admin to decide or answer: in a team and in a group, or the
+    assignee of an open input task (staff or not)."""
+    return (_is_person(user) and teams_visible_to(user).exists()
+            and (user.groups.exists() or InputTask.objects.filter(
+                state=InputState.OPEN, assignee=user.get_username()).exists()))
+
+
+# --- input tasks (human_input steps) --------------------------------------------------------------
+
+
+def may_answer(user: Actor, task: InputTask) -> bool:
+    """The task's assignee while it has one, else a member of its current group, in the run's
+    team; or a superuser."""
+    if not _is_person(user):
+        return False
+    if user.is_superuser:
+        return True
+    if role_in(user, task.run.team) is None:
+        return False
+    if task.assignee:
+        return user.get_username() == task.assignee
+    return in_group(user, task.group)
+
+
+def require_answerer(user: Actor, task: InputTask) -> None:
+    """Raise Forbidden unless `user` may answer `task`."""
+    if may_answer(user, task):
+        return
+    if task.assignee:
+        raise Forbidden(f"this task is assigned to {task.assignee}; only they may answer it")
+    raise Forbidden(f"you are not in the group that answers this task ({task.group} in team "
+                    f"{task.run.team.slug})")
+
+
+def require_input_separation(user: Actor, task: InputTask) -> None:
+    """Raise Forbidden if the step asks for separation of duties and `user` set the run in
+    motion (started it, or is one of the people of its provenance). It binds superusers too."""
+    if not task.separation_of_duties:
+        return
+    run = task.run
+    if run.created_by_id == user.pk or user.pk in people_ids(run.provenance):
+        how = describe(run.provenance)
+        raise Forbidden(f"you started this run or set it in motion{f' ({how})' if how else ''}, "
+                        "so someone else must answer (separation of duties)")
+
+
+def input_tasks_visible_to(user: Actor, queryset: QuerySet[InputTask]) -> QuerySet[InputTask]:
+    """`queryset` narrowed to the tasks a person sees: a superuser all; anyone else the tasks of
+    their teams for one of their groups, assigned to them, or answered by them."""
+    if isinstance(user, System) or (user.is_authenticated and user.is_superuser):
+        return queryset
+    scoped = visible(queryset, user, team_field="run__team")
+    if not _is_person(user):
+        return scoped
+    groups = list(user.groups.values_list("name", flat=True))
+    return scoped.filter(Q(group__in=groups) | Q(assignee=user.get_username())
+                         | Q(answered_by=user)).distinct()
+
+
+def input_inbox(user: Actor) -> QuerySet[InputTask]:
+    """Open tasks `user` may answer, in their teams (superusers: those of their groups in any
+    team): what the inbox lists and the header counts."""
+    if not _is_person(user):
+        return InputTask.objects.none()
+    groups = list(user.groups.values_list("name", flat=True))
+    mine = Q(assignee=user.get_username()) | (Q(assignee="") & Q(group__in=groups))
+    open_tasks = InputTask.objects.filter(mine, state=InputState.OPEN)
+    if user.is_superuser:
+        return open_tasks
+    return open_tasks.filter(run__team__in=teams_visible_to(user))
+
+
+def answerers(task: InputTask) -> QuerySet:
+    """Who is told a task waits for them: its assignee, else its group's members in the team."""
+    people = get_user_model().objects.filter(
+        is_active=True, team_memberships__team_id=task.run.team_id).exclude(email="")
+    if task.assignee:
+        people = people.filter(username=task.assignee)
+    else:
+        people = people.filter(groups__name=task.group)
+    return people.distinct().order_by("username")

@@ -161,3 +161,74 @@ class ApprovalDecision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.verdict} by {self.user} on approval {self.request_id}"
+
+
+class InputState(models.TextChoices):
+    OPEN = "open"
+    ANSWERED = "answered"
+    ABSTAINED = "abstained"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class InputTask(ConcurrentTransitionMixin, models.Model):
+    """A `human_input` step's question to a group (or one assignee): the evidence rendered when
+    the step started, the form (a JSON Schema) the answer must satisfy, and, once answered, the
+    answer and who gave it. One task per time the step waits; at most one of them open."""
+
+    step = models.ForeignKey("orchestrator.StepRun", on_delete=models.CASCADE, related_name="input_tasks")
+    run = models.ForeignKey("orchestrator.Run", on_delete=models.CASCADE, related_name="input_tasks")
+    version = models.ForeignKey("orchestrator.WorkflowVersion", on_delete=models.PROTECT,
+                                related_name="+", help_text="The version the run ran when asked.")
+    state = FSMField(default=InputState.OPEN, choices=InputState.choices, protected=True)
+    group = models.CharField(max_length=150, help_text="The group that answers now.")
+    assignee = models.CharField(max_length=150, blank=True,
+                                help_text="The one person who answers before any escalation.")
+    escalation_level = models.PositiveSmallIntegerField(default=0,
+                                                        help_text="1 once escalated.")
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    instructions = models.TextField(blank=True)
+    evidence = models.JSONField(default=list, help_text="[{name, value}], rendered at start.")
+    form = models.JSONField(default=dict, help_text="The JSON Schema the answer must satisfy.")
+    allow_abstain = models.BooleanField(default=False)
+    separation_of_duties = models.BooleanField(default=False)
+    requested_at = models.DateTimeField(default=now)
+    deadline_at = models.DateTimeField()
+    answer = models.JSONField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    answered_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                    on_delete=models.SET_NULL, related_name="+")
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-requested_at"]
+        indexes = [models.Index(fields=["state", "deadline_at"], name="input_state_deadline")]
+        constraints = [
+            models.UniqueConstraint(fields=["step"], condition=models.Q(state="open"),
+                                    name="one_open_input_task_per_step"),
+        ]
+
+    def __str__(self) -> str:
+        return f"input task {self.pk} for {self.step.name} ({self.state})"
+
+    @transition(field=state, source=InputState.OPEN, target=InputState.ANSWERED)
+    def give(self, *, user, answer: dict, note: str) -> None:
+        self.answer, self.note, self.answered_by, self.answered_at = answer, note, user, now()
+
+    @transition(field=state, source=InputState.OPEN, target=InputState.ABSTAINED)
+    def abstain(self, *, user, note: str) -> None:
+        """The person cannot decide: an answer of its own, which the definition routes on."""
+        self.answer, self.note, self.answered_by, self.answered_at = None, note, user, now()
+
+    @transition(field=state, source=InputState.OPEN, target=InputState.OPEN)
+    def escalate(self, *, group: str) -> None:
+        """Unanswered at `escalate_after_s`: the escalation group answers from now on."""
+        self.group, self.assignee, self.escalation_level, self.escalate_at = group, "", 1, None
+
+    @transition(field=state, source=InputState.OPEN, target=InputState.EXPIRED)
+    def expire(self) -> None:
+        self.answered_at = now()
+
+    @transition(field=state, source=InputState.OPEN, target=InputState.CANCELLED)
+    def cancel(self) -> None:
+        self.answered_at = now()

@@ -167,6 +167,17 @@ def explain(entry: AuditEntry, data: dict) -> str:
         return f"Refused to {data.get('attempted')} for {who}: {data.get('reason')}."
     if a == "approval.revoked":
         return f"Approval revoked by {who}: \"{data.get('note')}\"."
+    if a == "input.requested":
+        asked = data.get("assignee") or f"group {data.get('group')}"
+        return f"Input requested from {asked}, by {data.get('deadline_at')}."
+    if a == "input.answered":
+        return f"Answered by {who} (fields: {', '.join(data.get('fields') or []) or 'none'})."
+    if a == "input.abstained":
+        return f"{who} abstained (could not decide)."
+    if a == "input.escalated":
+        return f"Input escalated from {data.get('from')} to {data.get('to')}, deadline {data.get('deadline_at')}."
+    if a == "input.refused":
+        return f"Refused to {data.get('attempted')} for {who}: {data.get('reason')}."
     if a.startswith("effect."):
         return f"Side effect {entry.outcome} (key {data.get('key', entry.idempotency_key)})."
     if a == "run.paused":

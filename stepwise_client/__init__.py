@@ -18,6 +18,7 @@ from .client import (
     TERMINAL_STATES,
     Approval,
     Firing,
+    InputTask,
     Run,
     Signal,
     Stepwise,
@@ -25,5 +26,5 @@ from .client import (
     WaitTimeout,
 )
 
-__all__ = ["TERMINAL_STATES", "Approval", "Firing", "Run", "Signal", "Stepwise", "StepwiseError",
-           "WaitTimeout", "Workflow"]
+__all__ = ["TERMINAL_STATES", "Approval", "Firing", "InputTask", "Run", "Signal", "Stepwise",
+           "StepwiseError", "WaitTimeout", "Workflow"]

@@ -148,6 +148,22 @@ class Workflow(_Steps):
         return self._add(_step(name, "sleep", after=after, fields={
             "for_s": for_s, "until": until, "timezone": timezone, **fields}))
 
+    def human_input(self, name: str, *, group: str, form: dict, assignee: str | None = None,
+                    instructions: str | None = None, evidence: dict[str, str] | None = None,
+                    deadline_s: int | None = None, escalate_to: str | None = None,
+                    escalate_after_s: int | None = None, on_timeout: str | None = None,
+                    allow_abstain: bool | None = None, separation_of_duties: bool | None = None,
+                    after: Iterable[str | Step] | None = None, **fields: Any) -> Step:
+        """A human input: the run waits for a person of `group` (or `assignee`) to fill in
+        `form` (a JSON Schema of flat fields), shown `evidence` (templates over the run).
+        Later steps read `steps.<name>.output.answer`, `.answered_by` and `.abstained`."""
+        return self._add(_step(name, "human_input", after=after, fields={
+            "group": group, "form": form, "assignee": assignee, "instructions": instructions,
+            "evidence": evidence, "deadline_s": deadline_s, "escalate_to": escalate_to,
+            "escalate_after_s": escalate_after_s, "on_timeout": on_timeout,
+            "allow_abstain": allow_abstain, "separation_of_duties": separation_of_duties,
+            **fields}))
+
     def wait(self, name: str, *, signal: str, schema: dict | None = None,
              correlation_key: str | None = None, timeout_s: int | None = None,
              on_timeout: str | None = None, early_signals: str | None = None,

@@ -1,4 +1,5 @@
-"""The client: start a run, wait for it, approve or reject its gate, cancel it, fire a trigger.
+"""The client: start a run, wait for it, approve or reject its gate, answer its input task, cancel
+it, fire a trigger.
 
 Every call that creates something carries an idempotency key (one is generated when the caller
 gives none), so the client can retry a call whose answer was lost — a timeout, a reset
@@ -89,6 +90,28 @@ class Approval:
         return cls(id=data["id"], state=data["state"], run=str(data["run"]), step=data["step"],
                    instructions=data.get("instructions") or "",
                    proposal_hash=data.get("proposal_hash") or "", data=data)
+
+
+@dataclass(frozen=True)
+class InputTask:
+    """A `human_input` step's question: the form (a JSON Schema) its answer must fit."""
+
+    id: int
+    state: str
+    run: str
+    step: str
+    group: str = ""
+    form: Mapping[str, Any] = field(default_factory=dict)
+    allow_abstain: bool = False
+    deadline_at: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> InputTask:
+        return cls(id=data["id"], state=data["state"], run=str(data["run"]), step=data["step"],
+                   group=data.get("group") or "", form=data.get("form") or {},
+                   allow_abstain=bool(data.get("allow_abstain")),
+                   deadline_at=data.get("deadline_at") or "", data=data)
 
 
 @dataclass(frozen=True)
@@ -212,6 +235,29 @@ class Stepwise:
     def reject(self, approval: Approval, *, note: str) -> Approval:
         """Reject, with the reason (required)."""
         return self._decide(approval, "reject", note)
+
+    # --- input tasks (human_input steps) -------------------------------------------------
+
+    def input_tasks(self, run_id: str | None = None, *, mine: bool = True) -> list[InputTask]:
+        """Open input tasks: those waiting for your answer (`mine`), or every open one of your
+        teams' runs; of one run with `run_id`."""
+        params = {"state": "open", **({"run": run_id} if run_id else {}),
+                  **({"for": "me"} if mine else {})}
+        data = self._call("GET", "/api/v1/input-tasks/", params=params)
+        return [InputTask.of(item) for item in data.get("results", [])]
+
+    def input_task(self, task_id: int) -> InputTask:
+        return InputTask.of(self._call("GET", _path("input-tasks", task_id)))
+
+    def answer(self, task: InputTask | int, answer: Mapping[str, Any] | None = None, *,
+               abstain: bool = False, note: str = "") -> InputTask:
+        """Answer an input task with the form's fields, or abstain where it allows. StepwiseError
+        400 names each field the form refuses; 403 if it is not yours to answer; 409 if it is
+        stale (answered already, expired, or its run no longer waits for it)."""
+        task_id = task.id if isinstance(task, InputTask) else task
+        body = {"answer": dict(answer) if answer is not None else None, "abstain": abstain,
+                "note": note}
+        return InputTask.of(self._call("POST", _path("input-tasks", task_id, "answer"), json=body))
 
     def _decide(self, approval: Approval, verb: str, note: str) -> Approval:
         return Approval.of(self._call("POST", _path("approvals", approval.id, verb),

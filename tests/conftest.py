@@ -16,21 +16,25 @@ from .support.egress import LOCAL_SERVERS
 def pytest_collection_modifyitems(items):
     """The `ledger_prefix` tests first: they need a ledger no other test wrote to. Under xdist
     (`make test`: `--dist loadfile --no-loadscope-reorder` hands out files in this order) the
-    soak comes next, then the files with the most tests first, as xdist's own reordering would:
-    a soak of one test handed out last would run alone at the end.
+    soak comes next, then the files whose tests start worker processes or a browser, then the
+    rest, each group with the files of most tests first: a long file handed out last would run
+    alone at the end while the other processes wait.
     Tests of the fast store's own statements (`fast_store`) run with that store only."""
     from django.conf import settings
 
     per_file = Counter(item.path for item in items)
+    # Files whose tests run real worker processes or a browser: they take most of the time.
+    with_processes = {item.path for item in items
+                      if {"workers", "browser_page"} & set(item.fixturenames)}
 
     def rank(item) -> tuple[int, int]:
         if item.get_closest_marker("ledger_prefix"):
             return 0, 0
         if not os.environ.get("PYTEST_XDIST_WORKER"):
-            return 2, 0
+            return 3, 0
         if item.get_closest_marker("soak"):
             return 1, 0
-        return 2, -per_file[item.path]
+        return (2 if item.path in with_processes else 3), -per_file[item.path]
 
     items.sort(key=rank)  # stable: each file's tests keep their order
     if settings.STEPWISE_STORE != "fast":
@@ -285,23 +289,43 @@ def move_clock(monkeypatch):
     return move
 
 
-# The session's worker group, once a test has started it: tests that must be the only consumer
-# of their messages stop it for a while (`without_workers`).
-_WORKER_GROUPS: list = []
+# The session's processes a test may ask for by fixture name (the worker group, the web
+# server), once a test has asked: only tests that ask for one (directly or through their
+# fixtures) have it running. Under `make test` a process runs the integration and browser files
+# first and everything else after, and a step a unit test drives itself must not be taken by a
+# worker left running by an earlier file, nor a page's nudges sent by a server's relay.
+_SESSION_PROCESSES: dict[str, list] = {}
+
+
+def stopped_when_not_asked_for(fixture: str, process) -> None:
+    """Register `process` (with `start()`, `stop()` and `proc`) as the one `fixture` gives."""
+    _SESSION_PROCESSES.setdefault(fixture, []).append(process)
+
+
+def _running(process) -> bool:
+    return process.proc is not None and process.proc.poll() is None
+
+
+@pytest.fixture(autouse=True)
+def session_processes_only_where_asked(request):
+    for fixture, processes in _SESSION_PROCESSES.items():
+        wanted = fixture in request.fixturenames
+        for process in processes:
+            if wanted and not _running(process):
+                process.start()
+            elif not wanted and _running(process):
+                process.stop()
 
 
 @pytest.fixture(scope="module")
 def without_workers():
-    """No real worker consumes this module's messages: the session's worker group, if an earlier
-    test in this process started one, is stopped for the module and started again after it.
-    For tests that drive a step themselves and count what it does: a worker taking their
-    step's message first would do the work instead."""
-    running = [group for group in _WORKER_GROUPS if group.proc and group.proc.poll() is None]
-    for group in running:
-        group.stop()
-    yield
-    for group in running:
-        group.start()
+    """No real worker consumes this module's messages, from its module-scoped fixtures on: the
+    session's worker group, if an earlier test in this process started one, is stopped (a test
+    that asks for `workers` starts it again). For tests that drive a step themselves and count
+    what it does: a worker taking their step's message first would do the work instead."""
+    for group in _SESSION_PROCESSES.get("workers", []):
+        if _running(group):
+            group.stop()
 
 
 @pytest.fixture(scope="session")
@@ -315,6 +339,6 @@ def workers(django_db_setup, django_db_blocker):
 
     group = WorkerGroup(f"itest-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
     group.start()
-    _WORKER_GROUPS.append(group)
+    stopped_when_not_asked_for("workers", group)
     yield group
     group.stop()

@@ -12,7 +12,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, InputTask
 from orchestrator.engine.authz import GRANTS, Action
 from orchestrator.engine.errors import Forbidden
 from orchestrator.engine.retry import StepError
@@ -508,3 +508,70 @@ def test_a_refusal_names_the_permission_and_changes_nothing(team, starter):
     assert re.search(r"user:member may not run\.cancel in team 'support'",
                      response.json()["errors"][0]["message"])
     assert Run.objects.get(pk=run.pk).state == run.state
+
+
+# --- input tasks: the group, the team, separation of duties ---------------------------------------
+
+INPUT_ACTIONS = ("answer", "abstain")
+ASKING = {"name": "asking", "input_schema": {"type": "object"}, "steps": [
+    {"name": "ask", "type": "human_input", "group": "support_leads", "allow_abstain": True,
+     "separation_of_duties": True,
+     "form": {"type": "object", "required": ["reason"],
+              "properties": {"reason": {"type": "string"}}}}]}
+
+
+def input_matrix() -> dict[str, set[str]]:
+    """{row label: personas marked yes}, from the input task table of docs/permissions.md."""
+    text = MATRIX.read_text()
+    table = text.split("<!-- input-matrix:start -->")[1].split("<!-- input-matrix:end -->")[0]
+    matrix = {}
+    for row in table.strip().splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        matrix[cells[0]] = {p for p, cell in zip(APPROVAL_PERSONAS, cells[1:], strict=True)
+                            if cell == "yes"}
+    return matrix
+
+
+def input_task_for(team, starter):
+    starter.groups.add(Group.objects.get_or_create(name="support_leads")[0])
+    version, _ = workflow_save(team=team, definition=ASKING, actor=SETUP)
+    return InputTask.objects.get(run=run_start(version=version, input={}, actor=starter))
+
+
+def test_the_documented_input_matrix_has_every_action_and_persona():
+    documented = input_matrix()
+    assert set(documented) == {"see the task (API)", "see the task (admin)",
+                               *(f"input.{a}" for a in INPUT_ACTIONS)}
+    assert "starter" not in documented["input.answer"]  # separation of duties
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", APPROVAL_PERSONAS)
+@pytest.mark.parametrize("action", INPUT_ACTIONS)
+def test_answering_an_input_task(team, starter, who, action, surface):
+    task = input_task_for(team, starter)
+    user = approval_persona(team, who, starter)
+    may = who in input_matrix()[f"input.{action}"]
+    if surface == "api":
+        body = {"abstain": True} if action == "abstain" else {"answer": {"reason": "ok"}}
+        response = client_for(user).post(f"/api/v1/input-tasks/{task.id}/answer/", body,
+                                         format="json")
+        sees = who in input_matrix()["see the task (API)"]
+        assert response.status_code == (200 if may else 403 if sees else 404), response.json()
+    else:
+        response = admin_client(user).post(f"/admin/approvals/inputtask/{task.id}/change/",
+                                           {"decision": action, "field_reason": "ok"})
+        sees = who in input_matrix()["see the task (admin)"]
+        assert response.status_code == (302 if may else 403 if sees else 404)
+    expected = ("abstained" if action == "abstain" else "answered") if may else "open"
+    assert InputTask.objects.get(pk=task.pk).state == expected
+
+
+@pytest.mark.parametrize("who", APPROVAL_PERSONAS)
+def test_seeing_an_input_task(team, starter, who):
+    task = input_task_for(team, starter)
+    user = approval_persona(team, who, starter)
+    api = client_for(user).get(f"/api/v1/input-tasks/{task.id}/").status_code
+    admin = admin_client(user).get(f"/admin/approvals/inputtask/{task.id}/change/").status_code
+    assert (api == 200) is (who in input_matrix()["see the task (API)"])
+    assert (admin == 200) is (who in input_matrix()["see the task (admin)"])

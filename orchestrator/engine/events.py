@@ -47,6 +47,8 @@ LOG_LEVELS = {
     "approval.given": INFO, "approval.approved": INFO, "approval.rejected": INFO,
     "approval.edited": INFO, "approval.revoked": INFO, "approval.escalated": WARNING,
     "approval.expired": WARNING, "dead_letter.redriven": INFO,
+    "input.answered": INFO, "input.abstained": INFO, "input.escalated": WARNING,
+    "input.expired": WARNING,
 }
 
 

@@ -84,6 +84,17 @@ TEMPLATES: tuple[Template, ...] = (
                          "system posts its alerts, signed, to the trigger's URL."},
     ),
     Template(
+        name="missing-field", file="missing-field.yaml",
+        title="A document that asks a person for a missing field",
+        summary="Extract an invoice's facts; when its IBAN is missing, a clerk is asked for it "
+                "with the document as evidence, and the record is stored with their answer (or "
+                "handled by hand when they abstain).",
+        patterns=("human input", "form from a JSON Schema", "abstain routing", "escalation"),
+        sample_input={"document_id": "INV-2291",
+                      "text": "Invoice INV-2291 from Acme Ltd, 12 March. Consulting, 10 hours: "
+                              "1,240.00 EUR. Payable within 30 days by bank transfer."},
+    ),
+    Template(
         name="revise-until-approved", file="revise-until-approved.yaml",
         title="Draft, critique, revise (loop)",
         summary="Draft an announcement, have a critic review it and revise until the critic "

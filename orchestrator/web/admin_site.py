@@ -3,8 +3,9 @@
 Django's own site admits staff only. Here a reviewer — a person in a team and in a group, such
 as a member of the approvers group who is not staff — may sign in too, to decide; what anyone
 sees inside is still scoped by each screen (`TeamScopedAdminMixin`, `approvals.authority`), so
-signing in grants nothing by itself. Every page gets `approvals_waiting`: how many pending
-requests wait for the person's groups (the header and the admin home show it).
+signing in grants nothing by itself. Every page gets `approvals_waiting` and `inputs_waiting`:
+how many pending requests and open input tasks wait for the person (the header and the admin
+home show them).
 
 Someone who entered only as a reviewer (not staff) is shown only the reviewer's pages in the
 index, the sidebar and the header (`REVIEWER_PAGES`); the other screens still answer by their
@@ -14,7 +15,7 @@ from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
 
-from approvals.authority import inbox, is_reviewer, on_the_way
+from approvals.authority import inbox, input_inbox, is_reviewer, on_the_way
 from orchestrator.engine.authz import teams_visible_to
 
 
@@ -32,7 +33,7 @@ class ReviewerAuthenticationForm(AdminAuthenticationForm):
 
 
 # (app label, model name) of the pages a reviewer who is not staff is offered.
-REVIEWER_PAGES = frozenset({("approvals", "approvalrequest")})
+REVIEWER_PAGES = frozenset({("approvals", "approvalrequest"), ("approvals", "inputtask")})
 
 
 def reviewer_only(user) -> bool:
@@ -65,6 +66,8 @@ class StepwiseAdminSite(admin.AdminSite):
         context = super().each_context(request)
         user = request.user
         context["approvals_waiting"] = inbox(user).count() if user.is_authenticated else 0
+        context["inputs_waiting"] = input_inbox(user).count() if user.is_authenticated else 0
+        context["waiting_total"] = context["approvals_waiting"] + context["inputs_waiting"]
         context["reviewer_only"] = reviewer_only(user)
         # The header offers only pages that open for this person: the inbox to reviewers, the
         # operations pages to people of some team (an auditor may be in none).

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Q
 
-from approvals.models import ApprovalRequest, ApprovalState
+from approvals.models import ApprovalRequest, ApprovalState, InputState, InputTask
 from orchestrator.engine.selectors import definition_of
 from orchestrator.engine.states import STEP_BROKEN, STEP_DONE, STEP_TERMINAL, StepKind, StepState
 from orchestrator.models import Event, MapItem, Run, StepRun
@@ -108,7 +108,8 @@ def wait_for_event(run: Run, *, after: int, timeout: float) -> int:
 def run_snapshot(run: Run) -> dict:
     """Everything the run page shows, as JSON-ready data: the run, its budget and progress, the
     DAG (nodes and edges) with each step's state, times, attempts, tokens, cost and error, and
-    its pending approvals, sleeping steps and steps waiting for a signal. `run` should come from `selectors.runs_with_version()`."""
+    its pending approvals, open input tasks, sleeping steps and steps waiting for a signal.
+    `run` should come from `selectors.runs_with_version()`."""
     definition, graph = definition_of(run)
     steps = list(run.steps.order_by("position").annotate(
         attempt_records_failed=Count("attempt_records",
@@ -116,6 +117,10 @@ def run_snapshot(run: Run) -> dict:
     progress = run_progress(run, steps)
     pending = (ApprovalRequest.objects.filter(run=run, state=ApprovalState.PENDING)
                .select_related("step").order_by("id"))
+    asking = [s.id for s in steps if s.kind == StepKind.HUMAN_INPUT and s.state == StepState.WAITING]
+    # Read only while a step waits for input, so a run without one costs no statement more.
+    inputs = (InputTask.objects.filter(step_id__in=asking, state=InputState.OPEN)
+              .select_related("step").order_by("id") if asking else [])
     budget = definition.get("budget") or {}
     max_cost = budget.get("max_cost_usd")
     return {
@@ -148,10 +153,12 @@ def run_snapshot(run: Run) -> dict:
         "approvals": [{"id": a.id, "step": a.step.name, "approvers": a.approvers,
                        "risk_tier": a.risk_tier, "deadline_at": a.deadline_at}
                       for a in pending],
-        # What else the run waits for, and until when: each sleep step still sleeping.
+        # What else the run waits for, and until when: each open input task, each sleep step
+        # still sleeping, each wait step still waiting (and the signal it waits for).
+        "inputs": [{"id": t.id, "step": t.step.name, "group": t.group, "assignee": t.assignee,
+                    "until": t.deadline_at} for t in inputs],
         "sleeps": [{"step": s.name, "until": s.wake_at} for s in steps
                    if s.kind == StepKind.SLEEP and s.state == StepState.WAITING],
-        # Each wait step still waiting: the signal it waits for, and until when.
         "signals": [{"step": s.name, "signal": graph.steps[s.name]["signal"], "until": s.deadline_at}
                     for s in steps if s.kind == StepKind.WAIT and s.state == StepState.WAITING],
     }

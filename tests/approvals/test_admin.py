@@ -32,7 +32,8 @@ def test_a_reviewer_who_is_not_staff_signs_in_and_sees_what_waits(team, requeste
     home = client.get("/admin/").content.decode()
     assert "Waiting for your decision" in home
     assert f'href="{INBOX}">1 pending approval request</a>' in home
-    assert '<span class="waiting-count" title="pending requests waiting for your groups">1</span>' in home
+    assert ('<span class="waiting-count" title="pending requests and input tasks waiting for '
+            'you">1</span>') in home
     assert approval.run_id  # the inbox lists it (below)
     assert str(approval.id) in client.get(INBOX).content.decode()
 
@@ -229,7 +230,8 @@ def test_a_reviewer_who_is_not_staff_is_offered_only_the_reviewers_pages(team, l
     html = signed_in(lead).get("/admin/").content.decode()
 
     linked = set(re.findall(r'href="(/admin/[a-z_]+/[a-z_]+/)"', html))
-    assert linked == {INBOX}, linked  # the index, the sidebar and the header: the inbox only
+    # The index, the sidebar and the header: the inbox and the input tasks only.
+    assert linked == {INBOX, "/admin/approvals/inputtask/"}, linked
     offered = signed_in(operator).get("/admin/").content.decode()
     assert "/admin/orchestrator/run/" in offered and "/admin/orchestrator/deadletter/" in offered
 

@@ -11,6 +11,7 @@ from audit.models import AuditEntry
 from notifications.delivery import notification_deliver
 from notifications.models import Notification
 from orchestrator.engine.errors import Forbidden
+from orchestrator.engine.services.kinds import handler_for
 from orchestrator.engine.services.kinds.human_gate import approval_grant
 from orchestrator.engine.services.reaper import reap
 from orchestrator.models import Run, StepRun
@@ -129,3 +130,18 @@ def test_the_notification_is_an_email_with_a_link_to_the_decision_page(team, req
     assert message.subject == "Approval needed: support-reply / approve (medium risk)"
     assert f"https://stepwise.example/admin/approvals/approvalrequest/{approval.id}/change/" in message.body
     assert "email.send to dana@example.com: Re: ticket T-9" in message.body
+
+
+def test_a_sweep_that_listed_the_gate_before_another_escalated_it_does_nothing(
+        team, requester, lead, manager, frozen_clock):
+    approval = support_gate(team, requester)
+    frozen_clock.advance(hours=4, seconds=1)
+    assert reap()["timed_out"] == 1
+
+    # The second sweep read the step as due before the first one's commit moved its deadline on.
+    assert handler_for("human_gate").time_out(step_id=approval.step_id, reason="again") is False
+
+    escalated = fresh(approval)
+    assert (escalated.state, escalated.approvers, escalated.escalation_level) == (
+        "pending", "support_managers", 1)
+    assert len(notices("approval.escalated")) == 1

@@ -22,7 +22,6 @@ Fixtures any browser test may use (the approvals inbox, the live run pages, ...)
 Browser tests use the transactional database (`django_db(transaction=True)`), so the server and
 the workers see what the test writes, and are marked `browser` and `integration`.
 """
-import contextlib
 import os
 import socket
 import subprocess
@@ -97,43 +96,55 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-@contextlib.contextmanager
-def _served(name: str):
-    """A uvicorn process serving the ASGI app, as `make run` does; its URL."""
-    env = {**worker_env(), "STEPWISE_REAP_INTERVAL_S": "3600"}
-    subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT,
-                   env=env, check=True)
-    port = _free_port()
-    log = Path(settings.VAR_DIR) / f"itest-{name}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "orchestrator.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning"],
-        cwd=ROOT, env={**env, "PORT": str(port)}, stdout=log.open("w"), stderr=subprocess.STDOUT,
-        start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the web server exited: {log.read_text()[-3000:]}")
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
-    else:
+class Server:
+    """A uvicorn process serving the ASGI app, as `make run` does, on a port of its own that it
+    keeps when started again."""
+
+    def __init__(self, name: str):
+        self.name, self.port, self.proc = name, _free_port(), None
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**worker_env(), "STEPWISE_REAP_INTERVAL_S": "3600", "PORT": str(self.port)}
+        subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
+                       cwd=ROOT, env=self.env, check=True)
+
+    def start(self) -> None:
+        log = Path(settings.VAR_DIR) / (
+            f"itest-{self.name}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.log")
+        self.proc = proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "orchestrator.asgi:application", "--host",
+             "127.0.0.1", "--port", str(self.port), "--log-level", "warning"],
+            cwd=ROOT, env=self.env, stdout=log.open("a"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the web server exited: {log.read_text()[-3000:]}")
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.1)
         raise RuntimeError(f"the web server did not listen: {log.read_text()[-3000:]}")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
         try:
-            proc.wait(timeout=10)
+            self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            self.proc.kill()
+            self.proc.wait()
 
 
 @pytest.fixture(scope="session")
 def web_server(django_db_setup, django_db_blocker):
-    with _served("web") as url:
-        yield url
+    from tests.conftest import stopped_when_not_asked_for
+
+    server = Server("web")
+    server.start()
+    stopped_when_not_asked_for("web_server", server)
+    yield server.url
+    server.stop()
 
 
 @pytest.fixture
@@ -141,8 +152,10 @@ def fresh_web_server(django_db_setup):
     """A web process of this test's own: it reads content types after the flush before this
     test (the session's server keeps the ids of the first test it served, and an admin save
     writes a log entry naming them)."""
-    with _served("fresh-web") as url:
-        yield url
+    server = Server("fresh-web")
+    server.start()
+    yield server.url
+    server.stop()
 
 
 @pytest.fixture

@@ -366,6 +366,37 @@ def test_an_editor_adds_a_sleep_from_the_palette_and_saves_it(browser_page, work
         {"name": "echo", "type": "tool", "tool": "core.echo", "after": ["nap"]}]
 
 
+def test_an_editor_adds_a_human_input_from_the_palette_and_saves_it(browser_page, screenshot,
+                                                                    workers, web_server, team,
+                                                                    editor):
+    page = browser_page
+    sign_in(page, web_server, "/admin/orchestrator/workflow/")
+    page.click("text=New workflow in the builder")
+    page.wait_for_selector("#builder[data-ready=true]")
+
+    set_field(page, "#field-workflow-name", "ask-then-echo")
+    drop_step(page, "human_input", 150, 250)
+    set_field(page, "#field-step-name", "ask")
+    set_field(page, "#field-step-group", "clerks")
+    set_field(page, "#field-step-form",
+              "type: object\nrequired: [iban]\nproperties:\n  iban: {type: string}")
+    drop_step(page, "tool", 400, 250)
+    set_field(page, "#field-step-name", "echo")
+    set_field(page, "#field-step-tool", "core.echo")
+    page.click("#btn-connect")
+    draw_edge(page, "ask", "echo")
+    page.click("#btn-connect")
+    screenshot(page, "builder-human-input")
+    save(page)
+
+    version = WorkflowVersion.objects.get(workflow__name="ask-then-echo", workflow__team=team)
+    assert version.definition["steps"] == [
+        {"name": "ask", "type": "human_input", "group": "clerks",
+         "form": {"type": "object", "required": ["iban"],
+                  "properties": {"iban": {"type": "string"}}}},
+        {"name": "echo", "type": "tool", "tool": "core.echo", "after": ["ask"]}]
+
+
 def test_an_editor_adds_a_wait_for_a_signal_from_the_palette_and_saves_it(
         browser_page, workers, web_server, team, editor):
     page = browser_page

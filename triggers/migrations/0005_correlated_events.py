@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('orchestrator', '0020_wait_steps'),
+        ('orchestrator', '0021_wait_steps'),
         ('triggers', '0004_firing_one_refusal'),
     ]
 

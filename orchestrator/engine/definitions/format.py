@@ -23,7 +23,7 @@ STEP_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 STEP_RUN_NAME_CHARS = 64  # StepRun.name: a step's name, or a loop body step's with `[N]`
 
 STEP_TYPES = ("agent", "tool", "router", "map", "human_gate", "sub_workflow", "loop", "sleep",
-              "wait")
+              "human_input", "wait")
 MAP_ITEM_TYPES = ("agent", "tool")
 # A loop's body runs on workers only: no gate, map, child run or loop inside an iteration.
 LOOP_BODY_TYPES = ("agent", "tool", "router")
@@ -70,6 +70,11 @@ DEFAULT_SLEEP_TIMEZONE = "UTC"
 # What a sleep step has of the common step fields: it runs nothing, so it has no attempt to
 # time out or retry, and no model call to cap.
 SLEEP_COMMON_FIELDS = ("name", "type", "description", "after", "when", "join", "fallback")
+# A human_input step (docs/definitions.md#human_input): how long a person has to answer
+# (filled in by `normalize`), and what happens when nobody did.
+DEFAULT_INPUT_DEADLINE_S = 86400
+INPUT_TIMEOUT_CHOICES = ("fail", "abstain")
+DEFAULT_INPUT_TIMEOUT = "fail"
 # A wait step (filled in by `normalize`): how long it waits, what its timeout does, and what a
 # signal sent before it starts waiting does. It runs nothing, so it has no retry either.
 WAIT_COMMON_FIELDS = SLEEP_COMMON_FIELDS
@@ -966,6 +971,93 @@ def shared_format_schema() -> dict:
                 },
             },
             ["name", "type"],
+        ),
+        "human_input_step": _closed_step(
+            "human_input step",
+            {
+                **{key: common[key] for key in SLEEP_COMMON_FIELDS},
+                "group": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 150,
+                    "description": "The group whose members (in the run's team) answer.",
+                },
+                "assignee": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 150,
+                    "description": (
+                        "The username of the one person who answers (a member of the run's "
+                        "team); until an escalation, no one else of the group may."
+                    ),
+                },
+                "instructions": {
+                    **_TEMPLATE,
+                    "description": "Shown above the form. " + _TEMPLATE["description"],
+                },
+                "evidence": {
+                    "type": "object",
+                    "maxProperties": 50,
+                    "additionalProperties": {**_TEMPLATE, "minLength": 1},
+                    "description": (
+                        "What the person is shown to answer by: a label -> a template over the "
+                        "run, rendered when the step starts."
+                    ),
+                },
+                "form": {
+                    **_JSON_SCHEMA,
+                    "description": (
+                        "A JSON Schema of type object whose properties are the form's fields "
+                        "(string, with or without enum, number, integer, boolean); `required` "
+                        "fields must be filled in. The answer is checked against it."
+                    ),
+                },
+                "deadline_s": {
+                    "type": "integer",
+                    "exclusiveMinimum": 0,
+                    "maximum": limits.MAX_TIMEOUT_S,
+                    "description": (
+                        f"Seconds the person has to answer (default {DEFAULT_INPUT_DEADLINE_S}); "
+                        "then on_timeout applies."
+                    ),
+                },
+                "escalate_to": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 150,
+                    "description": (
+                        "A group that takes the task over, once, when it is unanswered after "
+                        "escalate_after_s (with escalate_after_s)."
+                    ),
+                },
+                "escalate_after_s": {
+                    "type": "integer",
+                    "exclusiveMinimum": 0,
+                    "maximum": limits.MAX_TIMEOUT_S,
+                    "description": "Seconds after the start to escalate (less than deadline_s).",
+                },
+                "on_timeout": {
+                    "enum": list(INPUT_TIMEOUT_CHOICES),
+                    "default": DEFAULT_INPUT_TIMEOUT,
+                    "description": (
+                        "fail: the step times out and the workflow's on_error applies. abstain: "
+                        "the step completes as an abstention, which the definition routes on."
+                    ),
+                },
+                "allow_abstain": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Whether the person may answer 'can't decide' (abstain).",
+                },
+                "separation_of_duties": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": (
+                        "Whether whoever set the run in motion is barred from answering."
+                    ),
+                },
+            },
+            ["name", "type", "group", "form"],
         ),
         "wait_step": _closed_step(
             "wait step",

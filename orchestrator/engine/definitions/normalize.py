@@ -15,6 +15,8 @@ from .format import (
     DEFAULT_APPROVAL_AT,
     DEFAULT_AUDIT_STORE,
     DEFAULT_EARLY_SIGNALS,
+    DEFAULT_INPUT_DEADLINE_S,
+    DEFAULT_INPUT_TIMEOUT,
     DEFAULT_JOIN,
     DEFAULT_MAX_PARALLEL,
     DEFAULT_MERGE,
@@ -63,6 +65,14 @@ def _fill_step(step: dict) -> None:
         if "until" in step:
             step.setdefault("timezone", DEFAULT_SLEEP_TIMEZONE)
         return  # it runs nothing: no timeout_s or retry
+    if step["type"] == "human_input":
+        step.setdefault("description", "")
+        step.setdefault("deadline_s", DEFAULT_INPUT_DEADLINE_S)
+        step.setdefault("on_timeout", DEFAULT_INPUT_TIMEOUT)
+        step.setdefault("allow_abstain", False)
+        step.setdefault("separation_of_duties", False)
+        step.setdefault("evidence", {})
+        return  # a person answers it: no attempt to time out or retry
     if step["type"] == "wait":
         step.setdefault("description", "")
         step.setdefault("timeout_s", DEFAULT_WAIT_TIMEOUT_S)

@@ -26,6 +26,7 @@ from .expressions import (
 )
 from .format import (
     CONTEXT_ROOTS,
+    DEFAULT_INPUT_DEADLINE_S,
     DEFAULT_ON_TIMEOUT,
     DEFAULT_SLEEP_TIMEZONE,
     HUMAN_GATE_TIMEOUT_S,
@@ -38,6 +39,8 @@ from .format import (
 )
 from .gates import CONTEXT, PROPOSAL, STEP, approves_problem, gate_binding
 from .graph import Graph, Node
+from .inputs import form_problems
+from .inputs import output_schema as input_output_schema
 from .limits import (
     MAX_DEFINITION_BYTES,
     MAX_DEPTH,
@@ -317,8 +320,38 @@ class _Check:
             self.check_loop(at, step, name, upstream)
         elif step_type == "sleep":
             self.check_sleep(at, step, name, upstream)
+        elif step_type == "human_input":
+            self.check_human_input(at, step, name, upstream)
         elif step_type == "wait":
             self.check_wait(at, step, name, upstream)
+
+    def check_human_input(self, at: Parts, step: dict, name, upstream) -> None:
+        """A form that can be drawn and checked (a valid JSON Schema of flat fields), its
+        instructions and evidence templates checked like every other, an escalation that comes
+        before the deadline and goes to another group."""
+        form = step.get("form")
+        self.check_schema_field((*at, "form"), form)
+        if is_valid_schema(form):
+            for parts, message in form_problems(form, (*at, "form")):
+                self.add(parts, message)
+        self.check_template((*at, "instructions"), step.get("instructions"), name, upstream,
+                            self.roots)
+        evidence = step.get("evidence")
+        if isinstance(evidence, dict):
+            for label, text in evidence.items():
+                self.check_template((*at, "evidence", label), text, name, upstream, self.roots)
+        has_to, has_after = "escalate_to" in step, "escalate_after_s" in step
+        if has_to != has_after:
+            missing = "escalate_after_s" if has_to else "escalate_to"
+            self.add((*at, missing), "escalate_to and escalate_after_s go together: "
+                     f"add {missing}")
+        after_s = step.get("escalate_after_s")
+        deadline_s = step.get("deadline_s", DEFAULT_INPUT_DEADLINE_S)
+        if _is_number(after_s) and _is_number(deadline_s) and after_s >= deadline_s:
+            self.add((*at, "escalate_after_s"),
+                     f"escalate_after_s ({after_s}) must be less than deadline_s ({deadline_s})")
+        if has_to and step.get("escalate_to") == step.get("group"):
+            self.add((*at, "escalate_to"), "escalate_to names the step's own group")
 
     def check_wait(self, at: Parts, step: dict, name, upstream) -> None:
         """A payload schema that is a schema; a correlation key template checked like every
@@ -838,7 +871,7 @@ class _Check:
                     producer = self.step_named(fallback)
                 steps[ancestor] = {
                     "state": "completed",
-                    "output": _sample(producer.get("output_schema"), full),
+                    "output": _sample(_output_schema_of(producer), full),
                 }
             context = {"input": _sample(self.doc.get("input_schema"), full), "steps": steps}
             if "item" in roots:
@@ -957,7 +990,7 @@ class _Check:
             if producer not in upstream:
                 self.add(prop_at, f"step {producer!r} is not an ancestor of {name!r}")
                 continue
-            produced = self.step_named(producer).get("output_schema")
+            produced = _output_schema_of(self.step_named(producer))
             if not is_valid_schema(produced) or not is_valid_schema(wanted):
                 continue
             reason = schema_accepts(wanted, produced)
@@ -1006,6 +1039,13 @@ class _Check:
         if not isinstance(value, list):
             return []
         return [item if isinstance(item, str) else None for item in value]
+
+
+def _output_schema_of(step: dict) -> object:
+    """What a step declares of its output: its output_schema, or a kind's own shape."""
+    if step.get("type") == "human_input":
+        return input_output_schema(step)
+    return step.get("output_schema")
 
 
 def _sample(schema: object, full: bool) -> object:

@@ -8,10 +8,11 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, InputTask
 from orchestrator.models import Run, StepRun
 
-MODELS = [("Run", Run), ("Step run", StepRun), ("Approval request", ApprovalRequest)]
+MODELS = [("Run", Run), ("Step run", StepRun), ("Approval request", ApprovalRequest),
+          ("Input task", InputTask)]
 
 
 def diagram(model) -> str:

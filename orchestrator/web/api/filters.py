@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 import django_filters
 from django import forms
 
-from approvals.models import ApprovalRequest, ApprovalState
+from approvals.authority import input_inbox
+from approvals.models import ApprovalRequest, ApprovalState, InputState, InputTask
 from orchestrator.models import DeadLetter, Run, RunState, Workflow
 
 
@@ -81,6 +82,22 @@ class ApprovalFilter(FilterSet):
 
     class Meta(FilterSet.Meta):
         model = ApprovalRequest
+        fields = ["state", "run"]
+
+
+class InputTaskFilter(FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=InputState.choices)
+    run = django_filters.UUIDFilter(field_name="run_id")
+    # `?for=me`: `for` is a Python keyword, so the filter is named through the class namespace.
+    locals()["for"] = django_filters.ChoiceFilter(
+        choices=[("me", "me")], method="waiting_for_me",
+        label="`me`: only the open tasks waiting for your answer (yours, or your groups').")
+
+    def waiting_for_me(self, queryset, name, value):
+        return queryset.filter(id__in=input_inbox(self.request.user).values("id"))
+
+    class Meta(FilterSet.Meta):
+        model = InputTask
         fields = ["state", "run"]
 
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 from drf_spectacular.utils import OpenApiExample, extend_schema_field
 from rest_framework import serializers
 
-from approvals.models import ApprovalDecision, ApprovalRequest
+from approvals.models import ApprovalDecision, ApprovalRequest, InputTask
 from budgets.selectors import run_budget
 from budgets.serializers import RunBudgetSerializer
 from orchestrator.engine.executors import ATTEMPT_META_FIELDS
@@ -505,6 +505,39 @@ class ApprovalSerializer(serializers.ModelSerializer):
         """Distinct people who approved the current hash."""
         return len({d.user_id for d in approval.decisions.all()
                     if d.verdict == "approve" and d.proposal_hash == approval.proposal_hash})
+
+
+# --- input tasks (human_input steps) -------------------------------------------------------
+
+
+class InputTaskSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="api:inputtask-detail")
+    run_url = serializers.HyperlinkedRelatedField(
+        source="run", view_name="api:run-detail", read_only=True
+    )
+    workflow = serializers.CharField(source="run.version.workflow.name", read_only=True)
+    step = serializers.CharField(source="step.name", read_only=True)
+    answered_by = _username("Who answered or abstained; null while open, and when it expired "
+                            "or was cancelled.")
+
+    class Meta:
+        model = InputTask
+        fields = ["id", "url", "state", "run", "run_url", "workflow", "step", "version", "group",
+                  "assignee", "escalation_level", "escalate_at", "instructions", "evidence",
+                  "form", "allow_abstain", "separation_of_duties", "requested_at", "deadline_at",
+                  "answer", "note", "answered_by", "answered_at"]
+
+
+class InputAnswerSerializer(serializers.Serializer):
+    answer = serializers.JSONField(
+        required=False, default=None, allow_null=True,
+        help_text="The form's fields: an object the task's `form` (a JSON Schema) accepts. "
+        "Each problem is a 400 naming its field (`answer.<field>`).")
+    abstain = serializers.BooleanField(
+        required=False, default=False,
+        help_text="Answer 'can't decide' instead (only where the task's `allow_abstain`).")
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=10000,
+                                 help_text="A note recorded with your answer (optional).")
 
 
 # --- dead letters --------------------------------------------------------------------------

@@ -14,7 +14,13 @@ from .gate_policies import GatePolicyViewSet
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
 from .templates import TemplateViewSet
 from .tools import ToolViewSet
-from .views import ApprovalViewSet, DeadLetterViewSet, RunViewSet, WorkflowViewSet
+from .views import (
+    ApprovalViewSet,
+    DeadLetterViewSet,
+    InputTaskViewSet,
+    RunViewSet,
+    WorkflowViewSet,
+)
 
 app_name = "api"
 
@@ -22,6 +28,7 @@ router = DefaultRouter()
 router.register("workflows", WorkflowViewSet, basename="workflow")
 router.register("runs", RunViewSet, basename="run")
 router.register("approvals", ApprovalViewSet, basename="approval")
+router.register("input-tasks", InputTaskViewSet, basename="inputtask")
 router.register("dead-letters", DeadLetterViewSet, basename="deadletter")
 router.register("triggers", TriggerViewSet, basename="trigger")
 router.register("event-dead-letters", EventDeadLetterViewSet, basename="eventdeadletter")

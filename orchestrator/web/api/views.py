@@ -22,7 +22,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, Throttled, ValidationError
 from rest_framework.response import Response
 
-from approvals.models import ApprovalDecision, ApprovalRequest
+from approvals.models import ApprovalDecision, ApprovalRequest, InputTask
 from budgets.serializers import BudgetRaiseSerializer, RunEstimateSerializer
 from budgets.services import run_estimate
 from orchestrator.engine.authz import visible, visible_workflows_named
@@ -37,6 +37,7 @@ from orchestrator.engine.services.kinds.human_gate import (
     approval_reject,
     approval_revoke,
 )
+from orchestrator.engine.services.kinds.human_input import input_answer
 from orchestrator.engine.services.operators import (
     dead_letter_redrive,
     run_budget_raise,
@@ -59,7 +60,7 @@ from orchestrator.models import DeadLetter, Event, Run, StepRun, Workflow, Workf
 from ..progress import LONG_POLL_MAX_S, LongPollsExhausted, long_poll_slot, wait_for_event
 from . import serializers as s
 from .errors import ServiceErrorsMixin, error_body, errors_of, problems_body, valid_data
-from .filters import ApprovalFilter, DeadLetterFilter, RunFilter, WorkflowFilter
+from .filters import ApprovalFilter, DeadLetterFilter, InputTaskFilter, RunFilter, WorkflowFilter
 from .parsers import JSONBodyParser, TextYAMLParser, YAMLParser
 from .permissions import team_for_write
 from .throttling import RUN_START_THROTTLES, RunStartThrottleMixin
@@ -609,3 +610,35 @@ class ApprovalViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retrieve
         body = valid_data(s.ApprovalRevokeSerializer(data=request.data))
         approval_revoke(approval_id=approval.id, user=request.user, note=body["note"])
         return self._answer(approval.pk)
+
+
+class InputTaskViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                       viewsets.GenericViewSet):
+    """Input tasks of `human_input` steps in your teams' runs (superusers: all). Filter with
+    `?state=open`; `?for=me` lists the open tasks waiting for your answer."""
+
+    filterset_class = InputTaskFilter
+    serializer_class = s.InputTaskSerializer
+
+    def get_queryset(self) -> QuerySet[InputTask]:
+        tasks = InputTask.objects.select_related(
+            "run__team", "run__version__workflow", "step", "answered_by"
+        ).defer("run__version__definition", "run__version__normalized")
+        return visible(tasks, self.request.user, team_field="run__team").order_by("deadline_at", "id")
+
+    @extend_schema(request=s.InputAnswerSerializer,
+                   responses={200: s.InputTaskSerializer, 400: _ERRORS, 403: _ERRORS, 409: _ERRORS},
+                   description="Answer the task with the form's fields (`answer`), or abstain "
+                   "where it allows (`abstain: true`). The step completes with {answer, "
+                   "answered_by, abstained} and the run moves on. 400 naming each field the "
+                   "form's schema refuses; 403 unless you are the task's assignee or in its "
+                   "group (and, where the step asks for separation of duties, did not set the "
+                   "run in motion); 409 when the task is stale: answered, expired or cancelled, "
+                   "or its run no longer waits for it.")
+    @action(detail=True, methods=["post"], parser_classes=[JSONBodyParser])
+    def answer(self, request, pk=None):
+        task = self.get_object()
+        body = valid_data(s.InputAnswerSerializer(data=request.data))
+        input_answer(task_id=task.id, user=request.user, answer=body["answer"],
+                     abstain=body["abstain"], note=body["note"])
+        return Response(self.get_serializer(self.get_queryset().get(pk=task.pk)).data)

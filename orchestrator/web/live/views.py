@@ -43,6 +43,8 @@ def run_state(request, run_id) -> JsonResponse:
     snapshot = run_snapshot(run)
     for approval in snapshot["approvals"]:
         approval["url"] = reverse("admin:approvals_approvalrequest_change", args=[approval["id"]])
+    for task in snapshot["inputs"]:
+        task["url"] = reverse("admin:approvals_inputtask_change", args=[task["id"]])
     snapshot["controls"] = _controls(request.user, run, snapshot)
     for step in snapshot["steps"]:
         step["url"] = reverse("admin:orchestrator_steprun_change", args=[step["id"]])

@@ -37,6 +37,7 @@ from orchestrator.engine.definitions.format import DEFAULT_GATE_DEADLINE
 from orchestrator.models import Run, StepRun
 
 from ...authz import REAPER, Actor, label
+from ...clock import now
 from ...errors import InputInvalid, NotAllowed, ServiceError
 from ...events import event_record
 from ...selectors import lock_run, lock_run_of_step, spec_of
@@ -61,7 +62,10 @@ class HumanGate(StepKindHandler):
         per the gate's `on_deadline`."""
         with transaction.atomic():
             run, step = lock_run_of_step(step_id)
-            if step.state != StepState.WAITING:
+            # Re-read under the lock: a sweep that listed the step before another one escalated
+            # it finds its deadline moved on, and does nothing.
+            due = step.deadline_at is not None and step.deadline_at <= now()
+            if step.state != StepState.WAITING or not due:
                 return False
             approval = (ApprovalRequest.objects.select_related("run__team", "run__version__workflow", "step")
                         .filter(step=step, state=ApprovalState.PENDING).first())

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('orchestrator', '0019_sleep_steps'),
+        ('orchestrator', '0020_human_input_steps'),
     ]
 
     operations = [
@@ -38,7 +38,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='steprun',
             name='kind',
-            field=models.CharField(choices=[('agent', 'Agent'), ('tool', 'Tool'), ('router', 'Router'), ('map', 'Map'), ('human_gate', 'Human Gate'), ('sub_workflow', 'Sub Workflow'), ('loop', 'Loop'), ('sleep', 'Sleep'), ('wait', 'Wait')], max_length=16),
+            field=models.CharField(choices=[('agent', 'Agent'), ('tool', 'Tool'), ('router', 'Router'), ('map', 'Map'), ('human_gate', 'Human Gate'), ('sub_workflow', 'Sub Workflow'), ('loop', 'Loop'), ('sleep', 'Sleep'), ('human_input', 'Human Input'), ('wait', 'Wait')], max_length=16),
         ),
         migrations.AddIndex(
             model_name='steprun',
