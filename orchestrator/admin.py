@@ -46,6 +46,7 @@ from .models import (
     Event,
     GatePolicy,
     Run,
+    Signal,
     StepAttempt,
     StepRun,
     Team,
@@ -639,6 +640,20 @@ class EventAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ["run", "step"]
     search_fields = ["run__id", "kind", "actor"]
     fields = readonly_fields = ["created_at", "run", "step", "kind", "actor", "payload"]
+
+
+@admin.register(Signal)
+class SignalAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Signals sent to runs: consumed by a wait step, or buffered until one waits for them."""
+
+    team_field = "run__team"
+
+    list_display = ["created_at", "name", "run", badge_column("state"), "step", "sent_by", "key"]
+    list_filter = ["state", "name"]
+    list_select_related = ["run", "step"]
+    search_fields = ["run__id", "name", "key"]
+    fields = readonly_fields = ["created_at", "run", "name", "key", "state", "step", "sent_by",
+                                "origin", "consumed_at", "payload"]
 
 
 @admin.register(WorkerHeartbeat)

@@ -352,6 +352,10 @@ class StepRun(CachedStateFieldsMixin, models.Model):
     deadline_at = models.DateTimeField(null=True, blank=True, help_text="When the reaper times it out.")
     wake_at = models.DateTimeField(null=True, blank=True,
                                    help_text="When a sleep step wakes (the reaper wakes it).")
+    correlation_key = models.CharField(
+        max_length=200, blank=True,
+        help_text="A wait step's correlation key, rendered when it starts: a trigger's "
+                  "correlated event finds the step by it.")
     ready_at = models.DateTimeField(null=True, blank=True)
     queued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -375,6 +379,9 @@ class StepRun(CachedStateFieldsMixin, models.Model):
                          condition=models.Q(state=StepState.QUEUED)),
             models.Index(fields=["wake_at"], name="step_sleeping_wake",
                          condition=models.Q(state=StepState.WAITING, wake_at__isnull=False)),
+            # A correlated event looks up the wait step that waits with its key.
+            models.Index(fields=["correlation_key"], name="step_waiting_correlation",
+                         condition=models.Q(state=StepState.WAITING, correlation_key__gt="")),
         ]
         ordering = ["run", "position", "id"]  # a loop's iterations share its position
 
@@ -421,6 +428,14 @@ class StepRun(CachedStateFieldsMixin, models.Model):
         self.started_at = now()
         self.wake_at = wake_at
         self.deadline_at = None
+
+    @transition(field=state, source=StepState.READY, target=StepState.WAITING)
+    def await_signal(self, *, timeout_s: int, correlation_key: str) -> None:
+        """A wait step: waits for its signal until `deadline_at`, found by a correlated event
+        through `correlation_key` ("" without one)."""
+        self.started_at = now()
+        self.deadline_at = self.started_at + timedelta(seconds=timeout_s)
+        self.correlation_key = correlation_key
 
     @transition(field=state, source=[StepState.RUNNING, StepState.WAITING], target=StepState.COMPLETED)
     def complete(self, *, output) -> None:
@@ -576,6 +591,40 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} @ {self.created_at:%H:%M:%S.%f}"
+
+
+class Signal(models.Model):
+    """A named signal sent to a run (by the API, the Python client or a correlated trigger
+    event), kept once per (run, name, key): a send repeated with its key finds this row and
+    changes nothing. `consumed` by the wait step it completed, or `buffered` until a wait step
+    for its name starts (services/signals.py)."""
+
+    class State(models.TextChoices):
+        BUFFERED = "buffered", "buffered: no step waited for it yet"
+        CONSUMED = "consumed", "consumed: a wait step completed with it"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="signals")
+    name = models.CharField(max_length=64)
+    key = models.CharField(max_length=200, help_text="The sender's idempotency key.")
+    payload = ArtifactJSONField(default=dict)
+    state = models.CharField(max_length=16, choices=State.choices)
+    step = models.ForeignKey(StepRun, null=True, blank=True, on_delete=models.CASCADE,
+                             related_name="signals", help_text="The wait step it completed.")
+    sent_by = models.CharField(max_length=200, help_text='"user:<name>", or the trigger\'s actor.')
+    origin = models.JSONField(default=dict, blank=True,
+                              help_text="Where it came from: the API, or a trigger's event.")
+    created_at = models.DateTimeField(default=now)
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "name", "key"],
+                                               name="one_signal_per_key")]
+        indexes = [models.Index(fields=["run", "name", "id"], name="signal_buffered",
+                                condition=models.Q(state="buffered"))]
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.key} ({self.state})"
 
 
 class Effect(models.Model):

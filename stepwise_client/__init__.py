@@ -20,10 +20,11 @@ from .client import (
     Firing,
     InputTask,
     Run,
+    Signal,
     Stepwise,
     StepwiseError,
     WaitTimeout,
 )
 
-__all__ = ["TERMINAL_STATES", "Approval", "Firing", "InputTask", "Run", "Stepwise", "StepwiseError",
-           "WaitTimeout", "Workflow"]
+__all__ = ["TERMINAL_STATES", "Approval", "Firing", "InputTask", "Run", "Signal", "Stepwise",
+           "StepwiseError", "WaitTimeout", "Workflow"]

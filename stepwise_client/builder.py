@@ -164,6 +164,18 @@ class Workflow(_Steps):
             "allow_abstain": allow_abstain, "separation_of_duties": separation_of_duties,
             **fields}))
 
+    def wait(self, name: str, *, signal: str, schema: dict | None = None,
+             correlation_key: str | None = None, timeout_s: int | None = None,
+             on_timeout: str | None = None, early_signals: str | None = None,
+             after: Iterable[str | Step] | None = None, **fields: Any) -> Step:
+        """A wait: the run waits, holding no worker, for the signal `signal` (its payload,
+        checked against `schema`, is the step's output), at most `timeout_s` seconds;
+        `on_timeout` is fail, continue or a step to route to."""
+        return self._add(_step(name, "wait", after=after, fields={
+            "signal": signal, "schema": schema, "correlation_key": correlation_key,
+            "timeout_s": timeout_s, "on_timeout": on_timeout, "early_signals": early_signals,
+            **fields}))
+
     def loop(self, name: str, *, max_iterations: int, until: str, input: dict | None = None,
              after: Iterable[str | Step] | None = None, **fields: Any) -> Loop:
         """A loop: its body (added on the returned Loop) runs until `until` holds, at most

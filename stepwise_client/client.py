@@ -127,6 +127,23 @@ class Firing:
         return cls(status=data["status"], run=data.get("run"), key=data.get("key"))
 
 
+@dataclass(frozen=True)
+class Signal:
+    """A signal sent to a run: `state` consumed (a wait step completed with it, `step`) or
+    buffered (kept until one waits); `duplicate` when its key had been sent already."""
+
+    name: str
+    key: str
+    state: str
+    step: str | None
+    duplicate: bool
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> Signal:
+        return cls(name=data["name"], key=data["key"], state=data["state"],
+                   step=data.get("step"), duplicate=data.get("duplicate", False))
+
+
 class Stepwise:
     """A connection to one Stepwise server, authenticated with an API token."""
 
@@ -193,6 +210,15 @@ class Stepwise:
     def cancel(self, run_id: str) -> Run:
         """Cancel the run (cooperatively: running steps finish first)."""
         return Run.of(self._call("POST", _path("runs", run_id, "cancel")))
+
+    def signal(self, run_id: str, name: str, payload: Mapping[str, Any], *,
+               idempotency_key: str | None = None) -> Signal:
+        """Send the signal `name` with `payload` to the run: the wait step waiting for it
+        completes with `payload` as its output. Sending again with the same key changes
+        nothing (a random key when none is given, so a retry of this call is still safe)."""
+        return Signal.of(self._call("POST", _path("runs", run_id, "signals", name),
+                                    json={"payload": dict(payload)},
+                                    idempotency_key=idempotency_key or str(uuid.uuid4())))
 
     # --- approvals -----------------------------------------------------------------------
 

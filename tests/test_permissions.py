@@ -19,6 +19,7 @@ from orchestrator.engine.retry import StepError
 from orchestrator.engine.services.kinds.human_gate import approval_grant
 from orchestrator.engine.services.kinds.worker import Usage, step_claim, step_fail
 from orchestrator.engine.services.runs import run_start
+from orchestrator.engine.services.signals import signal_send
 from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import DeadLetter, Role, Run, StepRun, StepState
 from tests.api.driving import drive_to_gate, support_run
@@ -94,6 +95,7 @@ def _fail_first_step(run: Run) -> tuple[Run, StepRun]:
 ROW_ACTIONS = {
     "workflow.save": Action.WORKFLOW_SAVE, "run.start": Action.RUN_START,
     "run.cancel (a run someone else started)": Action.RUN_CANCEL, "run.resume": Action.RUN_RESUME,
+    "run.signal": Action.RUN_SIGNAL,
     "step.retry": Action.STEP_RETRY, "step.skip": Action.STEP_SKIP,
     "dead_letter.redrive": Action.DEAD_LETTER_REDRIVE,
     "trigger.manage": Action.TRIGGER_MANAGE,
@@ -252,6 +254,24 @@ def test_cancelling_a_run_someone_else_started(team, starter, who, surface):
             "action": "cancel_runs", "_selected_action": [str(run.id)]})
     cancelled = Run.objects.get(pk=run.pk).state in ("cancelled", "cancelling")
     assert cancelled is allowed("run.cancel (a run someone else started)", who)
+
+
+@pytest.mark.parametrize("who", PERSONAS)
+def test_signalling_a_run(team, starter, who):
+    version, _ = workflow_save(team=team, actor=SETUP, definition={
+        "name": "order", "input_schema": {"type": "object"},
+        "steps": [{"name": "pay", "type": "wait", "signal": "paid"}]})
+    run = run_start(version=version, input={}, actor=starter)
+    user = persona(team, who)
+    response = client_for(user).post(f"/api/v1/runs/{run.id}/signals/paid/",
+                                     {"payload": {"ok": True}}, format="json")
+    assert response.status_code == (202 if allowed("run.signal", who) else refused_code(who))
+    signalled = run.steps.get(name="pay").state == "completed"
+    assert signalled is allowed("run.signal", who)
+    if who == "member":  # the engine refuses whoever the matrix refuses, the API aside
+        user.team_memberships.all().delete()
+        with pytest.raises(Forbidden):
+            signal_send(run_id=run.id, name="paid", payload={}, key="k", actor=user)
 
 
 @pytest.mark.parametrize("surface", ["api", "admin"])

@@ -30,11 +30,16 @@ from orchestrator.engine.definitions import (
     evaluate_expression,
     render_template,
 )
-from orchestrator.engine.definitions.limits import MAX_DEPTH, MAX_TEMPLATE_CHARS
+from orchestrator.engine.definitions.limits import (
+    MAX_DEPTH,
+    MAX_SIGNAL_KEY_CHARS,
+    MAX_TEMPLATE_CHARS,
+)
 
 # A whole string that is one output expression and nothing else.
 _ONE_EXPRESSION = re.compile(r"^\s*\{\{(?P<expr>.*?)\}\}\s*$", re.DOTALL)
 MAX_TEMPLATE_BYTES = 64 * 1024  # the input template as JSON text
+MAX_CORRELATION_KEY_CHARS = MAX_SIGNAL_KEY_CHARS  # what a wait step's correlation key may be
 
 
 class MappingFailed(Exception):
@@ -94,13 +99,14 @@ def template_problems(template: object) -> list[dict]:
     return problems
 
 
-def filter_problems(expression: str) -> list[dict]:
+def filter_problems(expression: str, *, path: str = "filter") -> list[dict]:
+    """Whether the filter (or `correlate`, at `path`) compiles as CEL."""
     if not expression.strip():
         return []
     try:
         compile_expression(expression)
     except ExpressionError as error:
-        return [{"path": "filter", "message": str(error)}]
+        return [{"path": path, "message": str(error)}]
     return []
 
 
@@ -238,6 +244,29 @@ def template_shape_problems(template: object, schema: dict) -> list[dict]:
                                  for part in error.absolute_path)
         problems.append({"path": path, "message": error.message})
     return problems
+
+
+def correlation_key(expression: str, context: dict) -> str | None:
+    """The correlation key `correlate` gives for the event: a non-empty string (a number is
+    read as its text), or None when the event names none (null, empty). Raises
+    MappingFailed("correlate_failed")."""
+    if not expression.strip():
+        return None
+    try:
+        result = evaluate_expression(expression, context)
+    except ExpressionError as error:
+        raise MappingFailed("correlate_failed", [{"path": "correlate", "message": str(error)}]) from None
+    if result is None or result == "":
+        return None
+    if isinstance(result, bool) or not isinstance(result, str | int):
+        raise MappingFailed("correlate_failed", [{"path": "correlate", "message":
+                            f"must give a string (or null), not {type(result).__name__}"}])
+    key = str(result)
+    if len(key) > MAX_CORRELATION_KEY_CHARS:
+        raise MappingFailed("correlate_failed", [{"path": "correlate", "message":
+                            f"gave {len(key)} characters; a key has at most "
+                            f"{MAX_CORRELATION_KEY_CHARS}"}])
+    return key
 
 
 def event_matches(expression: str, context: dict) -> bool:

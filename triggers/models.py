@@ -35,6 +35,13 @@ class WhenLimited(models.TextChoices):
     QUEUE = "queue", "hold it and start it when the rate and the team's cap allow"
 
 
+class Uncorrelated(models.TextChoices):
+    """What an event does whose `correlate` names a key no wait step waits with."""
+
+    REFUSE = "refuse", "refuse it (409 to a webhook or the API, a dead letter for a queue event)"
+    START = "start", "start a run, as an event without a key does"
+
+
 class MissedSlots(models.TextChoices):
     """What a schedule does with the slots that passed while beat was not running."""
 
@@ -60,6 +67,14 @@ class Trigger(models.Model):
     filter = models.TextField(
         blank=True, help_text="A CEL condition on the event (payload, message, headers); an "
                               "event for which it is false is acknowledged and ignored.")
+    # Correlation (docs/triggers.md#correlated-events): an event that resumes a waiting run.
+    correlate = models.TextField(
+        blank=True, help_text="A CEL expression over the event (payload, headers, message) "
+                              "giving a correlation key: the event is delivered as a signal to "
+                              "the wait step of this workflow waiting with that key, instead of "
+                              "starting a run. Null or empty: the event starts a run.")
+    uncorrelated = models.CharField(max_length=16, choices=Uncorrelated.choices,
+                                    default=Uncorrelated.REFUSE)
     # Admission control (docs/triggers.md#admission-control).
     max_per_minute = models.PositiveIntegerField(
         default=60, help_text="Runs this trigger may start in any 60 seconds.")
@@ -141,6 +156,7 @@ class Firing(models.Model):
     class State(models.TextChoices):
         QUEUED = "queued", "queued: held by admission control"
         STARTED = "started"
+        SIGNALLED = "signalled", "signalled: delivered to a waiting run (correlated)"
         REFUSED = "refused", "refused: started no run (see reason and problems)"
 
     trigger = models.ForeignKey(Trigger, on_delete=models.PROTECT, related_name="firings")
@@ -149,6 +165,9 @@ class Firing(models.Model):
     state = models.CharField(max_length=16, choices=State.choices)
     run = models.OneToOneField(Run, null=True, blank=True, on_delete=models.PROTECT,
                                related_name="trigger_firing")
+    signalled_run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.PROTECT, related_name="correlated_firings",
+        help_text="The waiting run a correlated event was delivered to as a signal.")
     input = models.JSONField(null=True, blank=True, help_text="The run input, kept while queued.")
     origin = models.JSONField(default=dict, blank=True,
                               help_text="What fired it: the slot, delivery or message.")

@@ -37,6 +37,7 @@ class Action(StrEnum):
     WORKFLOW_POLICY = "workflow.policy"
     RUN_START = "run.start"
     RUN_CANCEL = "run.cancel"
+    RUN_SIGNAL = "run.signal"  # send a signal a wait step of the run waits for
     RUN_RESUME = "run.resume"
     STEP_RETRY = "step.retry"
     STEP_SKIP = "step.skip"
@@ -50,11 +51,11 @@ class Action(StrEnum):
 _OPERATE = {Action.RUN_CANCEL, Action.RUN_RESUME, Action.STEP_RETRY, Action.STEP_SKIP,
             Action.DEAD_LETTER_REDRIVE, Action.ALERT_HANDLE, Action.BUDGET_RAISE}
 GRANTS: dict[str, frozenset[Action]] = {
-    Role.MEMBER: frozenset({Action.VIEW, Action.RUN_START}),
-    Role.EDITOR: frozenset({Action.VIEW, Action.RUN_START, Action.WORKFLOW_SAVE,
+    Role.MEMBER: frozenset({Action.VIEW, Action.RUN_START, Action.RUN_SIGNAL}),
+    Role.EDITOR: frozenset({Action.VIEW, Action.RUN_START, Action.RUN_SIGNAL, Action.WORKFLOW_SAVE,
                             Action.WORKFLOW_PUBLISH, Action.WORKFLOW_ARCHIVE,
                             Action.TRIGGER_MANAGE}),
-    Role.OPERATOR: frozenset({Action.VIEW, Action.RUN_START, *_OPERATE}),
+    Role.OPERATOR: frozenset({Action.VIEW, Action.RUN_START, Action.RUN_SIGNAL, *_OPERATE}),
     Role.OWNER: frozenset(Action),
 }
 

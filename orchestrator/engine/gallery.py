@@ -102,6 +102,23 @@ TEMPLATES: tuple[Template, ...] = (
         patterns=("bounded loop", "until condition", "previous iteration"),
         sample_input={"topic": "Our new status page", "audience": "customers"},
     ),
+    Template(
+        name="order-payment", file="order-payment.yaml",
+        title="An order that waits for payment confirmation",
+        summary="Reserve the stock, wait up to a day for the payment provider's confirmation, "
+                "then ship; release the stock if none comes.",
+        patterns=("wait for a signal", "correlated webhook", "timeout route", "side effect"),
+        sample_input={"order_id": "O-1001", "amount": 42.5},
+        trigger={"kind": "webhook",
+                 "input_template": {"order_id": "{{ payload.order_id }}",
+                                    "amount": "{{ payload.amount }}"},
+                 "note": "Add a webhook trigger for this workflow with correlate "
+                         "'payload.order_id' (admin: Triggers, or POST /api/v1/triggers/) and "
+                         "this input template; the payment provider posts its confirmations, "
+                         "signed, to the trigger's URL, and each resumes the order it names. "
+                         "Or send the signal payment_confirmed to the run: POST "
+                         "/api/v1/runs/<id>/signals/payment_confirmed/."},
+    ),
 )
 
 

@@ -19,7 +19,9 @@ from .states import StepState
 
 BLOCKED, READY, QUEUED = StepState.BLOCKED, StepState.READY, StepState.QUEUED
 WAITING, COMPLETED, FAILED = StepState.WAITING, StepState.COMPLETED, StepState.FAILED
-SKIPPED = StepState.SKIPPED
+SKIPPED, TIMED_OUT = StepState.SKIPPED, StepState.TIMED_OUT
+# What a wait step that timed out gives the steps after it, when its timeout continues or routes.
+TIMED_OUT_OUTPUT = {"timed_out": True}
 PENDING = "pending"  # effective state of a broken step whose fallback has not finished
 
 
@@ -123,9 +125,18 @@ def step_input(graph: Graph, name: str, run_input: dict, views: Mapping[str, Ste
     return {"input": run_input, "steps": upstream, **(scope or {})}
 
 
+def timeout_route(spec: dict) -> str | None:
+    """The step a wait step routes its timeout to (its `on_timeout` names one), or None."""
+    target = spec.get("on_timeout") if spec["type"] == "wait" else None
+    return target if target not in (None, "fail", "continue") else None
+
+
 def _effective(graph: Graph, name: str, views: Mapping[str, StepView]) -> tuple[str, object]:
-    """A broken step rescued by its fallback counts as completed with the fallback's output."""
+    """A broken step rescued by its fallback counts as completed with the fallback's output; a
+    wait step that timed out and routes its timeout, as completed with TIMED_OUT_OUTPUT."""
     view = views[name]
+    if view.state == TIMED_OUT and timeout_route(graph.steps[name]):
+        return COMPLETED, TIMED_OUT_OUTPUT
     fallback = graph.fallback_of.get(name)
     if view.state in BROKEN and fallback:
         fb = views[fallback]
@@ -138,6 +149,14 @@ def _effective(graph: Graph, name: str, views: Mapping[str, StepView]) -> tuple[
 def _route_skip_reason(graph: Graph, name: str, views: Mapping[str, StepView]) -> str | None:
     for dep in graph.steps[name]["after"]:
         router = graph.steps[dep]
+        if target := timeout_route(router):
+            # A wait step routes: its timeout to `target` alone, its signal to the others.
+            timed_out = views[dep].state == TIMED_OUT
+            if name == target and not timed_out:
+                return f"'{dep}' received its signal"
+            if name != target and timed_out:
+                return f"'{dep}' timed out: routed to '{target}'"
+            continue
         if router["type"] != "router" or views[dep].state != COMPLETED:
             continue
         routes = [*router["routes"], router["default"]]

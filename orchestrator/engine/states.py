@@ -79,15 +79,16 @@ class StepKind(TextChoices):
     LOOP = "loop"
     SLEEP = "sleep"
     HUMAN_INPUT = "human_input"
+    WAIT = "wait"
 
 
 # Run by a worker (claimed under a lease, executed, retried under their policy).
 WORKER_KINDS = frozenset({StepKind.AGENT, StepKind.TOOL, StepKind.ROUTER})
 # Started by the engine itself; they wait, holding no worker, for an approval, a child run,
-# a chord's join, a loop's iterations, a time or a person's answer, and own that work until they
-# end.
+# a chord's join, a loop's iterations, a time, a person's answer or a signal, and own that work
+# until they end.
 CONTROL_KINDS = frozenset({StepKind.HUMAN_GATE, StepKind.SUB_WORKFLOW, StepKind.MAP, StepKind.LOOP,
-                           StepKind.SLEEP, StepKind.HUMAN_INPUT})
+                           StepKind.SLEEP, StepKind.HUMAN_INPUT, StepKind.WAIT})
 
 
 def in_order(states: frozenset) -> list:

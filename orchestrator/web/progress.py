@@ -108,7 +108,8 @@ def wait_for_event(run: Run, *, after: int, timeout: float) -> int:
 def run_snapshot(run: Run) -> dict:
     """Everything the run page shows, as JSON-ready data: the run, its budget and progress, the
     DAG (nodes and edges) with each step's state, times, attempts, tokens, cost and error, and
-    its pending approvals, open input tasks and sleeping steps. `run` should come from `selectors.runs_with_version()`."""
+    its pending approvals, open input tasks, sleeping steps and steps waiting for a signal.
+    `run` should come from `selectors.runs_with_version()`."""
     definition, graph = definition_of(run)
     steps = list(run.steps.order_by("position").annotate(
         attempt_records_failed=Count("attempt_records",
@@ -153,9 +154,11 @@ def run_snapshot(run: Run) -> dict:
                        "risk_tier": a.risk_tier, "deadline_at": a.deadline_at}
                       for a in pending],
         # What else the run waits for, and until when: each open input task, each sleep step
-        # still sleeping.
+        # still sleeping, each wait step still waiting (and the signal it waits for).
         "inputs": [{"id": t.id, "step": t.step.name, "group": t.group, "assignee": t.assignee,
                     "until": t.deadline_at} for t in inputs],
         "sleeps": [{"step": s.name, "until": s.wake_at} for s in steps
                    if s.kind == StepKind.SLEEP and s.state == StepState.WAITING],
+        "signals": [{"step": s.name, "signal": graph.steps[s.name]["signal"], "until": s.deadline_at}
+                    for s in steps if s.kind == StepKind.WAIT and s.state == StepState.WAITING],
     }

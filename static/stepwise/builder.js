@@ -20,11 +20,11 @@
   const csrf = root.dataset.csrf;
   const schema = data.schema;
   const STEP_TYPES = ["agent", "tool", "router", "map", "human_gate", "sub_workflow", "loop", "sleep",
-                      "human_input"];
+                      "human_input", "wait"];
   const BODY_TYPES = ["agent", "tool", "router"];
   const TYPE_LABELS = { agent: "Agent", tool: "Tool", router: "Router", map: "Map",
                         human_gate: "Human gate", sub_workflow: "Sub-workflow", loop: "Loop",
-                        sleep: "Sleep", human_input: "Human input" };
+                        sleep: "Sleep", human_input: "Human input", wait: "Wait for signal" };
   const $ = (id) => document.getElementById(id);
 
   let def = markFloats(data.definition, data.float_paths || []);

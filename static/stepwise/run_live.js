@@ -82,6 +82,21 @@
     return td;
   }
 
+  // One kind of thing the run waits for (approvals, input tasks, sleeps, signals): a heading,
+  // then a line for each, which `fill` writes; nothing when there is none.
+  function waiting(parent, title, items, className, fill) {
+    if (!items.length) return;
+    const h = document.createElement("h3");
+    h.textContent = title;
+    parent.appendChild(h);
+    for (const item of items) {
+      const p = document.createElement("p");
+      if (className) p.className = className;
+      fill(p, item);
+      parent.appendChild(p);
+    }
+  }
+
   function render(run) {
     badge($("run-state"), run.state);
     const p = run.progress;
@@ -153,48 +168,28 @@
       }
     }
     const approvals = $("run-approvals");
-    approvals.hidden = run.approvals.length === 0 && run.sleeps.length === 0
-      && run.inputs.length === 0;
+    approvals.hidden = run.approvals.length === 0 && run.inputs.length === 0
+      && run.sleeps.length === 0 && run.signals.length === 0;
     approvals.replaceChildren();
-    if (run.approvals.length) {
-      const h = document.createElement("h3");
-      h.textContent = "Waiting for approval";
-      approvals.appendChild(h);
-      for (const a of run.approvals) {
-        const p = document.createElement("p");
-        const link = document.createElement("a");
-        link.href = a.url; link.textContent = `Decide on ${a.step}`;
-        p.appendChild(link);
-        p.appendChild(document.createTextNode(` (${a.risk_tier} risk, group ${a.approvers}, due ${when(a.deadline_at)})`));
-        approvals.appendChild(p);
-      }
-    }
-    if (run.inputs.length) {
-      const h = document.createElement("h3");
-      h.textContent = "Waiting for input";
-      approvals.appendChild(h);
-      for (const input of run.inputs) {
-        const p = document.createElement("p");
-        p.className = "live-input";
-        const link = document.createElement("a");
-        link.href = input.url; link.textContent = input.step;
-        p.appendChild(link);
-        p.appendChild(document.createTextNode(
-          ` waits for input from ${input.assignee || input.group} until ${when(input.until)}`));
-        approvals.appendChild(p);
-      }
-    }
-    if (run.sleeps.length) {
-      const h = document.createElement("h3");
-      h.textContent = "Sleeping";
-      approvals.appendChild(h);
-      for (const sleep of run.sleeps) {
-        const p = document.createElement("p");
-        p.className = "live-sleep";
-        p.textContent = `${sleep.step} sleeps until ${when(sleep.until)}`;
-        approvals.appendChild(p);
-      }
-    }
+    waiting(approvals, "Waiting for approval", run.approvals, "", (p, a) => {
+      const link = document.createElement("a");
+      link.href = a.url; link.textContent = `Decide on ${a.step}`;
+      p.appendChild(link);
+      p.appendChild(document.createTextNode(` (${a.risk_tier} risk, group ${a.approvers}, due ${when(a.deadline_at)})`));
+    });
+    waiting(approvals, "Waiting for input", run.inputs, "live-input", (p, input) => {
+      const link = document.createElement("a");
+      link.href = input.url; link.textContent = input.step;
+      p.appendChild(link);
+      p.appendChild(document.createTextNode(
+        ` waits for input from ${input.assignee || input.group} until ${when(input.until)}`));
+    });
+    waiting(approvals, "Sleeping", run.sleeps, "live-sleep", (p, sleep) => {
+      p.textContent = `${sleep.step} sleeps until ${when(sleep.until)}`;
+    });
+    waiting(approvals, "Waiting for a signal", run.signals, "live-signal", (p, wait) => {
+      p.textContent = `${wait.step} waits for signal ${wait.signal} until ${when(wait.until)}`;
+    });
     root.dataset.lastEvent = run.last_event;
   }
 

@@ -9,7 +9,8 @@ from stepwise_client import Stepwise
 from stepwise_client.client import Approval
 
 HOSTILE = ["../approvals/7/approve", "..", ".", "a/b", "a?b=c", "a#b", "%2e%2e", "a b"]
-ANSWER = {"id": "r", "state": "pending", "run": "r", "step": "s", "status": "started"}
+ANSWER = {"id": "r", "state": "pending", "run": "r", "step": "s", "status": "started",
+          "name": "n", "key": "k"}
 
 
 @pytest.fixture
@@ -33,8 +34,10 @@ def test_every_name_and_id_stays_in_its_own_path_segment(client_and_requests, na
     client.cancel(name)
     client.fire(name, {})
     client.approve(Approval(id=name, state="pending", run="r", step="s"))
+    client.signal(name, name, {})
     expected = [["workflows", name, "runs"], ["runs", name], ["runs", name, "cancel"],
-                ["triggers", name, "fire"], ["approvals", name, "approve"]]
+                ["triggers", name, "fire"], ["approvals", name, "approve"],
+                ["runs", name, "signals", name]]
     for request, segments in zip(requests, expected, strict=True):
         assert not request.url.query and not request.url.fragment, request.url
         raw = request.url.raw_path.decode()

@@ -11,7 +11,7 @@ from .published import assert_documented
 
 pytestmark = pytest.mark.django_db
 NAMES = {"support-reply", "document-processing", "content-moderation", "incident-alert",
-         "revise-until-approved", "missing-field"}
+         "revise-until-approved", "missing-field", "order-payment"}
 
 
 def test_the_gallery_lists_every_template_with_a_sample_input(api):

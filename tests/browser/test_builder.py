@@ -395,3 +395,29 @@ def test_an_editor_adds_a_human_input_from_the_palette_and_saves_it(browser_page
          "form": {"type": "object", "required": ["iban"],
                   "properties": {"iban": {"type": "string"}}}},
         {"name": "echo", "type": "tool", "tool": "core.echo", "after": ["ask"]}]
+
+
+def test_an_editor_adds_a_wait_for_a_signal_from_the_palette_and_saves_it(
+        browser_page, workers, web_server, team, editor):
+    page = browser_page
+    sign_in(page, web_server, "/admin/orchestrator/workflow/")
+    page.click("text=New workflow in the builder")
+    page.wait_for_selector("#builder[data-ready=true]")
+
+    set_field(page, "#field-workflow-name", "pay-then-echo")
+    drop_step(page, "wait", 150, 250)
+    set_field(page, "#field-step-name", "pay")
+    set_field(page, "#field-step-signal", "paid")
+    set_field(page, "#field-step-timeout_s", "600")
+    drop_step(page, "tool", 400, 250)
+    set_field(page, "#field-step-name", "echo")
+    set_field(page, "#field-step-tool", "core.echo")
+    page.click("#btn-connect")
+    draw_edge(page, "pay", "echo")
+    page.click("#btn-connect")
+    save(page)
+
+    version = WorkflowVersion.objects.get(workflow__name="pay-then-echo", workflow__team=team)
+    assert version.definition["steps"] == [
+        {"name": "pay", "type": "wait", "signal": "paid", "timeout_s": 600},
+        {"name": "echo", "type": "tool", "tool": "core.echo", "after": ["pay"]}]

@@ -180,3 +180,33 @@ def test_a_run_page_says_until_when_a_run_sleeps_and_follows_it_waking(
     wait_for(swept, timeout=30, interval=0.3)
     assert step_state(page, "nap") == "completed"
     assert page.is_hidden("#run-approvals")
+
+
+def test_a_run_page_says_which_signal_a_run_waits_for_until_when_and_follows_it_arriving(
+        browser_page, workers, web_server, team):
+    operator_with_password(team)
+    workflow_save(team=team, definition={
+        "name": "order", "input_schema": {"type": "object"},
+        "steps": [{"name": "pay", "type": "wait", "signal": "paid", "timeout_s": 600},
+                  {"name": "after", "type": "tool", "tool": "core.echo", "after": ["pay"]}]},
+        actor=SETUP)
+    starter = client_for(member(team, "starter", role=Role.EDITOR))
+    run_id = starter.post("/api/v1/workflows/order/runs/", {"input": {}}, format="json").json()["id"]
+    wait_for_run(run_id, states=("waiting",))
+    until = StepRun.objects.get(run_id=run_id, name="pay").deadline_at
+    page = browser_page
+    sign_in(page, web_server, "ops_olga", "operate-pass-1")
+    page.goto(f"{web_server}/admin/orchestrator/run/{run_id}/live/")
+    page.wait_for_function("document.querySelector('#step-pay')?.dataset.state === 'waiting'")
+
+    shown = page.inner_text("#run-approvals")
+    assert "Waiting for a signal" in shown
+    assert f"pay waits for signal paid until {until.strftime('%Y-%m-%d %H:%M:%S')} UTC" in shown
+
+    sent = starter.post(f"/api/v1/runs/{run_id}/signals/paid/", {"payload": {"ok": True}},
+                        format="json")
+    assert sent.status_code == 202
+    page.wait_for_function("document.querySelector('#run-state')?.dataset.state === 'completed'",
+                           timeout=30000)
+    assert step_state(page, "pay") == "completed"
+    assert page.is_hidden("#run-approvals")

@@ -35,6 +35,7 @@ STEP_ALLOWED = {
     "claim": {("queued", "running")},
     "await_event": {("ready", "waiting"), ("running", "waiting")},
     "await_time": {("ready", "waiting")},
+    "await_signal": {("ready", "waiting")},
     "complete": {("running", "completed"), ("waiting", "completed")},
     "schedule_retry": {("running", "retrying"), ("waiting", "retrying")},
     "fail": {(s, "failed") for s in ("ready", "queued", "running", "waiting", "retrying")},
@@ -46,7 +47,7 @@ STEP_ALLOWED = {
 }
 STEP_KWARGS = {"make_ready": {"step_input": {}}, "skip": {"reason": "r"}, "enqueue": {"queue": "q"},
                "claim": {"worker": "w", "timeout_s": 5, "lease_s": 10}, "await_event": {"timeout_s": 5},
-               "await_time": {"wake_at": None},
+               "await_time": {"wake_at": None}, "await_signal": {"timeout_s": 5, "correlation_key": ""},
                "complete": {"output": {}}, "schedule_retry": {"error": {}, "at": None},
                "fail": {"error": {}}, "time_out": {"error": {}}, "cancel": {"reason": "r"},
                "redrive": {"queue": "q"}, "skip_failed": {"reason": "r"}}

@@ -89,6 +89,25 @@ def test_the_event_driven_template_runs_when_its_trigger_fires(workers, team, pe
     assert (states["page"], states["ticket"]) == ("completed", "skipped")
 
 
+def test_the_order_template_waits_for_its_payment_and_a_correlated_confirmation_ships_it(
+        workers, team, people):
+    editor, reviewer = people
+    template = template_named("order-payment")
+    run = start(template.name, team, editor)
+    wait_for(lambda: run.steps.filter(name="payment", state="waiting").exists(), timeout=60)
+    trigger, _ = trigger_create(team=team, kind="api", name="payments", workflow=template.name,
+                                actor=editor, correlate="payload.order_id",
+                                input_template=template.trigger["input_template"])
+    outcome = trigger_fire_api(trigger_id=trigger.id, key="pay-O-1001", actor=editor,
+                               payload={"order_id": "O-1001", "amount": 42.5})
+    assert (outcome.status, outcome.run.id) == ("signalled", run.id)
+    run = run_through(Run.objects.get(id=run.id), reviewer)
+    assert run.state == "completed"
+    states = dict(run.steps.values_list("name", "state"))
+    assert (states["ship"], states["release_stock"]) == ("completed", "skipped")
+    assert run.steps.get(name="payment").output == {"order_id": "O-1001", "amount": 42.5}
+
+
 def test_the_revise_loop_shows_each_iteration_as_its_steps(workers, team, people):
     editor, reviewer = people
     run = run_through(start("revise-until-approved", team, editor), reviewer)

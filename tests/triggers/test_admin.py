@@ -16,7 +16,8 @@ FORM = {"name": "inbox", "description": "", "enabled": "on", "input_template": "
         "filter": "", "max_per_minute": "60", "when_limited": "refuse", "max_queued": "100",
         "cron": "", "timezone": "UTC", "interval_s": "", "missed_slots": "skip",
         "catch_up_max": "3", "replay_window_s": "300", "max_body_bytes": "262144",
-        "source": "", "exchange": "", "binding_key": "", "queue": "", "stream": ""}
+        "source": "", "exchange": "", "binding_key": "", "queue": "", "stream": "", "correlate": "",
+        "uncorrelated": "refuse"}
 
 
 def admin_for(team, role: str) -> Client:

@@ -122,7 +122,7 @@ def test_a_created_trigger_is_recorded_with_its_settings_and_never_its_secret(te
         "name", "description", "workflow", "workflow_version", "enabled", "input_template",
         "filter", "max_per_minute", "when_limited", "max_queued", "cron", "timezone",
         "interval_s", "missed_slots", "catch_up_max", "replay_window_s", "max_body_bytes",
-        "source", "exchange", "binding_key", "queue", "stream"}
+        "source", "exchange", "binding_key", "queue", "stream", "correlate", "uncorrelated"}
     assert secret not in entry.payload
 
 

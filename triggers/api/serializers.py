@@ -43,7 +43,8 @@ class TriggerSerializer(serializers.ModelSerializer):
     class Meta:
         model = Trigger
         fields = ["id", "url", "team", "name", "description", "kind", "workflow",
-                  "workflow_version", "enabled", "input_template", "filter", "max_per_minute",
+                  "workflow_version", "enabled", "input_template", "filter", "correlate",
+                  "uncorrelated", "max_per_minute",
                   "when_limited", "max_queued", "cron", "timezone", "interval_s", "missed_slots",
                   "catch_up_max", "last_slot", "next_slots", "webhook_url", "secret_fingerprint",
                   "previous_secret_until", "replay_window_s", "max_body_bytes", "source",

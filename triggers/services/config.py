@@ -33,7 +33,7 @@ from ..mapping import (
     template_problems,
     template_shape_problems,
 )
-from ..models import MissedSlots, Trigger, TriggerKind, WhenLimited
+from ..models import MissedSlots, Trigger, TriggerKind, Uncorrelated, WhenLimited
 from ..selectors import version_to_run
 from ..slots import MAX_CATCH_UP, Schedule, cron_fields, schedule_problems, slot_text
 from .firing import trigger_audit, trigger_lock
@@ -46,13 +46,14 @@ MAX_REPLAY_WINDOW_S = 3600
 EDITABLE = ("name", "description", "workflow", "workflow_version", "enabled", "input_template",
             "filter", "max_per_minute", "when_limited", "max_queued", "cron", "timezone",
             "interval_s", "missed_slots", "catch_up_max", "replay_window_s", "max_body_bytes",
-            "source", "exchange", "binding_key", "queue", "stream")
+            "source", "exchange", "binding_key", "queue", "stream", "correlate", "uncorrelated")
 SCHEDULE_FIELDS = ("cron", "timezone", "interval_s")
 KIND_FIELDS = {
     TriggerKind.SCHEDULE: {"cron", "timezone", "interval_s", "missed_slots", "catch_up_max"},
-    TriggerKind.WEBHOOK: {"replay_window_s", "max_body_bytes"},
-    TriggerKind.QUEUE: {"source", "exchange", "binding_key", "queue", "stream", "max_body_bytes"},
-    TriggerKind.API: set(),
+    TriggerKind.WEBHOOK: {"replay_window_s", "max_body_bytes", "correlate", "uncorrelated"},
+    TriggerKind.QUEUE: {"source", "exchange", "binding_key", "queue", "stream", "max_body_bytes",
+                        "correlate", "uncorrelated"},
+    TriggerKind.API: {"correlate", "uncorrelated"},
 }
 
 
@@ -86,6 +87,9 @@ def trigger_problems(trigger: Trigger, *, check_input: bool = True) -> list[dict
                          "message": unreadable[1]})
     problems += template_problems(trigger.input_template)
     problems += filter_problems(trigger.filter or "")
+    problems += filter_problems(trigger.correlate or "", path="correlate")
+    if trigger.uncorrelated not in Uncorrelated.values:
+        problems.append({"path": "uncorrelated", "message": "must be refuse or start"})
     if trigger.kind == TriggerKind.SCHEDULE:
         problems += schedule_problems(Schedule(trigger.cron or "", trigger.timezone,
                                                trigger.interval_s))
@@ -173,7 +177,7 @@ def _queue_problems(trigger: Trigger) -> list[dict]:
                                           "redis:// URL for it"}]
 
 
-TEXT_FIELDS = ("description", "filter", "cron", "source", "exchange", "binding_key", "queue",
+TEXT_FIELDS = ("description", "filter", "correlate", "cron", "source", "exchange", "binding_key", "queue",
                "stream")
 
 

@@ -30,7 +30,13 @@ from budgets.services import admission_refusal
 from orchestrator.engine.authz import Action, Actor, System, label, may, require
 from orchestrator.engine.clock import now
 from orchestrator.engine.definitions.limits import run_input_problems
-from orchestrator.engine.errors import BudgetExceeded, Forbidden, InputInvalid, NotAllowed
+from orchestrator.engine.errors import (
+    BudgetExceeded,
+    Forbidden,
+    IdempotencyConflict,
+    InputInvalid,
+    NotAllowed,
+)
 from orchestrator.engine.provenance import (
     FIRED,
     TRIGGER_CHANGED,
@@ -38,12 +44,14 @@ from orchestrator.engine.provenance import (
     merged,
     person_entry,
 )
+from orchestrator.engine.selectors import lock_run, spec_of
 from orchestrator.engine.services.admission import refusal_audit_once
 from orchestrator.engine.services.runs import input_problems, run_start, version_start_refusal
+from orchestrator.engine.services.signals import correlated_step, signal_deliver
 from orchestrator.models import Run
 
-from ..mapping import MappingFailed, event_matches, input_from_event
-from ..models import Firing, Trigger, TriggerKind, WhenLimited
+from ..mapping import MappingFailed, correlation_key, event_matches, input_from_event
+from ..models import Firing, Trigger, TriggerKind, Uncorrelated, WhenLimited
 from ..selectors import trigger_actor, version_to_run
 
 RATE_WINDOW = timedelta(seconds=60)
@@ -54,10 +62,11 @@ ADMIT_BATCH = 50  # firings one trigger admits per sweep, so one trigger cannot 
 class FireOutcome:
     """What became of a firing.
 
-    `status`: started (a new run), duplicate (the key had fired: its run, or its held firing),
+    `status`: started (a new run), signalled (delivered to a waiting run: `correlate`), duplicate (the key had fired: its run, or its held firing),
     queued (held by admission control), ignored (the filter said no), invalid (the event did
     not make a valid input: `problems`), refused (`reason`: rate, concurrent_runs, budget,
-    queue_full, disabled, refused_at_admission, or the webhook's signature reasons), not_found.
+    queue_full, disabled, refused_at_admission, uncorrelated, or the webhook's signature
+    reasons), not_found.
     """
 
     status: str
@@ -70,7 +79,7 @@ class FireOutcome:
     @property
     def accepted(self) -> bool:
         """The event was taken care of: a run exists or will, or it concerns no one."""
-        return self.status in ("started", "duplicate", "queued", "ignored")
+        return self.status in ("started", "signalled", "duplicate", "queued", "ignored")
 
 
 def trigger_lock(trigger_id) -> Trigger:
@@ -180,7 +189,7 @@ def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
         return FireOutcome("refused", firing=existing, reason=existing.reason,
                            problems=existing.problems)
     if existing is not None:
-        return FireOutcome("duplicate", run=existing.run, firing=existing)
+        return FireOutcome("duplicate", run=existing.run or existing.signalled_run, firing=existing)
     who = label(actor)
     if not trigger.enabled:
         return refusal(trigger, key=key, reason="disabled", actor=who, origin=origin,
@@ -189,10 +198,15 @@ def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
     try:
         if not event_matches(trigger.filter, context):
             return FireOutcome("ignored", reason="filter")
+        correlated = correlation_key(trigger.correlate, context)
         run_input = input_from_event(trigger.input_template, context)
     except MappingFailed as failed:
         return refusal(trigger, key=key, reason=failed.reason_class, problems=failed.problems,
                        actor=who, origin=origin, status="invalid")
+    if correlated is not None and (delivered := _correlated(
+            trigger, key=key, correlated=correlated, payload=run_input, origin=origin,
+            actor=actor)) is not None:
+        return delivered
     version = version_to_run(trigger)
     missing = (f"version {trigger.workflow_version}" if trigger.workflow_version
                else "published version")
@@ -235,6 +249,38 @@ def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
     firing = Firing.objects.create(trigger=trigger, key=key, state=Firing.State.STARTED, run=run,
                                    origin=origin, started_at=now(), fired_by=_person(actor))
     return FireOutcome("started", run=run, firing=firing)
+
+
+def _correlated(trigger: Trigger, *, key: str, correlated: str, payload: dict, origin: dict,
+                actor: Actor) -> FireOutcome | None:
+    """Deliver the event as a signal to the run of the trigger's workflow whose wait step waits
+    with correlation key `correlated`, once per event key (the firing's and the signal's).
+    None when no step waits with it and the trigger starts a run then (`uncorrelated: start`).
+    Raises Forbidden when a person may not signal runs in the trigger's team."""
+    who = label(actor)
+    waiting = correlated_step(workflow_id=trigger.workflow_id, key=correlated)
+    if waiting is None:
+        if trigger.uncorrelated == Uncorrelated.START:
+            return None
+        return refusal(trigger, key=key, reason="uncorrelated", actor=who, origin=origin, problems=[
+            {"path": "correlate", "message": f"no run of workflow '{trigger.workflow.name}' "
+             f"waits with correlation key '{correlated}'"}])
+    if not isinstance(actor, System):
+        require(actor, Action.RUN_SIGNAL, team=trigger.team)
+    run = lock_run(waiting.run_id)
+    try:
+        signal_deliver(run, name=spec_of(run, waiting.name)["signal"], payload=payload,
+                       key=f"trigger:{trigger.id}:{key}", actor=actor,
+                       origin={**_origin(trigger, key, origin), "correlation_key": correlated})
+    except (InputInvalid, NotAllowed, IdempotencyConflict) as refused:
+        return refusal(trigger, key=key, reason="signal_refused", actor=who, origin=origin,
+                       problems=refused.problems, status="invalid")
+    firing = Firing.objects.create(trigger=trigger, key=key, state=Firing.State.SIGNALLED,
+                                   signalled_run=run, origin={**origin, "correlation_key": correlated},
+                                   fired_by=_person(actor))
+    trigger_audit(trigger, action="trigger.signalled", actor=who, outcome="signalled",
+                  payload={"key": key, "run": str(run.id), "correlation_key": correlated})
+    return FireOutcome("signalled", run=run, firing=firing)
 
 
 def _person(actor: Actor):

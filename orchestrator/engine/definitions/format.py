@@ -23,7 +23,7 @@ STEP_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 STEP_RUN_NAME_CHARS = 64  # StepRun.name: a step's name, or a loop body step's with `[N]`
 
 STEP_TYPES = ("agent", "tool", "router", "map", "human_gate", "sub_workflow", "loop", "sleep",
-              "human_input")
+              "human_input", "wait")
 MAP_ITEM_TYPES = ("agent", "tool")
 # A loop's body runs on workers only: no gate, map, child run or loop inside an iteration.
 LOOP_BODY_TYPES = ("agent", "tool", "router")
@@ -75,6 +75,15 @@ SLEEP_COMMON_FIELDS = ("name", "type", "description", "after", "when", "join", "
 DEFAULT_INPUT_DEADLINE_S = 86400
 INPUT_TIMEOUT_CHOICES = ("fail", "abstain")
 DEFAULT_INPUT_TIMEOUT = "fail"
+# A wait step (filled in by `normalize`): how long it waits, what its timeout does, and what a
+# signal sent before it starts waiting does. It runs nothing, so it has no retry either.
+WAIT_COMMON_FIELDS = SLEEP_COMMON_FIELDS
+DEFAULT_WAIT_TIMEOUT_S = 86400
+ON_TIMEOUT_CHOICES = ("fail", "continue")  # or the name of a step to route to
+DEFAULT_ON_TIMEOUT = "fail"
+EARLY_SIGNAL_CHOICES = ("buffer", "refuse")
+DEFAULT_EARLY_SIGNALS = "buffer"
+SIGNAL_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 RETRY_DEFAULTS: dict[str, Any] = {
     "max_attempts": 1,
     "backoff": "exponential",
@@ -1049,6 +1058,61 @@ def shared_format_schema() -> dict:
                 },
             },
             ["name", "type", "group", "form"],
+        ),
+        "wait_step": _closed_step(
+            "wait step",
+            {
+                **{key: common[key] for key in WAIT_COMMON_FIELDS},
+                "signal": {
+                    "type": "string",
+                    "pattern": SIGNAL_NAME_PATTERN,
+                    "description": (
+                        "The name of the signal it waits for (POST /api/v1/runs/<id>/signals/"
+                        "<name>/, or a trigger's correlated event); its payload is the step's "
+                        "output."
+                    ),
+                },
+                "schema": {
+                    **_JSON_SCHEMA,
+                    "description": "JSON Schema the signal's payload must satisfy (draft 2020-12).",
+                },
+                "correlation_key": {
+                    **_TEMPLATE,
+                    "minLength": 1,
+                    "description": (
+                        "Rendered when the step starts: a trigger's event whose `correlate` "
+                        "gives this key is delivered to this step as its signal. "
+                        + _TEMPLATE["description"]
+                    ),
+                },
+                "timeout_s": {
+                    "type": "integer",
+                    "exclusiveMinimum": 0,
+                    "maximum": limits.MAX_WAIT_S,
+                    "description": (
+                        f"Seconds it waits for the signal (default {DEFAULT_WAIT_TIMEOUT_S})."
+                    ),
+                },
+                "on_timeout": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": (
+                        "fail: the step times out (class `timeout`); continue: it completes "
+                        "with {\"timed_out\": true}; or the name of a step after it, which runs "
+                        "instead of the steps that wait for the signal (default "
+                        f"{DEFAULT_ON_TIMEOUT})."
+                    ),
+                },
+                "early_signals": {
+                    "enum": list(EARLY_SIGNAL_CHOICES),
+                    "description": (
+                        "A signal sent while the step has not started waiting: buffer (kept, "
+                        f"at most {limits.MAX_BUFFERED_SIGNALS} per run, and consumed when it "
+                        f"starts) or refuse (409) (default {DEFAULT_EARLY_SIGNALS})."
+                    ),
+                },
+            },
+            ["name", "type", "signal"],
         ),
         "loop_step": _closed_step(
             "loop step",

@@ -33,6 +33,10 @@ MAX_INPUT_DEPTH = 64
 MAX_TIMEOUT_S = 30 * 86400  # a step attempt, a human gate, a map item, a sub-workflow
 MAX_RUN_DURATION_S = 90 * 86400  # budget.max_duration_s
 MAX_SLEEP_S = 90 * 86400  # a sleep step: its for_s, and how far ahead its until may be
+MAX_WAIT_S = 90 * 86400  # a wait step's timeout_s
+# --- signals (a wait step's) ----------------------------------------------------------------
+MAX_BUFFERED_SIGNALS = 20  # signals one run keeps before a wait step for them starts
+MAX_SIGNAL_KEY_CHARS = 200  # a signal's idempotency key, and a wait step's correlation key
 MAX_COST_USD = 1_000_000  # budget.max_cost_usd
 MAX_RETRY_ATTEMPTS = 100
 MAX_RETRY_DELAY_S = 86400  # retry.base_s and retry.max_s
@@ -127,6 +131,16 @@ def run_input_problems(value: object) -> list[dict]:
         {"path": format_path(("input", *parts)), "message": message}
         for parts, message in document_problems(
             value, max_bytes=MAX_INPUT_BYTES, max_depth=MAX_INPUT_DEPTH, what="the run input"
+        )
+    ]
+
+
+def signal_payload_problems(value: object) -> list[dict]:
+    """Every way a signal's payload exceeds the limits of a run input (paths ``payload...``)."""
+    return [
+        {"path": format_path(("payload", *parts)), "message": message}
+        for parts, message in document_problems(
+            value, max_bytes=MAX_INPUT_BYTES, max_depth=MAX_INPUT_DEPTH, what="the payload"
         )
     ]
 

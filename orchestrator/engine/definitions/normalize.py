@@ -14,6 +14,7 @@ from .format import (
     DEFAULT_ACTION_TIER,
     DEFAULT_APPROVAL_AT,
     DEFAULT_AUDIT_STORE,
+    DEFAULT_EARLY_SIGNALS,
     DEFAULT_INPUT_DEADLINE_S,
     DEFAULT_INPUT_TIMEOUT,
     DEFAULT_JOIN,
@@ -22,10 +23,12 @@ from .format import (
     DEFAULT_MIN_CONFIDENCE,
     DEFAULT_ON_DURATION,
     DEFAULT_ON_ERROR,
+    DEFAULT_ON_TIMEOUT,
     DEFAULT_OUTSIDE_TIER,
     DEFAULT_REPAIR_ATTEMPTS,
     DEFAULT_SLEEP_TIMEZONE,
     DEFAULT_STRATEGY,
+    DEFAULT_WAIT_TIMEOUT_S,
     RETRY_DEFAULTS,
     default_timeout_s,
 )
@@ -70,6 +73,12 @@ def _fill_step(step: dict) -> None:
         step.setdefault("separation_of_duties", False)
         step.setdefault("evidence", {})
         return  # a person answers it: no attempt to time out or retry
+    if step["type"] == "wait":
+        step.setdefault("description", "")
+        step.setdefault("timeout_s", DEFAULT_WAIT_TIMEOUT_S)
+        step.setdefault("on_timeout", DEFAULT_ON_TIMEOUT)
+        step.setdefault("early_signals", DEFAULT_EARLY_SIGNALS)
+        return  # it runs nothing: no retry
     _fill_body(step)
     if step["type"] == "router":
         step.setdefault("strategy", DEFAULT_STRATEGY)

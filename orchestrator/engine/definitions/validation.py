@@ -27,10 +27,12 @@ from .expressions import (
 from .format import (
     CONTEXT_ROOTS,
     DEFAULT_INPUT_DEADLINE_S,
+    DEFAULT_ON_TIMEOUT,
     DEFAULT_SLEEP_TIMEZONE,
     HUMAN_GATE_TIMEOUT_S,
     LOOP_BODY_ROOTS,
     MAP_ITEM_ROOTS,
+    ON_TIMEOUT_CHOICES,
     RISK_RULE_ROOTS,
     STEP_RUN_NAME_CHARS,
     calls_model,
@@ -320,6 +322,8 @@ class _Check:
             self.check_sleep(at, step, name, upstream)
         elif step_type == "human_input":
             self.check_human_input(at, step, name, upstream)
+        elif step_type == "wait":
+            self.check_wait(at, step, name, upstream)
 
     def check_human_input(self, at: Parts, step: dict, name, upstream) -> None:
         """A form that can be drawn and checked (a valid JSON Schema of flat fields), its
@@ -348,6 +352,29 @@ class _Check:
                      f"escalate_after_s ({after_s}) must be less than deadline_s ({deadline_s})")
         if has_to and step.get("escalate_to") == step.get("group"):
             self.add((*at, "escalate_to"), "escalate_to names the step's own group")
+
+    def check_wait(self, at: Parts, step: dict, name, upstream) -> None:
+        """A payload schema that is a schema; a correlation key template checked like every
+        other; an `on_timeout` that is `fail`, `continue` or a step that runs after this one
+        (and then no `fallback`: the route is what its timeout does)."""
+        self.check_schema_field((*at, "schema"), step.get("schema"))
+        key = step.get("correlation_key")
+        if isinstance(key, str) and is_template(key):
+            self.check_template((*at, "correlation_key"), key, name, upstream, self.roots)
+        target = step.get("on_timeout", DEFAULT_ON_TIMEOUT)
+        if not isinstance(target, str) or target in ON_TIMEOUT_CHOICES:
+            return
+        where = (*at, "on_timeout")
+        if target not in self.index_of:
+            self.add(where, f"'{target}' is neither fail, continue nor a step of this workflow")
+        elif target == name:
+            self.add(where, "a wait step cannot route its timeout to itself")
+        elif name not in (dict(self.steps)[self.index_of[target]].get("after") or []):
+            self.add(where, f"step '{target}' must list '{name}' in its after to run on its "
+                            "timeout")
+        if step.get("fallback"):
+            self.add((*at, "fallback"), "a wait step whose on_timeout names a step has no "
+                                        "fallback: the step it names runs on its timeout")
 
     def check_sleep(self, at: Parts, step: dict, name, upstream) -> None:
         """Exactly one of `for_s` and `until`; a time zone that exists, only with `until`; an

@@ -9,7 +9,9 @@ the rules, the permission checks, the events and the audit rows exist once, here
 - step_end: what happens after any step ends (release what it owned, move the run on)
 - kinds/: one module per step kind, owning its start, finish, timeout and release:
   agent, tool and router (on what every worker kind shares: worker), human_gate, sub_workflow,
-  map_step, loop, sleep, human_input
+  map_step, loop, sleep, human_input, wait
+- signals: a signal sent to a run, which completes the wait step that waits for it, or is kept
+  until one does
 - operators: an operator's redrive, retry, skip and resume
 - deadletters: recording work that failed for good
 - effects: the idempotency ledger every side effect goes through
@@ -29,5 +31,6 @@ from .kinds import (  # noqa: F401  (registers the kinds)
     sleep,
     sub_workflow,
     tool,
+    wait,
     worker,
 )

@@ -15,7 +15,17 @@ from budgets.selectors import run_budget
 from budgets.serializers import RunBudgetSerializer
 from orchestrator.engine.executors import ATTEMPT_META_FIELDS
 from orchestrator.engine.provenance import describe
-from orchestrator.models import DeadLetter, Run, StepAttempt, StepRun, Workflow, WorkflowVersion
+from orchestrator.engine.selectors import definition_of
+from orchestrator.engine.states import StepKind, StepState
+from orchestrator.models import (
+    DeadLetter,
+    Run,
+    Signal,
+    StepAttempt,
+    StepRun,
+    Workflow,
+    WorkflowVersion,
+)
 
 from ..progress import latest_event_of, run_progress
 
@@ -264,6 +274,28 @@ class StepApprovalSerializer(serializers.ModelSerializer):
         fields = ["id", "url", "state"]
 
 
+class SignalSendSerializer(serializers.Serializer):
+    payload = serializers.DictField(help_text="The signal's payload: a JSON object, checked "
+                                    "against the waiting step's schema; the step's output.")
+
+
+class SignalSerializer(serializers.ModelSerializer):
+    """A signal as sent: consumed by a wait step (`step`), or buffered until one waits."""
+
+    step = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    run = serializers.UUIDField(source="run_id", read_only=True)
+    duplicate = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Signal
+        fields = ["id", "run", "name", "key", "state", "step", "payload", "sent_by", "created_at",
+                  "consumed_at", "duplicate"]
+
+    def get_duplicate(self, signal: Signal) -> bool:
+        """True when the key had been sent already: this is the first send's result."""
+        return bool(self.context.get("duplicate"))
+
+
 class StepRunSerializer(serializers.ModelSerializer):
     attempt_records = StepAttemptSerializer(many=True, read_only=True)
     approval = serializers.SerializerMethodField()
@@ -273,7 +305,7 @@ class StepRunSerializer(serializers.ModelSerializer):
         fields = ["name", "kind", "position", "state", "queue", "attempts", "input", "output",
                   "error", "skip_reason", "tokens_in", "tokens_out", "cost_usd", "ready_at",
                   "queued_at", "started_at", "finished_at", "deadline_at", "next_attempt_at",
-                  "wake_at", "approval", "attempt_records"]
+                  "wake_at", "correlation_key", "approval", "attempt_records"]
 
     @extend_schema_field(StepApprovalSerializer(allow_null=True))
     def get_approval(self, step: StepRun) -> dict | None:
@@ -373,8 +405,15 @@ class ProgressSerializer(serializers.Serializer):
     map_items = MapProgressSerializer(many=True, help_text="Each map step's items done of its items.")
 
 
+class AwaitedSignalSerializer(serializers.Serializer):
+    step = serializers.CharField(help_text="The wait step.")
+    signal = serializers.CharField(help_text="The signal it waits for.")
+    until = serializers.DateTimeField(help_text="When it times out.")
+
+
 class RunDetailSerializer(RunSerializer):
     steps = StepRunSerializer(many=True, read_only=True)
+    waiting_for_signals = serializers.SerializerMethodField()
     parent_run = serializers.SerializerMethodField()
     started_by = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
@@ -383,7 +422,19 @@ class RunDetailSerializer(RunSerializer):
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "input", "output", "error", "idempotency_key",
-                  "parent_run", "started_by", "progress", "last_event", "budget", "steps"]
+                  "parent_run", "started_by", "progress", "last_event", "budget",
+                  "waiting_for_signals", "steps"]
+
+    @extend_schema_field(AwaitedSignalSerializer(many=True))
+    def get_waiting_for_signals(self, run: Run) -> list[dict]:
+        """Each wait step still waiting: the signal it waits for, and until when."""
+        waiting = [s for s in run.steps.all()
+                   if s.kind == StepKind.WAIT and s.state == StepState.WAITING]
+        if not waiting:
+            return []
+        graph = definition_of(run)[1]
+        return [{"step": s.name, "signal": graph.steps[s.name]["signal"], "until": s.deadline_at}
+                for s in waiting]
 
     @extend_schema_field(ProgressSerializer)
     def get_progress(self, run: Run) -> dict:

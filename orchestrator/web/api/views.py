@@ -6,6 +6,7 @@ exceptions propagate to `ServiceErrorsMixin`, which maps them to 400/403/409 wit
 list; views do not catch them one by one.
 """
 import re
+import uuid
 from decimal import Decimal
 
 from django.db.models import Max, OuterRef, Prefetch, QuerySet, Subquery
@@ -26,6 +27,7 @@ from budgets.serializers import BudgetRaiseSerializer, RunEstimateSerializer
 from budgets.services import run_estimate
 from orchestrator.engine.authz import visible, visible_workflows_named
 from orchestrator.engine.definitions import DefinitionInvalid, parse_definition_text
+from orchestrator.engine.definitions.limits import MAX_SIGNAL_KEY_CHARS
 from orchestrator.engine.errors import NotAllowed
 from orchestrator.engine.provenance import of_start as provenance_of_start
 from orchestrator.engine.selectors import latest_version, runs_with_version
@@ -44,6 +46,7 @@ from orchestrator.engine.services.operators import (
     step_skip,
 )
 from orchestrator.engine.services.runs import input_problems, run_cancel, run_start
+from orchestrator.engine.services.signals import signal_send
 from orchestrator.engine.services.workflows import (
     definition_problems,
     workflow_archive,
@@ -440,6 +443,36 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
         run_budget_raise(run_id=run.id, max_cost_usd=None if cost is None else cost.quantize(Decimal("0.000001")),
                          max_duration_s=body.get("max_duration_s"), reason=body["reason"], actor=request.user)
         return self._accepted(run)
+
+    @extend_schema(
+        request=s.SignalSendSerializer,
+        parameters=[OpenApiParameter(
+            "Idempotency-Key", str, OpenApiParameter.HEADER,
+            description="Sending again with the same key returns the first send's result and "
+                        "changes nothing (a random key when none is given).")],
+        responses={202: s.SignalSerializer, 200: s.SignalSerializer, 400: _ERRORS, 403: _ERRORS,
+                   404: _ERRORS, 409: _ERRORS},
+        description="Send the signal `name` to the run: the wait step waiting for it completes "
+        "with `payload` as its output (`state: consumed`), or, when it has not started waiting, "
+        "the signal is kept for it (`buffered`) if the step allows. 202 for a new signal, 200 "
+        "for a key already sent; 400 for a payload that fails the step's schema (each problem "
+        "by path, nothing consumed); 409 when no step of the run waits for `name`, the run has "
+        "ended, the step refuses early signals or the run keeps as many as it may, or the key "
+        "was sent with another payload. Needs run.signal in the run's team.")
+    @action(detail=True, methods=["post"], url_path=r"signals/(?P<name>[a-z][a-z0-9_]*)",
+            parser_classes=[JSONBodyParser])
+    def signal(self, request, pk=None, name=None):
+        run = self.get_object()
+        body = valid_data(s.SignalSendSerializer(data=request.data))
+        key = request.headers.get("Idempotency-Key") or str(uuid.uuid4())
+        if len(key) > MAX_SIGNAL_KEY_CHARS:
+            raise ValidationError(error_body(f"must be at most {MAX_SIGNAL_KEY_CHARS} characters",
+                                             "Idempotency-Key"))
+        outcome = signal_send(run_id=run.id, name=name, payload=body["payload"], key=key,
+                              actor=request.user)
+        answer = s.SignalSerializer(outcome.signal, context={"duplicate": outcome.duplicate}).data
+        return Response(answer, status=status.HTTP_200_OK if outcome.duplicate
+                        else status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=None, responses={202: s.RunDetailSerializer, 403: _ERRORS, 409: _ERRORS,
                                             429: _ERRORS},

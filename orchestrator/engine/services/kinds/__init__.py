@@ -8,7 +8,8 @@
 - `loop`: runs its body's steps once per iteration until its condition holds, at most
   `max_iterations` times;
 - `sleep`: waits until a time, which the reaper wakes it at;
-- `human_input`: opens an input task (a form for a group) and waits for its answer.
+- `human_input`: opens an input task (a form for a group) and waits for its answer;
+- `wait`: waits for a named signal (`services.signals`), until its timeout.
 
 A kind module implements `StepKindHandler` and registers it here. The scheduler starts a step,
 the reaper times one out or stops it and `step_end` releases what an ended step owned only through this
