@@ -378,8 +378,12 @@ def sleeping_runs(version, *, runs: int, window_s: float, idle, deadline: float,
             started_at=None).values_list("run_id", "started_at"):
         if run_id in rows:
             rows[run_id]["next"] = started
-    woken = [r for r in rows.values() if r["woken"]]
+    woken = sorted((r for r in rows.values() if r["woken"]), key=lambda r: r["wake_at"])
     wake_lag = lags_ms((r["wake_at"], r["woken"]) for r in woken)
+    # The lag of each quarter of the window apart: a reaper falling behind shows as a lag that
+    # grows from one quarter to the next, a slow moment of the machine as one quarter's.
+    quarters = [summary(wake_lag[len(wake_lag) * q // 4:len(wake_lag) * (q + 1) // 4])
+                for q in range(4)]
     next_lag = lags_ms((r["wake_at"], r["next"]) for r in woken if "next" in r)
     ended = mine.filter(state__in=RUN_ENDED).count()
     left = cancel_unended(run_ids, reason="bench: the sleeping phase ended")
@@ -395,6 +399,8 @@ def sleeping_runs(version, *, runs: int, window_s: float, idle, deadline: float,
         "memory_while_asleep": cost["memory"], "idle_while_asleep": cost["idle"],
         "woken_before_measured": woken_early, "woken": len(woken),
         "wake_lag_ms": summary(wake_lag), "next_step_lag_ms": summary(next_lag),
+        "wake_lag_ms_by_quarter": [{"p50": q["p50"], "p99": q["p99"], "max": q["max"]}
+                                   for q in quarters],
         "wakes_per_s": round(len(woken) / span, 1) if span else None,
         "ended": ended, "completed": mine.filter(state="completed").count(),
         "not_ended_cancelled": left,

@@ -217,6 +217,9 @@ def scale_rows(b: str, r: dict, row, lines: list[str]) -> None:
                      f"worker={_rss(memory.get('worker'))}; beat={_rss(memory.get('beat'))}")
         row(b, "wake-up lag: sleep step done (ms)", nap["wake_lag_ms"])
         row(b, "wake-up lag: next step started (ms)", nap["next_step_lag_ms"])
+        quarters = "; ".join(f"{_fmt(q['p50'])} / {_fmt(q['p99'])}"
+                             for q in nap.get("wake_lag_ms_by_quarter", []))
+        lines.append(f"{b:<10}wake-up lag p50 / p99 (ms) by quarter of the window  {quarters}")
         lines.append(f"{b:<10}woken  {nap['woken']} of {nap['started']} ({nap['woken_before_measured']} "
                      f"before the measurement) at {_fmt(nap['wakes_per_s'])}/s, offered "
                      f"{nap['offered_wakes_per_s']}/s over {nap['window_s']:.0f} s; reaper every "
