@@ -3,7 +3,8 @@
 embedded: a fresh temporary STEPWISE_VAR_DIR holding the SQLite file and the Kombu
 filesystem broker (the settings' defaults when no URL is set).
 postgres: the same kind of var dir, plus a database created for the run and dropped after it,
-and Redis database 14 as broker and REDIS_URL, flushed before and after.
+and Redis database 14 as broker and REDIS_URL, flushed before and after. BENCH_DATABASE_URL
+and BENCH_REDIS_URL name others, so that two invocations can run side by side.
 """
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-PG_SERVER = "postgres://root@127.0.0.1:5432"
-PG_DATABASE = "stepwise_bench"
-REDIS = "redis://127.0.0.1:6379/14"
+PG_SERVER, PG_DATABASE = os.environ.get(
+    "BENCH_DATABASE_URL", "postgres://root@127.0.0.1:5432/stepwise_bench").rsplit("/", 1)
+REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 # Variables that would point a backend somewhere else than where the benchmark put it.
-SCRUBBED = ("DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "REDIS_URL",
+SCRUBBED = ("DATABASE_URL", "BENCH_DATABASE_URL", "BENCH_REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "REDIS_URL",
             "STEPWISE_SQLITE_PATH", "PYTEST_XDIST_WORKER", "STEPWISE_VAR_DIR")
 BACKENDS = ("embedded", "postgres")
 

@@ -13,8 +13,8 @@ writes one JSON document. Phases, in order:
 4. in process, no worker (bench.inprocess): SQL statements per step, the engine's service
    time per step, the price of a fresh database connection;
 5. with `--live-runs N` (after 1): commit-to-screen latency of the live pages (bench.live);
-6. with `--api-clients`, `--fanout-items` or `--held-runs` (after 5, before 2): the scale
-   phases of bench.scale.
+6. with `--api-clients`, `--fanout-items`, `--held-runs` or `--sleeping-runs` (after 5,
+   before 2): the scale phases of bench.scale (the sleeping one with `celery beat` running).
 
 It reads Stepwise's state only through its models and drives it only through its services
 and API; it changes nothing in the engine.
@@ -31,7 +31,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from .procs import ROOT, Deadline, WorkerDied, api_server, celery_worker
+from .procs import ROOT, Deadline, WorkerDied, api_server, celery_beat, celery_worker
 from .stats import chain_latencies_ms, ratio, say, summary
 
 POLL_S = 0.01
@@ -258,9 +258,10 @@ def measure(args, result: dict) -> None:
             result["live"] = live.commit_to_screen(base_url, fixtures["token"], "bench-chain",
                                                    runs=args.live_runs, deadline=args.deadline)
             checkpoint()
-        if args.api_clients or args.held_runs or args.fanout_items:
+        if args.api_clients or args.held_runs or args.fanout_items or args.sleeping_runs:
             scale_phases(args, result, base_url=base_url, token=fixtures["token"],
-                         server=server, workers=workers, checkpoint=checkpoint)
+                         server=server, workers=workers, checkpoint=checkpoint, env=env,
+                         var_dir=var_dir)
         say(f"step-to-step: {args.runs} concurrent runs of a {args.steps}-step chain")
         # Leave the floor and the query count a share of the time left.
         share = time.time() + 0.6 * (args.deadline - time.time())
@@ -365,7 +366,7 @@ ROUND_BUDGET_S = 120
 
 
 def scale_phases(args, result: dict, *, base_url: str, token: str, server, workers,
-                 checkpoint) -> None:
+                 checkpoint, env: dict, var_dir: Path) -> None:
     """The opt-in phases of bench.scale, each given half of the time left when it starts."""
     from . import scale
 
@@ -395,17 +396,33 @@ def scale_phases(args, result: dict, *, base_url: str, token: str, server, worke
                                         probes=args.fanout_probes, deadline=until(),
                                         check=workers.check)
         checkpoint()
+
+    def idle() -> dict:
+        return idle_runs(base_url, token, "bench-chain", runs=min(10, args.start_runs),
+                         steps=args.steps, warmup=1, deadline=until(), check=workers.check)
+
     if args.held_runs:
         say(f"held: {args.held_runs} runs waiting at a gate at once")
-
-        def idle() -> dict:
-            return idle_runs(base_url, token, "bench-chain", runs=min(10, args.start_runs),
-                             steps=args.steps, warmup=1, deadline=until(), check=workers.check)
 
         result["held"] = scale.held_runs(
             fixtures["versions"]["bench-held"], runs=args.held_runs, approver=fixtures["approver"],
             idle=idle, deadline=until(), check=workers.check,
             processes={"api": server.proc.pid, "worker": workers.proc.pid})
+        checkpoint()
+    if args.sleeping_runs:
+        # Only this phase runs beat: the reaper's sweeps are what wakes a sleep, and the other
+        # phases are measured without them.
+        window = args.sleep_window or max(args.sleeping_runs / 50, 10)
+        say(f"sleeping: {args.sleeping_runs} runs asleep at once, woken over {window:.0f} s")
+        beat = celery_beat(env=env, var_dir=var_dir, deadline=args.deadline)
+        try:
+            result["sleeping"] = scale.sleeping_runs(
+                fixtures["versions"]["bench-sleep"], runs=args.sleeping_runs, window_s=window,
+                idle=idle, deadline=until(), check=workers.check,
+                processes={"api": server.proc.pid, "worker": workers.proc.pid,
+                           "beat": beat.proc.pid})
+        finally:
+            beat.stop()
         checkpoint()
 
 
@@ -426,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-clients", type=int, default=0)
     parser.add_argument("--api-requests", type=int, default=400)
     parser.add_argument("--held-runs", type=int, default=0)
+    parser.add_argument("--sleeping-runs", type=int, default=0)
+    parser.add_argument("--sleep-window", type=float, default=0)
     parser.add_argument("--fanout-items", type=int, default=0)
     parser.add_argument("--fanout-probes", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)

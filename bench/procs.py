@@ -90,6 +90,16 @@ def celery_worker(name: str, app: str, *, concurrency: int, env: dict, var_dir: 
     return group
 
 
+def celery_beat(*, env: dict, var_dir: Path, deadline: float) -> Group:
+    """`celery beat` on Stepwise's scheduler (the reaper's sweeps, every schedule), returned once
+    it holds the leader lease and so sends."""
+    cmd = [sys.executable, "-m", "celery", "-A", "orchestrator", "beat", "-l", "info", "--pidfile="]
+    group = Group("beat", cmd, env, var_dir)
+    group.wait_for(lambda: "took the leader lease" in group.log.read_text(errors="replace"),
+                   deadline=deadline, what="leading")
+    return group
+
+
 def api_server(*, env: dict, var_dir: Path, deadline: float,
                processes: int = 1) -> tuple[Group, str]:
     """The ASGI app under uvicorn on a free local port, in `processes` processes (uvicorn's

@@ -43,6 +43,8 @@ def run_backend(backend: str, args, deadline: float) -> dict:
                    "--live-runs", str(args.live_runs),
                    "--api-clients", str(args.api_clients), "--api-requests", str(args.api_requests),
                    "--held-runs", str(args.held_runs), "--fanout-items", str(args.fanout_items),
+                   "--sleeping-runs", str(args.sleeping_runs),
+                   "--sleep-window", str(args.sleep_window),
                    "--fanout-probes", str(args.fanout_probes), "--rounds", str(args.rounds),
                    "--deadline", str(deadline)]
             child = subprocess.Popen(cmd, cwd=ROOT, env=env)
@@ -95,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="POSTs in all for --api-clients (default 400)")
     parser.add_argument("--held-runs", type=int, default=0,
                         help="runs held at a gate at once, then released (default 0: skip)")
+    parser.add_argument("--sleeping-runs", type=int, default=0,
+                        help="runs asleep at once, then woken by the reaper (default 0: skip)")
+    parser.add_argument("--sleep-window", type=float, default=0,
+                        help="seconds over which the sleeping runs' wake-ups are spread "
+                        "(default: one per 20 ms, at least 10 s)")
     parser.add_argument("--fanout-items", type=int, default=0,
                         help="map items of one run while single steps are probed (default 0: skip)")
     parser.add_argument("--fanout-probes", type=int, default=30,

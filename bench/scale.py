@@ -10,6 +10,11 @@ runs held at once, and a fan-out competing with single steps for the same worker
   open, the database size per run, the memory of every process, the idle step-to-step gap of
   *other* runs while they are held, then approves every gate (through `approval_grant`, as the
   approvals page does) and reports the grant rate and the drain rate.
+- `sleeping_runs`: N runs of a sleep-first workflow, each waking at its own time in a window
+  after they have all started, with `celery beat` sending the reaper's sweeps. Reports the
+  database size per waiting run, the memory of every process while they wait, the idle step
+  gap of other runs meanwhile, then the wake-up lag of each (its sleep step's completion, and
+  its next step's start, minus its `wake_at`) and the rate the reaper woke them at.
 - `fanout`: one run maps over M items of `core.echo` while single-step runs are started one
   at a time; each probe's step wait (queued -> started) while the map is still in flight is
   what a fan-out costs other runs.
@@ -25,9 +30,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from .procs import peak_rss
-from .stats import say, summary
+from .stats import lags_ms, say, summary
 
 BATCH = 200
+# Time between the expected end of the sleeping runs' starts and their first wake-up: the
+# other runs' step gap is measured in it, with every run asleep.
+WAKE_MARGIN_S = 20
 GATE_GROUP = "bench_leads"
 RUN_ENDED = ("completed", "failed", "cancelled", "timed_out")
 
@@ -40,6 +48,20 @@ def gate_definition(name: str) -> dict:
         "steps": [
             {"name": "gate", "type": "human_gate", "approvers": GATE_GROUP, "timeout_s": 86400},
             {"name": "after", "type": "tool", "tool": "core.echo", "params": {}, "after": ["gate"]},
+        ],
+    }
+
+
+def sleep_definition(name: str) -> dict:
+    """A sleep until the time in the run's input, then one echo step: a run that waits for a
+    time, then finishes."""
+    return {
+        "name": name,
+        "input_schema": {"type": "object", "required": ["wake_at"],
+                         "properties": {"wake_at": {"type": "string"}}},
+        "steps": [
+            {"name": "nap", "type": "sleep", "until": "{{ input.wake_at }}"},
+            {"name": "after", "type": "tool", "tool": "core.echo", "params": {}, "after": ["nap"]},
         ],
     }
 
@@ -74,6 +96,7 @@ def make_fixtures(team_slug: str = "bench") -> dict:
     saved = {}
     for name, definition in (("bench-api", gate_definition("bench-api")),
                              ("bench-held", gate_definition("bench-held")),
+                             ("bench-sleep", sleep_definition("bench-sleep")),
                              ("bench-fanout", fanout_definition("bench-fanout")),
                              ("bench-single", single_definition("bench-single"))):
         saved[name], _ = workflow_save(team=team, definition=definition, actor=owner)
@@ -156,42 +179,74 @@ def own_rss_mb() -> dict:
     return {"peak_mb": fields.get("VmHWM"), "now_mb": fields.get("VmRSS")}
 
 
-def held_runs(version, *, runs: int, approver, idle, deadline: float, check, processes: dict) -> dict:
-    """Hold `runs` runs at a gate, measure, then release them all and time the drain.
+def start_waiting_runs(version, *, runs: int, waiting, deadline: float, check, label: str,
+                       run_input=lambda k: {}) -> dict:
+    """Start `runs` runs of `version` through `run_start`, `BATCH` to a transaction, and wait
+    until `waiting()` (how many of them wait now) counts them all; what they cost the database.
 
-    `idle()` measures the step-to-step gap of other runs (it is called while they are held);
-    `processes` maps a name to a process-group id whose memory is reported.
+    The generic half of every phase whose runs wait holding no worker (a gate, a sleep): the
+    runs' ids, how long starting them took, and the database's growth per run between before
+    the first start and the moment they all wait. `run_input(k)` is run k's input.
     """
-    from django.db import close_old_connections, connection, transaction
+    from django.db import transaction
 
-    from approvals.models import ApprovalRequest, ApprovalState
     from orchestrator.engine.authz import System
-    from orchestrator.engine.errors import NotAllowed
-    from orchestrator.engine.services.kinds.human_gate import approval_grant
-    from orchestrator.engine.services.runs import run_cancel, run_start
-    from orchestrator.models import Run
+    from orchestrator.engine.services.runs import run_start
 
     before = database_bytes()
     t0 = time.time()
     run_ids: list = []
     while len(run_ids) < runs and time.time() < deadline:
         with transaction.atomic():
-            run_ids += [run_start(version=version, input={}, actor=System("bench")).id
-                        for _ in range(min(BATCH, runs - len(run_ids)))]
+            run_ids += [run_start(version=version, input=run_input(k), actor=System("bench")).id
+                        for k in range(len(run_ids), min(len(run_ids) + BATCH, runs))]
         if len(run_ids) % 2000 < BATCH:
-            say(f"held: {len(run_ids)}/{runs} runs started")
+            say(f"{label}: {len(run_ids)}/{runs} runs started")
     started = time.time()
-    pending = ApprovalRequest.objects.filter(run__version=version, state=ApprovalState.PENDING)
-    while pending.count() < len(run_ids) and time.time() < deadline:
+    while waiting() < len(run_ids) and time.time() < deadline:
         check()
         time.sleep(0.5)
-    gates_open = time.time()
-    held = pending.count()
+    all_waiting = time.time()
     size = database_bytes() - before
-    say(f"held: {held} runs waiting at their gate; measuring the other runs' step gap")
+    return {
+        "run_ids": run_ids, "runs": runs, "started": len(run_ids), "waiting": waiting(),
+        "start_s": round(started - t0, 2),
+        "start_runs_per_s": round(len(run_ids) / (started - t0), 1) if started > t0 else None,
+        "all_waiting_s": round(all_waiting - t0, 2),
+        "database_bytes_per_run": round(size / max(len(run_ids), 1)),
+        "database_mb_added": round(size / 2**20, 1),
+    }
+
+
+def while_waiting(*, idle, processes: dict) -> dict:
+    """What runs waiting cost everything else: the memory of every process in `processes`
+    (a name to a process-group id) and of this one, and the other runs' step gap (`idle()`)."""
     memory = {name: peak_rss(pgid) for name, pgid in processes.items()}
     memory["measure"] = own_rss_mb()
-    others = idle()
+    return {"memory": memory, "idle": idle()}
+
+
+def held_runs(version, *, runs: int, approver, idle, deadline: float, check, processes: dict) -> dict:
+    """Hold `runs` runs at a gate, measure, then release them all and time the drain.
+
+    `idle()` measures the step-to-step gap of other runs (it is called while they are held);
+    `processes` maps a name to a process-group id whose memory is reported.
+    """
+    from django.db import close_old_connections, connection
+
+    from approvals.models import ApprovalRequest, ApprovalState
+    from orchestrator.engine.authz import System
+    from orchestrator.engine.errors import NotAllowed
+    from orchestrator.engine.services.kinds.human_gate import approval_grant
+    from orchestrator.engine.services.runs import run_cancel
+    from orchestrator.models import Run
+
+    pending = ApprovalRequest.objects.filter(run__version=version, state=ApprovalState.PENDING)
+    start = start_waiting_runs(version, runs=runs, waiting=pending.count, deadline=deadline,
+                               check=check, label="held")
+    run_ids, held = start.pop("run_ids"), start.pop("waiting")
+    say(f"held: {held} runs waiting at their gate; measuring the other runs' step gap")
+    cost = while_waiting(idle=idle, processes=processes)
 
     say(f"held: approving {held} gates")
     ids = list(pending.values_list("id", "proposal_hash"))
@@ -240,13 +295,12 @@ def held_runs(version, *, runs: int, approver, idle, deadline: float, check, pro
             pass  # it ended meanwhile
     return {
         "runs": runs, "started": len(run_ids), "held": held,
-        "start_s": round(started - t0, 2),
-        "start_runs_per_s": round(len(run_ids) / (started - t0), 1) if started > t0 else None,
-        "all_gates_open_s": round(gates_open - t0, 2),
-        "database_bytes_per_run": round(size / max(len(run_ids), 1)),
-        "database_mb_added": round(size / 2**20, 1),
-        "memory_while_held": memory,
-        "idle_while_held": others,
+        "start_s": start["start_s"], "start_runs_per_s": start["start_runs_per_s"],
+        "all_gates_open_s": start["all_waiting_s"],
+        "database_bytes_per_run": start["database_bytes_per_run"],
+        "database_mb_added": start["database_mb_added"],
+        "memory_while_held": cost["memory"],
+        "idle_while_held": cost["idle"],
         "granted": len(granted), "grant_failures": failures[:5],
         "grant_s": round(released - release, 2),
         "grants_per_s": round(len(granted) / (released - release), 1) if released > release else None,
@@ -255,6 +309,120 @@ def held_runs(version, *, runs: int, approver, idle, deadline: float, check, pro
         "drain_runs_per_s": round(ended / drain_s, 1) if drain_s else None,
         "released_not_ended_cancelled": len(left),
     }
+
+
+# --- runs asleep at once, woken by the reaper -----------------------------------------------
+
+
+def wake_times(base: float, *, window_s: float, runs: int) -> list[float]:
+    """`runs` wake-up times (epoch seconds) spread evenly over `window_s` from `base`, in order:
+    the reaper is offered runs / window_s wake-ups a second, a stream rather than one burst."""
+    return [base + window_s * k / runs for k in range(runs)]
+
+
+def sleeping_runs(version, *, runs: int, window_s: float, idle, deadline: float, check,
+                  processes: dict) -> dict:
+    """Put `runs` runs to sleep at once, measure them waiting, then let the reaper wake them.
+
+    Each run sleeps until its own time (`wake_times`), the first a margin after they are all
+    expected to have started (from the rate a first batch started at), so that the database,
+    the memory and the other runs' step gap (`idle()`) are measured with all of them asleep.
+    Then each one's wake-up lag is read from its rows: its sleep step's `finished_at` and its
+    next step's `started_at`, minus its `wake_at`. Needs beat sending the reaper's sweeps.
+    """
+    from datetime import UTC, datetime
+
+    from django.conf import settings
+
+    from orchestrator.engine.services import reaper
+    from orchestrator.models import Run, StepRun
+
+    def at(epoch: float) -> str:
+        return datetime.fromtimestamp(epoch, UTC).isoformat()
+
+    # A first batch, due at once (each completes as it starts): the rate runs start at here,
+    # which places the window after the measured runs have all started.
+    t0 = time.time()
+    warm = start_waiting_runs(version, runs=BATCH, waiting=lambda: BATCH, deadline=deadline,
+                              check=check, label="sleeping (first batch, due at once)",
+                              run_input=lambda k: {"wake_at": at(t0)})
+    rate = warm["start_runs_per_s"] or 1.0
+    base = time.time() + 1.25 * runs / rate + WAKE_MARGIN_S
+    times = wake_times(base, window_s=window_s, runs=runs)
+    say(f"sleeping: starting {runs} runs (first batch {rate:.0f} runs/s), waking from "
+        f"{base - time.time():.0f} s on over {window_s:.0f} s")
+
+    naps = StepRun.objects.filter(run__version=version, name="nap")
+    asleep = naps.filter(state="waiting", wake_at__isnull=False)
+    start = start_waiting_runs(version, runs=runs, waiting=asleep.count, deadline=deadline,
+                               check=check, label="sleeping",
+                               run_input=lambda k: {"wake_at": at(times[k])})
+    run_ids, waiting = start.pop("run_ids"), start.pop("waiting")
+    say(f"sleeping: {waiting} runs asleep; measuring the other runs' step gap")
+    cost = while_waiting(idle=idle, processes=processes)
+    woken_early = naps.filter(run_id__in=run_ids, state="completed").count()
+
+    mine = Run.objects.filter(id__in=run_ids)
+    last_report = 0.0
+    while mine.filter(state__in=RUN_ENDED).count() < len(run_ids) and time.time() < deadline:
+        check()
+        if time.time() - last_report > 10:
+            say(f"sleeping: {naps.filter(run_id__in=run_ids, state='completed').count()} woken, "
+                f"{mine.filter(state__in=RUN_ENDED).count()}/{len(run_ids)} runs ended")
+            last_report = time.time()
+        time.sleep(0.5)
+    rows = {run_id: {"wake_at": wake_at, "woken": finished}
+            for run_id, wake_at, finished in naps.filter(run_id__in=run_ids, state="completed")
+            .values_list("run_id", "wake_at", "finished_at")}
+    for run_id, started in StepRun.objects.filter(run_id__in=run_ids, name="after").exclude(
+            started_at=None).values_list("run_id", "started_at"):
+        if run_id in rows:
+            rows[run_id]["next"] = started
+    woken = sorted((r for r in rows.values() if r["woken"]), key=lambda r: r["wake_at"])
+    wake_lag = lags_ms((r["wake_at"], r["woken"]) for r in woken)
+    # The lag of each quarter of the window apart: a reaper falling behind shows as a lag that
+    # grows from one quarter to the next, a slow moment of the machine as one quarter's.
+    quarters = [summary(wake_lag[len(wake_lag) * q // 4:len(wake_lag) * (q + 1) // 4])
+                for q in range(4)]
+    next_lag = lags_ms((r["wake_at"], r["next"]) for r in woken if "next" in r)
+    ended = mine.filter(state__in=RUN_ENDED).count()
+    left = cancel_unended(run_ids, reason="bench: the sleeping phase ended")
+    first_due = min((r["wake_at"] for r in woken), default=None)
+    last_woken = max((r["woken"] for r in woken), default=None)
+    span = (last_woken - first_due).total_seconds() if woken else None
+    return {
+        **start, "asleep": waiting, "window_s": window_s,
+        "offered_wakes_per_s": round(runs / window_s, 1),
+        "first_batch_runs_per_s": rate,
+        "reap_interval_s": settings.CELERY_BEAT_SCHEDULE["stepwise-reap"]["schedule"],
+        "reap_batch": reaper.BATCH,
+        "memory_while_asleep": cost["memory"], "idle_while_asleep": cost["idle"],
+        "woken_before_measured": woken_early, "woken": len(woken),
+        "wake_lag_ms": summary(wake_lag), "next_step_lag_ms": summary(next_lag),
+        "wake_lag_ms_by_quarter": [{"p50": q["p50"], "p99": q["p99"], "max": q["max"]}
+                                   for q in quarters],
+        "wakes_per_s": round(len(woken) / span, 1) if span else None,
+        "ended": ended, "completed": mine.filter(state="completed").count(),
+        "not_ended_cancelled": left,
+    }
+
+
+def cancel_unended(run_ids: list, *, reason: str) -> int:
+    """Cancel every one of `run_ids` that has not ended (a waiting one included), so that it is
+    not measured as part of the next phase; how many."""
+    from orchestrator.engine.authz import System
+    from orchestrator.engine.errors import NotAllowed
+    from orchestrator.engine.services.runs import run_cancel
+    from orchestrator.models import Run
+
+    left = list(Run.objects.filter(id__in=run_ids).exclude(state__in=RUN_ENDED)
+                .values_list("id", flat=True))
+    for run_id in left:
+        try:
+            run_cancel(run_id=run_id, actor=System("bench"), reason=reason)
+        except NotAllowed:
+            pass  # it ended meanwhile
+    return len(left)
 
 
 # --- a fan-out and the single steps that wait behind it ------------------------------------

@@ -54,6 +54,13 @@ def chain_latencies_ms(steps: Iterable[tuple], *, chain_length: int) -> list[flo
     return latencies
 
 
+def lags_ms(pairs: Iterable[tuple]) -> list[float]:
+    """later - earlier in milliseconds for each (earlier, later) pair of aware datetimes, the
+    pairs missing either left out (a step that never woke or never started)."""
+    return [(later - earlier).total_seconds() * 1000 for earlier, later in pairs
+            if earlier is not None and later is not None]
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a is not None and b else None
 
@@ -196,6 +203,27 @@ def scale_rows(b: str, r: dict, row, lines: list[str]) -> None:
                      f"({held['grants_per_s']}/s); {held['ended']} ended, drain "
                      f"{_fmt(held['drain_runs_per_s'])} runs/s over {_fmt(held['drain_s'])} s"
                      + (f"; grant failures {held['grant_failures']}" if held["grant_failures"] else ""))
+    if r.get("sleeping"):
+        nap = r["sleeping"]
+        idle = (r.get("start") or {}).get("step_latency_ms") or {}
+        during = (nap.get("idle_while_asleep") or {}).get("step_latency_ms") or {}
+        row(b, f"idle step-to-step, {nap['asleep']} asleep (ms)", during)
+        lines.append(f"{b:<10}asleep  {nap['started']} started in {nap['start_s']} s "
+                     f"({nap['start_runs_per_s']} runs/s); {nap['database_bytes_per_run']} DB bytes "
+                     f"per run; step gap p50 while asleep / idle = "
+                     f"{_fmt(ratio(during.get('p50'), idle.get('p50')))}")
+        memory = nap.get("memory_while_asleep", {})
+        lines.append(f"{b:<10}asleep memory (MB)  api={_rss(memory.get('api'))}; "
+                     f"worker={_rss(memory.get('worker'))}; beat={_rss(memory.get('beat'))}")
+        row(b, "wake-up lag: sleep step done (ms)", nap["wake_lag_ms"])
+        row(b, "wake-up lag: next step started (ms)", nap["next_step_lag_ms"])
+        quarters = "; ".join(f"{_fmt(q['p50'])} / {_fmt(q['p99'])}"
+                             for q in nap.get("wake_lag_ms_by_quarter", []))
+        lines.append(f"{b:<10}wake-up lag p50 / p99 (ms) by quarter of the window  {quarters}")
+        lines.append(f"{b:<10}woken  {nap['woken']} of {nap['started']} ({nap['woken_before_measured']} "
+                     f"before the measurement) at {_fmt(nap['wakes_per_s'])}/s, offered "
+                     f"{nap['offered_wakes_per_s']}/s over {nap['window_s']:.0f} s; reaper every "
+                     f"{nap['reap_interval_s']} s, {nap['reap_batch']} a sweep; {nap['ended']} ended")
 
 
 def _rss(info: dict | None) -> str:

@@ -366,8 +366,9 @@ class StepRun(CachedStateFieldsMixin, models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "name"], name="step_name_per_run")]
-        # What the reaper and the metrics look for, and only those rows: a step that has ended
-        # (most of them) or not started has no entry in any of these, so its writes keep none up.
+        # What the reaper, the metrics and the operations page look for, and only those rows: a
+        # step that has ended (most of them) or not started has no entry in any of these, so its
+        # writes keep none up.
         indexes = [
             models.Index(fields=["lease_expires_at"], name="step_running_lease",
                          condition=models.Q(state=StepState.RUNNING)),
@@ -382,6 +383,9 @@ class StepRun(CachedStateFieldsMixin, models.Model):
             # A correlated event looks up the wait step that waits with its key.
             models.Index(fields=["correlation_key"], name="step_waiting_correlation",
                          condition=models.Q(state=StepState.WAITING, correlation_key__gt="")),
+            # The operations page's count of waiting steps by kind, with the oldest wait of each.
+            models.Index(fields=["kind", "started_at"], name="step_waiting_kind",
+                         condition=models.Q(state=StepState.WAITING)),
         ]
         ordering = ["run", "position", "id"]  # a loop's iterations share its position
 

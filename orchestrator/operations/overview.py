@@ -1,5 +1,5 @@
-"""What the operations page shows: runs by state, queues, workers, paused runs, dead letters,
-and each team's failure rate and spend today.
+"""What the operations page shows: runs by state, the steps waiting by kind, queues, workers,
+paused runs, dead letters, and each team's failure rate and spend today.
 
 Reads only (the selectors layer). Everything about runs is scoped to the teams the person may
 see (`authz.visible`); the deployment's queues and workers are shown to operators only, as for
@@ -8,11 +8,11 @@ the API's health details (docs/permissions.md).
 from datetime import timedelta
 from decimal import Decimal
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Min, Q, Sum
 
 from orchestrator.engine.authz import operates_somewhere, visible
 from orchestrator.engine.clock import now
-from orchestrator.engine.states import RunState
+from orchestrator.engine.states import RunState, StepState
 from orchestrator.models import DeadLetter, Run, StepRun, WorkerHeartbeat
 
 from .queues import queue_depths
@@ -26,7 +26,23 @@ def _start_of_today():
     return now().replace(hour=0, minute=0, second=0, microsecond=0)
 
 
+def waiting_steps_counted(user):
+    """The steps waiting now (for a person, a time, a child run, map items...) that `user` may
+    see, grouped by kind: `kind`, `n` and `since` (when the kind's longest wait began), in kind
+    order. One query over the index of waiting steps (`step_waiting_kind`)."""
+    steps = visible(StepRun.objects.filter(state=StepState.WAITING), user, team_field="run__team")
+    return steps.values("kind").annotate(n=Count("id"), since=Min("started_at")).order_by("kind")
+
+
+def waiting_steps(*, user, at) -> list[dict]:
+    """`waiting_steps_counted`, each kind with how long its longest wait has lasted at `at`."""
+    return [{"kind": row["kind"], "waiting": row["n"], "oldest_since": row["since"],
+             "oldest_age_s": round((at - row["since"]).total_seconds()) if row["since"] else None}
+            for row in waiting_steps_counted(user)]
+
+
 def operations_snapshot(*, user) -> dict:
+    at = now()
     runs = visible(Run.objects.all(), user)
     by_state = dict(runs.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
     today = _start_of_today()
@@ -53,8 +69,9 @@ def operations_snapshot(*, user) -> dict:
                .select_related("step").order_by("-created_at"))
     operator = operates_somewhere(user)
     return {
-        "generated_at": now(),
+        "generated_at": at,
         "runs_by_state": by_state,
+        "waiting_steps": waiting_steps(user=user, at=at),
         "teams_today": per_team,
         "paused": [{"id": str(r.id), "workflow": r.version.workflow.name, "team": r.team.slug,
                     "since": r.progressed_at, "reason": (r.error or {}).get("message") or (r.error or {}).get("class") or ""}

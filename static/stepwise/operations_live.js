@@ -52,6 +52,15 @@
       box.append(strong, a);
       states.appendChild(box);
     }
+    rows("ops-waiting", s.waiting_steps, (w) => {
+      const since = document.createElement("span");
+      since.textContent = age(w.oldest_age_s);
+      since.title = `since ${when(w.oldest_since)}`;
+      const kind = document.createElement("span");
+      kind.dataset.kind = w.kind;
+      kind.textContent = w.kind.replaceAll("_", " ");
+      return [kind, w.waiting, since];
+    }, "No step is waiting.");
     rows("ops-queues", s.queues, (q) => [q.name, q.depth, age(q.oldest_age_s)],
          s.queues === null ? "Shown to operators." : "The broker could not be read.");
     rows("ops-workers", s.workers, (w) => [`${w.hostname} (pid ${w.pid})`, w.queues.join(", "), when(w.last_seen)],

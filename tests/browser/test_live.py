@@ -134,6 +134,8 @@ def test_the_support_run_page_and_the_operations_page(browser_page, screenshot, 
     page.goto(f"{web_server}/admin/orchestrator/run/operations/")
     page.wait_for_selector("#ops-states [data-state=waiting]")
     assert page.inner_text("#ops-states [data-state=waiting] strong") == "1"
+    gate = page.locator("#ops-waiting tr", has=page.locator("[data-kind=human_gate]"))
+    assert gate.locator("td").all_inner_texts()[:2] == ["human gate", "1"]
     assert "orchestrator" in page.inner_text("#ops-queues")
     assert team.slug in page.inner_text("#ops-teams")
     screenshot(page, "operations-page")
