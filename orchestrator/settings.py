@@ -105,6 +105,7 @@ INSTALLED_APPS = [
     "triggers",
     "notifications",
     "alerts",
+    "evaluation",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,49 @@
+"""Reads of evaluation datasets: which a person may see, a version's cases, and the expected
+outcome a finished run shows (what an operator corrects before adding the run as a case).
+
+Reads only; who may change a dataset is the services' check.
+"""
+from django.db.models import QuerySet
+
+from orchestrator.engine.authz import Actor, visible
+from orchestrator.engine.selectors import definition_of
+from orchestrator.engine.states import StepKind, StepState
+from orchestrator.models import Run
+
+from .models import Dataset
+
+# A human gate in one of these asked a person (it did not skip): the run was up for approval.
+GATE_ASKED = frozenset({StepState.WAITING, StepState.COMPLETED, StepState.FAILED, StepState.TIMED_OUT})
+
+
+def datasets_visible_to(user: Actor) -> QuerySet[Dataset]:
+    """The datasets of the teams `user` may see, each with its team and workflow."""
+    return visible(Dataset.objects.select_related("team", "workflow"), user)
+
+
+def expected_from_run(run: Run) -> dict:
+    """What `run` did, in the expected-outcome shape (docs/evaluation.md): its state, whether
+    it asked for an approval, and for each completed step the action it proposed (a step with
+    `proposal.actions`) or else its output. A human gate gives no step expectation: it is the
+    run's `must_be_approved`."""
+    definition, _ = definition_of(run)
+    specs = {spec["name"]: spec for spec in definition["steps"]}
+    steps, asked = {}, False
+    for step in run.steps.order_by("position", "id"):
+        spec = specs.get(step.name)
+        if spec is None:
+            continue  # an iteration of a loop's body: not a step the definition names
+        if step.kind == StepKind.HUMAN_GATE:
+            asked = asked or step.state in GATE_ASKED
+            continue
+        if step.state != StepState.COMPLETED or step.output is None:
+            continue
+        proposal = step.output.get("proposal") if isinstance(step.output, dict) else None
+        if spec.get("proposal") and isinstance(proposal, dict):
+            steps[step.name] = {"action": {"name": proposal.get("action_type"), "params": proposal.get("params", {})}}
+        else:
+            steps[step.name] = {"output": step.output}
+    expected: dict = {"run": {"state": run.state, "must_be_approved": asked}}
+    if steps:
+        expected["steps"] = steps
+    return expected
