@@ -32,13 +32,12 @@ STEP_SCHEMA = {
         "action": {"type": "object", "additionalProperties": False, "required": ["name"],
                    "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 100},
                                   "params": {"type": "object"}}},
-        "abstain": {"const": True},
+        "abstain": {"type": "boolean", "enum": [True]},
     },
 }
 
 SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "The expected outcome of an evaluation case",
+    "description": "The expected outcome of an evaluation case (docs/evaluation.md).",
     "type": "object", "additionalProperties": False, "minProperties": 1,
     "properties": {
         "run": {"type": "object", "additionalProperties": False, "minProperties": 1,
