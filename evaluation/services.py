@@ -15,6 +15,7 @@ finished run. Who may see a dataset at all is `selectors.datasets_visible_to`.
 import re
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 
 from django.db import IntegrityError, transaction
 
@@ -125,6 +126,21 @@ def dataset_case_from_run(*, dataset: Dataset, run: Run, actor: Actor, risk_tier
             "expected": expected_from_run(run) if expected is None else expected}
     return _add(dataset=dataset, cases=[case], actor=actor, mode="add", workflow_version=run.version.number,
                 note=note or f"from run {run.id}", source_run=run, change="from_run")
+
+
+def dataset_sample_load(*, workflow: Workflow, path: Path, actor: Actor, name: str = "sample") -> Dataset | None:
+    """Create `workflow`'s dataset `name` from the JSON lines file at `path` (an example's
+    sample, examples/datasets/), once: None when the workflow has it already. Two changes,
+    each audited: the dataset, then its cases as version 2.
+
+    Raises Forbidden without dataset.edit, InputInvalid for a file that does not fit the workflow."""
+    if Dataset.objects.filter(workflow=workflow, name=name).exists():
+        return None
+    dataset = dataset_create(workflow=workflow, name=name, actor=actor,
+                             description=f"Sample cases of the {workflow.name} example ({path.name}).")
+    dataset_cases_upload(dataset=dataset, data=path.read_bytes(), fmt="jsonl", actor=actor,
+                         note=f"loaded from {path.name}")
+    return dataset
 
 
 def dataset_cases_remove(*, dataset: Dataset, keys: list, actor: Actor, note: str = "") -> DatasetVersion:
