@@ -19,7 +19,7 @@ from django.utils.html import format_html
 from orchestrator.engine.authz import Action, may, teams_where, visible
 from orchestrator.engine.errors import Forbidden, InputInvalid, NotAllowed
 from orchestrator.models import Run, Workflow
-from orchestrator.web.admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, pretty_json
+from orchestrator.web.admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin
 
 from .forms import DatasetCreateForm, FromRunForm, RemoveForm, UploadForm
 from .models import Dataset, RiskTier
@@ -33,6 +33,11 @@ from .services import (
 from .uploads import format_of
 
 CASES_PER_PAGE = 50
+
+
+def _compact(value) -> str:
+    """A case's JSON on as few lines as the column allows: a table of cases stays readable."""
+    return format_html('<code class="case-json">{}</code>', json.dumps(value, ensure_ascii=False))
 
 
 @admin.register(Dataset)
@@ -114,7 +119,7 @@ class DatasetAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         may_edit = may(request.user, Action.DATASET_EDIT, team=dataset.team)
         return self._page(request, "admin/evaluation/dataset.html", str(dataset), dataset=dataset,
                           versions=versions, shown=shown, page=page, tier=tier, tiers=RiskTier.values,
-                          rows=[(case, pretty_json(case.input), pretty_json(case.expected)) for case in page],
+                          rows=[(case, _compact(case.input), _compact(case.expected)) for case in page],
                           may_edit=may_edit, upload_form=UploadForm(), remove_form=RemoveForm())
 
     def upload_view(self, request, dataset_id: int):

@@ -47,7 +47,7 @@ class FromRunForm(forms.Form):
     dataset = forms.ModelChoiceField(queryset=None)
     risk_tier = forms.ChoiceField(choices=RiskTier.choices, help_text="How much a wrong outcome of this case costs.")
     tags = forms.CharField(required=False, max_length=1100, help_text="Comma separated.")
-    key = forms.CharField(required=False, max_length=200, help_text="Default: run-<id>.")
+    key = forms.CharField(required=False, max_length=200, help_text="Default: \"run-\" and the run's id.")
     expected = forms.CharField(widget=forms.Textarea(attrs={"rows": 18, "cols": 90, "class": "vLargeTextField"}),
                                help_text="What the run should have done, as JSON (docs/evaluation.md): correct it here.")
     note = forms.CharField(max_length=500, required=False)
