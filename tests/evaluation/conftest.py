@@ -72,12 +72,13 @@ def dataset(refund, editor):
     return dataset_create(workflow=refund, name="golden", actor=editor, description="Refund cases")
 
 
-def finish(run: Run) -> Run:
-    """Complete every queued step of `run` with OUTPUTS until it ends."""
+def finish(run: Run, outputs: dict = OUTPUTS) -> Run:
+    """Complete every queued step of `run` with `outputs` until none is left (it has ended, or
+    waits at a gate)."""
     while queued := list(run.steps.filter(state=StepState.QUEUED)):
         for step in queued:
             claim = step_claim(step_id=step.id, worker="test-worker")
-            step_succeed(step_id=step.id, attempt=claim.attempt, output=OUTPUTS[step.name],
+            step_succeed(step_id=step.id, attempt=claim.attempt, output=outputs[step.name],
                          usage=Usage(), worker="test-worker")
     return Run.objects.get(pk=run.pk)
 

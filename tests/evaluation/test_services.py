@@ -292,3 +292,25 @@ def test_each_change_is_one_ledger_entry_with_actor_version_counts_and_digest(da
     assert entry.data["digest"] == version.digest
     assert (entry.data["added"], entry.data["case_count"]) == (30, 30)
     assert entry.data["tier_counts"] == {"low": 10, "medium": 10, "high": 10}
+
+
+def test_a_run_that_asked_for_approval_must_be_approved(dataset, refund, editor, team, operator):
+    from approvals.models import ApprovalRequest
+    from orchestrator.engine.services.kinds.human_gate import approval_grant
+
+    from .conftest import DECLINE, OUTPUTS, finish
+
+    asks = {**DECLINE, "risk": {"tier": "high", "reasons": ["amount"], "requires_approval": True}}
+    OUTPUTS_ASKING = {**OUTPUTS, "propose": asks}
+    run = run_start(version=refund.active_version, input={"order_id": "ORD-1002", "message": "hi"}, actor=editor)
+    run = finish(run, outputs=OUTPUTS_ASKING)
+    assert run.state == "waiting"
+    gate = ApprovalRequest.objects.get(step__run=run)
+    approver = member(team, "lead", role=Role.MEMBER, groups=("support_leads",))
+    approval_grant(approval_id=gate.id, user=approver, proposal_hash=gate.proposal_hash)
+    run = finish(run, outputs=OUTPUTS_ASKING)
+    assert run.state == "completed"
+
+    case = dataset_case_from_run(dataset=dataset, run=run, actor=operator, risk_tier="high").cases.get()
+    assert case.expected["run"] == {"state": "completed", "must_be_approved": True}
+    assert "approve" not in case.expected["steps"]  # a gate is the run's must_be_approved
