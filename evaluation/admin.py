@@ -23,7 +23,7 @@ from orchestrator.web.admin_display import ReadOnlyAdminMixin, TeamScopedAdminMi
 
 from .forms import DatasetCreateForm, FromRunForm, RemoveForm, UploadForm
 from .models import Dataset, RiskTier
-from .selectors import datasets_visible_to, expected_from_run
+from .selectors import datasets_visible_to, expected_from_run, latest_of
 from .services import (
     dataset_case_from_run,
     dataset_cases_remove,
@@ -59,10 +59,10 @@ class DatasetAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     # --- the list ---------------------------------------------------------------------------
 
     def get_queryset(self, request) -> QuerySet[Dataset]:
-        return super().get_queryset(request).prefetch_related("versions")
+        return datasets_visible_to(request.user)
 
     def _latest(self, dataset: Dataset):
-        return max(dataset.versions.all(), key=lambda v: v.number)  # prefetched: no query per row
+        return latest_of(dataset)
 
     @admin.display(description="workflow", ordering="workflow__name")
     def workflow_name(self, dataset: Dataset) -> str:

@@ -8,6 +8,7 @@ from orchestrator.engine.definitions.format import WORKFLOW_NAME_PATTERN
 from .expected import SCHEMA as EXPECTED_SCHEMA
 from .limits import MAX_CASES_PER_CHANGE
 from .models import Case, Dataset, DatasetVersion, RiskTier
+from .selectors import latest_of
 from .services import MODES
 
 
@@ -36,7 +37,7 @@ class DatasetSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(DatasetVersionSerializer)
     def get_latest(self, dataset: Dataset) -> dict:
-        return DatasetVersionSerializer(dataset.latest_version).data
+        return DatasetVersionSerializer(latest_of(dataset)).data
 
 
 class DatasetDetailSerializer(DatasetSerializer):

@@ -195,3 +195,17 @@ def live_server_client():
         http = httpx.Client(base_url="http://stepwise.test", transport=httpx.MockTransport(answer))
         return Stepwise("http://stepwise.test", "unused", http=http)
     return build
+
+
+def test_listing_datasets_reads_their_latest_versions_at_once(refund, editor, editor_api,
+                                                              django_assert_max_num_queries):
+    from evaluation.services import dataset_create
+
+    dataset_create(workflow=refund, name="first", actor=editor)
+    editor_api.get("/api/v1/datasets/")  # the token, the session: read once
+    with django_assert_max_num_queries(6) as few:
+        editor_api.get("/api/v1/datasets/")
+    for n in range(5):
+        dataset_create(workflow=refund, name=f"more-{n}", actor=editor)
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        assert editor_api.get("/api/v1/datasets/").json()["count"] == 6
