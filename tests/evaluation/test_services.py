@@ -314,3 +314,17 @@ def test_a_run_that_asked_for_approval_must_be_approved(dataset, refund, editor,
     case = dataset_case_from_run(dataset=dataset, run=run, actor=operator, risk_tier="high").cases.get()
     assert case.expected["run"] == {"state": "completed", "must_be_approved": True}
     assert "approve" not in case.expected["steps"]  # a gate is the run's must_be_approved
+
+
+def test_a_run_with_secret_input_cannot_become_a_case(team, editor, operator):
+    from .conftest import finish
+
+    secretive = {"name": "secretive", "steps": [{"name": "call", "type": "tool", "tool": "core.echo"}],
+                 "input_schema": {"type": "object", "properties": {"token": {"type": "string", "writeOnly": True}}}}
+    version, _ = workflow_save(team=team, definition=secretive, actor=SETUP)
+    dataset = dataset_create(workflow=version.workflow, name="s", actor=editor)
+    run = finish(run_start(version=version, input={"token": "hunter2"}, actor=editor), outputs={"call": {}})
+    assert run.state == "completed"
+    with pytest.raises(NotAllowed, match="secret"):
+        dataset_case_from_run(dataset=dataset, run=run, actor=operator, risk_tier="low")
+    assert dataset.versions.count() == 1
