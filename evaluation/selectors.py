@@ -12,9 +12,6 @@ from orchestrator.models import Run
 
 from .models import Dataset, DatasetVersion
 
-# A human gate in one of these asked a person (it did not skip): the run was up for approval.
-GATE_ASKED = frozenset({StepState.WAITING, StepState.COMPLETED, StepState.FAILED, StepState.TIMED_OUT})
-
 
 def datasets_visible_to(user: Actor) -> QuerySet[Dataset]:
     """The datasets of the teams `user` may see, each with its team and workflow, and its
@@ -32,7 +29,7 @@ def latest_of(dataset: Dataset) -> DatasetVersion:
 
 def expected_from_run(run: Run) -> dict:
     """What `run` did, in the expected-outcome shape (docs/evaluation.md): its state, whether
-    it asked for an approval, and for each completed step the action it proposed (a step with
+    it asked a person (a human gate waited), and for each completed step the action it proposed (a step with
     `proposal.actions`) or else its output. A human gate gives no step expectation: it is the
     run's `must_be_approved`."""
     definition, _ = definition_of(run)
@@ -43,7 +40,8 @@ def expected_from_run(run: Run) -> dict:
         if spec is None:
             continue  # an iteration of a loop's body: not a step the definition names
         if step.kind == StepKind.HUMAN_GATE:
-            asked = asked or step.state in GATE_ASKED
+            # A gate that started waited for a person (whatever came of it); a skipped one never did.
+            asked = asked or step.started_at is not None
             continue
         if step.state != StepState.COMPLETED or step.output is None:
             continue

@@ -297,6 +297,8 @@ def test_each_change_is_one_ledger_entry_with_actor_version_counts_and_digest(da
 def test_a_run_that_asked_for_approval_must_be_approved(dataset, refund, editor, team, operator):
     from approvals.models import ApprovalRequest
     from orchestrator.engine.services.kinds.human_gate import approval_grant
+    from orchestrator.engine.services.runs import run_cancel
+    from orchestrator.models import Run
 
     from .conftest import DECLINE, OUTPUTS, finish
 
@@ -314,6 +316,15 @@ def test_a_run_that_asked_for_approval_must_be_approved(dataset, refund, editor,
     case = dataset_case_from_run(dataset=dataset, run=run, actor=operator, risk_tier="high").cases.get()
     assert case.expected["run"] == {"state": "completed", "must_be_approved": True}
     assert "approve" not in case.expected["steps"]  # a gate is the run's must_be_approved
+
+    waited = finish(run_start(version=refund.active_version, input={"order_id": "ORD-1003", "message": "hi"},
+                              actor=editor), outputs=OUTPUTS_ASKING)
+    run_cancel(run_id=waited.id, actor=operator)
+    waited = Run.objects.get(pk=waited.pk)
+    assert waited.state == "cancelled"
+    version = dataset_case_from_run(dataset=dataset, run=waited, actor=operator, risk_tier="high")
+    assert version.cases.get(key=f"run-{waited.id}").expected["run"] == {"state": "cancelled",
+                                                                         "must_be_approved": True}
 
 
 def test_a_run_with_secret_input_cannot_become_a_case(team, editor, operator):
