@@ -97,8 +97,9 @@ def dataset_cases_upload(*, dataset: Dataset, data: bytes, fmt: str, actor: Acto
     """`dataset_cases_add` with the cases of a file (`fmt`: "jsonl" or "csv", `uploads`); a
     problem's path names the line it is on. All or nothing."""
     require(actor, Action.DATASET_EDIT, team=dataset.team)
-    return _add(dataset=dataset, cases=parse_cases(data, fmt), actor=actor, mode=mode,
-                workflow_version=workflow_version, note=note)
+    located = parse_cases(data, fmt)
+    return _add(dataset=dataset, cases=[case for _, case in located], actor=actor, mode=mode,
+                workflow_version=workflow_version, note=note, where=[line_path(line) for line, _ in located])
 
 
 def dataset_case_from_run(*, dataset: Dataset, run: Run, actor: Actor, risk_tier: str,
@@ -174,7 +175,9 @@ def dataset_cases_remove(*, dataset: Dataset, keys: list, actor: Actor, note: st
 
 
 def _add(*, dataset: Dataset, cases: list, actor: Actor, mode: str, workflow_version: int | None,
-         note: str, source_run: Run | None = None, change: str = "") -> DatasetVersion:
+         note: str, source_run: Run | None = None, change: str = "",
+         where: list[str] | None = None) -> DatasetVersion:
+    """`where`: each case's path in what was sent (default `cases[i]`; `line N` for a file)."""
     if mode not in MODES:
         raise InputInvalid("unknown mode", [{"path": "mode", "message": f"mode is one of {', '.join(MODES)}"}])
     if len(note) > 500:
@@ -187,13 +190,13 @@ def _add(*, dataset: Dataset, cases: list, actor: Actor, mode: str, workflow_ver
                            f"{len(cases):,} cases; at most {MAX_CASES_PER_CHANGE:,} are added at once"}])
     rows, problems, seen = [], [], {}
     for index, raw in enumerate(cases):
-        where = line_path(raw["line"]) if isinstance(raw, dict) and "line" in raw else f"cases[{index}]"
-        row, found = _case(raw, where, version.normalized)
+        at = where[index] if where else f"cases[{index}]"
+        row, found = _case(raw, at, version.normalized)
         problems += found
         if row is not None:
             if row.key in seen:
-                problems.append({"path": f"{where}.key", "message": f"the key '{row.key}' is also at {seen[row.key]}"})
-            seen.setdefault(row.key, where)
+                problems.append({"path": f"{at}.key", "message": f"the key '{row.key}' is also at {seen[row.key]}"})
+            seen.setdefault(row.key, at)
             row.source_run = source_run
             rows.append(row)
     if problems:
@@ -242,7 +245,7 @@ def _case(raw: object, where: str, definition: dict) -> tuple[Case | None, list[
     if not isinstance(raw, dict):
         return None, [{"path": where, "message": "a case is a JSON object"}]
     problems = [{"path": f"{where}.{name}", "message": "unknown field (a case has key, input, expected, "
-                 "risk_tier, tags)"} for name in raw if name not in CASE_FIELDS and name != "line"]
+                 "risk_tier, tags)"} for name in raw if name not in CASE_FIELDS]
     for name in ("key", "input", "expected", "risk_tier"):
         if name not in raw:
             problems.append({"path": f"{where}.{name}", "message": f"'{name}' is required"})

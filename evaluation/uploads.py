@@ -5,7 +5,7 @@ lines ignored. CSV: a header naming the columns `key, input, expected, risk_tier
 and `expected` as JSON text, `tags` comma separated. Both are read with the standard library,
 bounded (`limits`), and all or nothing: every bad line is reported, by its line number, and
 nothing is returned. Whether a case fits the workflow is the services' check; a problem found
-there is reported at the same "line N" path, since each case carries the line it came from.
+there is reported at the same "line N" path: each case comes with the line it starts on.
 
 Pure: bytes in, cases or `InputInvalid` out.
 """
@@ -42,8 +42,8 @@ def line_path(line: int) -> str:
     return f"line {line}"
 
 
-def parse_cases(data: bytes, fmt: str) -> list[dict]:
-    """The cases of a file, each with `"line"`: where it starts. Raises InputInvalid listing
+def parse_cases(data: bytes, fmt: str) -> list[tuple[int, dict]]:
+    """The cases of a file, each as (the line it starts on, the case). Raises InputInvalid listing
     every problem (a file too large, not UTF-8, a line that does not parse, too many cases)."""
     if len(data) > MAX_UPLOAD_BYTES:
         raise InputInvalid("the file is too large", [{"path": "", "message":
@@ -64,7 +64,7 @@ def parse_cases(data: bytes, fmt: str) -> list[dict]:
     return cases
 
 
-def _jsonl(text: str) -> tuple[list[dict], list[dict]]:
+def _jsonl(text: str) -> tuple[list[tuple[int, dict]], list[dict]]:
     cases, problems = [], []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -77,11 +77,11 @@ def _jsonl(text: str) -> tuple[list[dict], list[dict]]:
         if not isinstance(case, dict):
             problems.append({"path": line_path(number), "message": "a line must be one JSON object"})
             continue
-        cases.append({**case, "line": number})
+        cases.append((number, case))
     return cases, problems
 
 
-def _csv(text: str) -> tuple[list[dict], list[dict]]:
+def _csv(text: str) -> tuple[list[tuple[int, dict]], list[dict]]:
     reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
     cases, problems = [], []
     try:
@@ -100,14 +100,14 @@ def _csv(text: str) -> tuple[list[dict], list[dict]]:
                 problems.append({"path": line_path(number), "message":
                                  f"the row has {'more' if None in row else 'fewer'} cells than the header"})
                 continue
-            case: dict = {"key": row["key"], "risk_tier": row["risk_tier"], "line": number}
+            case: dict = {"key": row["key"], "risk_tier": row["risk_tier"]}
             for column in ("input", "expected"):
                 try:
                     case[column] = parse_json_text(row[column], what=f"JSON in column {column}")
                 except DefinitionInvalid as exc:
                     problems.append({"path": f"{line_path(number)}.{column}", "message": exc.problems[0].message})
             case["tags"] = [t.strip() for t in (row.get("tags") or "").split(",") if t.strip()]
-            cases.append(case)
+            cases.append((number, case))
     except csv.Error as exc:
         problems.append({"path": line_path(reader.line_num), "message": f"not CSV: {exc}"})
     return cases, problems

@@ -119,6 +119,7 @@ def test_a_large_input_is_stored_as_an_artifact_and_read_back(dataset, editor, s
     ({"key": "has space"}, "cases[0].key"),
     ({"tags": ["a", "a"]}, "cases[0].tags"),
     ({"extra": 1}, "cases[0].extra"),
+    ({"line": 5}, "cases[0].line"),
     ({"expected": {}}, "cases[0].expected"),
     ({"expected": {"run": {"state": "paused"}}}, "cases[0].expected.run.state"),
     ({"expected": {"steps": {"nope": {"abstain": True}}}}, "cases[0].expected.steps.nope"),
