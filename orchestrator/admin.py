@@ -23,7 +23,7 @@ from django.utils.html import format_html
 
 from budgets.selectors import run_budget
 
-from .engine.authz import Action, teams_where
+from .engine.authz import Action, may, teams_where
 from .engine.clock import now
 from .engine.definitions import DefinitionInvalid
 from .engine.definitions.format import WORKFLOW_NAME_PATTERN
@@ -40,6 +40,7 @@ from .engine.services.workflows import (
     workflow_publish,
     workflow_restore,
 )
+from .engine.states import RUN_TERMINAL
 from .models import (
     DeadLetter,
     Effect,
@@ -466,6 +467,20 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def get_queryset(self, request) -> QuerySet[Run]:
         return super().get_queryset(request).defer("version__definition", "version__normalized")
+
+    def get_fields(self, request, obj: Run | None = None) -> list[str]:
+        # A finished run may become an evaluation case (evaluation/), offered to whoever may add one.
+        if obj is not None and obj.state in RUN_TERMINAL and may(request.user, Action.DATASET_ADD_RUN, team=obj.team):
+            return [*_RUN_FIELDS, "add_to_dataset"]
+        return _RUN_FIELDS
+
+    def get_readonly_fields(self, request, obj: Run | None = None) -> list[str]:
+        return self.get_fields(request, obj)
+
+    @admin.display(description="evaluation")
+    def add_to_dataset(self, run: Run) -> str:
+        return format_html('<a href="{}" id="add-to-dataset">Add to a dataset</a> (its outcome corrected)',
+                           reverse("admin:evaluation_dataset_from_run", args=[run.id]))
 
     def get_urls(self):
         # The live run page, its JSON state and its operator controls; the operations page

@@ -105,6 +105,7 @@ INSTALLED_APPS = [
     "triggers",
     "notifications",
     "alerts",
+    "evaluation",
 ]
 
 MIDDLEWARE = [
@@ -525,6 +526,7 @@ SPECTACULAR_SETTINGS = {
         "StepKindEnum": "orchestrator.engine.states.StepKind",
         "TriggerKindEnum": "triggers.models.TriggerKind",
         "RiskTierEnum": "orchestrator.engine.definitions.format.RISK_TIERS",
+        "CaseRiskTierEnum": "evaluation.models.RiskTier",
     },
 }
 

@@ -1,5 +1,6 @@
-"""The client: start a run, wait for it, approve or reject its gate, answer its input task, cancel
-it, fire a trigger.
+"""The client: start a run, wait for it, send it a signal, approve or reject its gate, answer its
+input task, cancel it, fire a trigger, and keep a workflow's evaluation datasets (create, add or
+upload cases, add a run, remove).
 
 Every call that creates something carries an idempotency key (one is generated when the caller
 gives none), so the client can retry a call whose answer was lost — a timeout, a reset
@@ -270,11 +271,72 @@ class Stepwise:
         return Firing.of(self._call("POST", _path("triggers", trigger_id, "fire"), json=payload,
                                     idempotency_key=idempotency_key or str(uuid.uuid4())))
 
+    # --- evaluation datasets (docs/evaluation.md) -------------------------------------------
+
+    def datasets(self, *, workflow: str | None = None, team: str | None = None) -> list[dict]:
+        """The datasets of your teams (of one workflow, one team), each with its latest version."""
+        params = {k: v for k, v in {"workflow": workflow, "team": team}.items() if v}
+        return self._all("/api/v1/datasets/", params)
+
+    def dataset(self, dataset_id: int) -> dict:
+        """A dataset and every version of it, newest first."""
+        return self._call("GET", _path("datasets", dataset_id))
+
+    def create_dataset(self, workflow: str, name: str, *, description: str = "",
+                       team: str | None = None) -> dict:
+        body = {"workflow": workflow, "name": name, "description": description}
+        return self._call("POST", "/api/v1/datasets/", json={**body, **({"team": team} if team else {})})
+
+    def cases(self, dataset_id: int, *, version: int | None = None, risk_tier: str | None = None) -> list[dict]:
+        """Every case of a version (default: the latest), by key."""
+        path = (_path("datasets", dataset_id, "cases") if version is None
+                else _path("datasets", dataset_id, "versions", version, "cases"))
+        return self._all(path, {"risk_tier": risk_tier} if risk_tier else {})
+
+    def add_cases(self, dataset_id: int, cases: Iterable[Mapping[str, Any]], *, mode: str = "add",
+                  workflow_version: int | None = None, note: str = "") -> dict:
+        """Add cases (mode "replace": a case of the same key is replaced; "replace_all": they
+        become the whole dataset). Returns the new version; StepwiseError 400 lists every problem."""
+        body = {"cases": [dict(c) for c in cases], "mode": mode, "workflow_version": workflow_version, "note": note}
+        return self._call("POST", _path("datasets", dataset_id, "cases"), json=body)
+
+    def upload_cases(self, dataset_id: int, data: bytes, *, format: str, mode: str = "add",
+                     workflow_version: int | None = None, note: str = "") -> dict:
+        """Add the cases of a JSON lines (`format="jsonl"`) or CSV (`"csv"`) file's bytes."""
+        content_type = {"jsonl": "application/jsonl", "csv": "text/csv"}[format]
+        params = {"mode": mode, "note": note, **({"workflow_version": workflow_version} if workflow_version else {})}
+        return self._call("POST", _path("datasets", dataset_id, "upload"), params=params,
+                          content=data, content_type=content_type)
+
+    def add_run(self, dataset_id: int, run_id: str, *, risk_tier: str, tags: Iterable[str] = (),
+                expected: Mapping[str, Any] | None = None, key: str | None = None, note: str = "") -> dict:
+        """Add a finished run as a case; `expected` corrects what the run did."""
+        body = {"run": run_id, "risk_tier": risk_tier, "tags": list(tags), "key": key, "note": note,
+                "expected": None if expected is None else dict(expected)}
+        return self._call("POST", _path("datasets", dataset_id, "from-run"), json=body)
+
+    def remove_cases(self, dataset_id: int, keys: Iterable[str], *, note: str = "") -> dict:
+        return self._call("POST", _path("datasets", dataset_id, "cases", "remove"),
+                          json={"keys": list(keys), "note": note})
+
+    def _all(self, path: str, params: Mapping) -> list[dict]:
+        """Every item of a paginated list, following `next` page by page."""
+        items, offset = [], 0
+        while True:
+            page = self._call("GET", path, params={**params, "limit": 500, "offset": offset})
+            items += page.get("results", [])
+            if not page.get("next"):
+                return items
+            offset += 500
+
     # --- HTTP ----------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, *, json: Any = None, params: Mapping | None = None,
-              idempotency_key: str | None = None) -> dict:
+              idempotency_key: str | None = None, content: bytes | None = None,
+              content_type: str = "") -> dict:
         headers = dict(self._headers)
+        if content_type:
+            headers["Content-Type"] = content_type
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
         # A GET, or a POST that carries an idempotency key, is safe to send again.
@@ -282,7 +344,7 @@ class Stepwise:
         for attempt in range(1, attempts + 1):
             try:
                 response = self._http.request(method, path, json=json, params=params,
-                                              headers=headers)
+                                              headers=headers, content=content)
             except httpx.TransportError:
                 if attempt == attempts:
                     raise

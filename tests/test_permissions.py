@@ -104,6 +104,7 @@ ROW_ACTIONS = {
     "alert.handle": Action.ALERT_HANDLE,
     "budget.raise": Action.BUDGET_RAISE, "budget.manage": Action.BUDGET_MANAGE,
     "view the team's workflows and runs": Action.VIEW,
+    "dataset.edit": Action.DATASET_EDIT, "dataset.add_run": Action.DATASET_ADD_RUN,
 }
 
 
@@ -115,6 +116,7 @@ def test_the_documented_matrix_is_the_one_the_code_enforces():
     assert documented["run.cancel (a run you started)"] == {"member", "editor", "operator", "owner",
                                                             "superuser"}
     assert set(ROW_ACTIONS) | {"run.cancel (a run you started)"} == set(documented)
+    assert set(ROW_ACTIONS.values()) == set(Action), "every action has its row in the matrix"
 
 
 # --- through the API and the admin ----------------------------------------------------------
@@ -374,6 +376,46 @@ def test_raising_a_runs_budget(team, starter, who, surface):
         admin_client(user).post("/admin/budgets/budgetoverride/add/", {**body, "run": str(run.id)})
     assert BudgetOverride.objects.filter(run=run).exists() is allowed("budget.raise", who)
     assert (Run.objects.get(pk=run.pk).state == "running") is allowed("budget.raise", who)
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_changing_a_datasets_cases(team, who, surface):
+    from evaluation.services import dataset_create
+    from tests.evaluation.conftest import SAMPLES
+
+    version, _ = workflow_save(team=team, definition=example_definition("refund-proposal"), actor=SETUP)
+    dataset = dataset_create(workflow=version.workflow, name="golden", actor=SETUP)
+    user, data = persona(team, who), (SAMPLES / "refund-proposal.jsonl").read_bytes()
+    if surface == "api":
+        response = client_for(user).generic("POST", f"/api/v1/datasets/{dataset.id}/upload/", data,
+                                            content_type="application/jsonl")
+        assert response.status_code == (201 if allowed("dataset.edit", who) else refused_code(who))
+    else:
+        from django.core.files.uploadedfile import SimpleUploadedFile
+
+        admin_client(user).post(f"/admin/evaluation/dataset/{dataset.id}/upload/", {
+            "file": SimpleUploadedFile("cases.jsonl", data), "mode": "add"})
+    assert (dataset.versions.count() == 2) is allowed("dataset.edit", who)
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_adding_a_finished_run_to_a_dataset(team, starter, who, surface):
+    from evaluation.services import dataset_create
+
+    dataset = dataset_create(workflow=workflow_save(team=team, definition=FAILING, actor=SETUP)[0].workflow,
+                             name="golden", actor=SETUP)
+    run = failed_with_dead_letter(team, starter).run
+    user = persona(team, who)
+    if surface == "api":
+        response = client_for(user).post(f"/api/v1/datasets/{dataset.id}/from-run/",
+                                         {"run": str(run.id), "risk_tier": "high"}, format="json")
+        assert response.status_code == (201 if allowed("dataset.add_run", who) else refused_code(who))
+    else:
+        admin_client(user).post(f"/admin/evaluation/dataset/from-run/{run.id}/", {
+            "dataset": dataset.id, "risk_tier": "high", "expected": '{"run": {"state": "completed"}}'})
+    assert (dataset.versions.count() == 2) is allowed("dataset.add_run", who)
 
 
 @pytest.mark.parametrize("who", PERSONAS)

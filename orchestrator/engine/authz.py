@@ -46,15 +46,20 @@ class Action(StrEnum):
     ALERT_HANDLE = "alert.handle"  # acknowledge or resolve an alert (alerts/)
     BUDGET_RAISE = "budget.raise"  # raise one run's cost limit (an override on the run)
     BUDGET_MANAGE = "budget.manage"  # set the team's and its workflows' budget limits
+    # Create a workflow's evaluation datasets and add, replace or remove their cases (evaluation/).
+    DATASET_EDIT = "dataset.edit"
+    # Add a finished run, its outcome corrected, to a dataset as a case.
+    DATASET_ADD_RUN = "dataset.add_run"
 
 
 _OPERATE = {Action.RUN_CANCEL, Action.RUN_RESUME, Action.STEP_RETRY, Action.STEP_SKIP,
-            Action.DEAD_LETTER_REDRIVE, Action.ALERT_HANDLE, Action.BUDGET_RAISE}
+            Action.DEAD_LETTER_REDRIVE, Action.ALERT_HANDLE, Action.BUDGET_RAISE,
+            Action.DATASET_ADD_RUN}
 GRANTS: dict[str, frozenset[Action]] = {
     Role.MEMBER: frozenset({Action.VIEW, Action.RUN_START, Action.RUN_SIGNAL}),
     Role.EDITOR: frozenset({Action.VIEW, Action.RUN_START, Action.RUN_SIGNAL, Action.WORKFLOW_SAVE,
                             Action.WORKFLOW_PUBLISH, Action.WORKFLOW_ARCHIVE,
-                            Action.TRIGGER_MANAGE}),
+                            Action.TRIGGER_MANAGE, Action.DATASET_EDIT, Action.DATASET_ADD_RUN}),
     Role.OPERATOR: frozenset({Action.VIEW, Action.RUN_START, Action.RUN_SIGNAL, *_OPERATE}),
     Role.OWNER: frozenset(Action),
 }

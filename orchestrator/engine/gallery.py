@@ -26,10 +26,16 @@ class Template:
     sample_input: dict
     trigger: dict | None = None  # suggested trigger: {"kind", "input_template", "note"}
     file: str = field(default="")
+    # Sample evaluation cases (examples/datasets/, JSON lines) a new workflow from it gets.
+    dataset: str = ""
 
     @property
     def path(self) -> Path:
         return Path(settings.BASE_DIR) / "examples" / self.file
+
+    @property
+    def dataset_path(self) -> Path | None:
+        return Path(settings.BASE_DIR) / "examples" / "datasets" / self.dataset if self.dataset else None
 
     def definition(self) -> dict:
         """The workflow's definition, parsed afresh (callers may change it)."""
@@ -68,6 +74,7 @@ TEMPLATES: tuple[Template, ...] = (
                   "approval by risk tier"),
         sample_input={"content_id": "P-31", "author": "jo",
                       "text": "Great write-up, thanks for sharing the benchmark numbers."},
+        dataset="content-moderation.jsonl",
     ),
     Template(
         name="incident-alert", file="incident-alert.yaml", title="Incident alert (event-driven)",

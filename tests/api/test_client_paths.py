@@ -45,3 +45,22 @@ def test_every_name_and_id_stays_in_its_own_path_segment(client_and_requests, na
         sent = raw.removeprefix("/api/v1/").removesuffix("/").split("/")
         assert [unquote(part) for part in sent] == segments, raw
         assert "." not in sent and ".." not in sent  # no dot segment a server would resolve
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_datasets_id_stays_in_its_own_path_segment(client_and_requests, name):
+    client, requests = client_and_requests
+    client.dataset(name)
+    client.add_cases(name, [])
+    client.upload_cases(name, b"", format="jsonl")
+    client.add_run(name, "r", risk_tier="low")
+    client.remove_cases(name, [])
+    client.cases(name, version=name)
+    expected = [["datasets", name], ["datasets", name, "cases"], ["datasets", name, "upload"],
+                ["datasets", name, "from-run"], ["datasets", name, "cases", "remove"],
+                ["datasets", name, "versions", name, "cases"]]
+    for request, segments in zip(requests, expected, strict=True):
+        raw = request.url.raw_path.decode().split("?")[0]
+        sent = raw.removeprefix("/api/v1/").removesuffix("/").split("/")
+        assert [unquote(part) for part in sent] == segments, raw
+        assert "." not in sent and ".." not in sent

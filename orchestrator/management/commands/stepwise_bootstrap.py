@@ -1,6 +1,6 @@
 """First-run set-up for `make run`: an admin user and API token, a demo team, the approvers
 groups, a reviewer who is not staff, the example workflows (saved through the same service as
-the API), one support run waiting at its approval gate, the example database's sample rows, and
+the API) and their sample evaluation datasets (examples/datasets/), one support run waiting at its approval gate, the example database's sample rows, and
 the local keys.
 
 The development secrets (Django's SECRET_KEY and the ledger's redaction key) are generated into
@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
 from audit.signing import key_id, signing_key
+from evaluation.services import dataset_sample_load
 from orchestrator.engine.definitions import parse_definition_text
 from orchestrator.engine.gallery import template_named
 from orchestrator.engine.services.runs import run_start
@@ -100,6 +101,10 @@ class Command(BaseCommand):
             versions[version.workflow.name] = version
             state = "loaded" if created else "unchanged"
             self.stdout.write(f"  workflow {version.workflow.name} v{version.number} {state}")
+        for path in sorted((EXAMPLES / "datasets").glob("*.jsonl")):
+            if path.stem in versions and dataset_sample_load(workflow=versions[path.stem].workflow,
+                                                             path=path, actor=user):
+                self.stdout.write(f"  dataset {path.stem}/sample loaded ({path.name})")
         support = versions["support-reply"]
         if not Run.objects.filter(version__workflow=support.workflow).exists():
             # Started by the admin, so the reviewer (not its starter) may approve it.

@@ -7,6 +7,7 @@ from drf_spectacular.views import (
 from rest_framework.routers import DefaultRouter
 
 from budgets.api import BudgetLimitViewSet, CostsView, ModelPriceViewSet
+from evaluation.api import DatasetViewSet
 from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 
 from .docs import RedocView, redoc_bundle
@@ -37,6 +38,7 @@ router.register("budget-limits", BudgetLimitViewSet, basename="budgetlimit")
 router.register("model-prices", ModelPriceViewSet, basename="modelprice")
 router.register("templates", TemplateViewSet, basename="template")
 router.register("gate-policies", GatePolicyViewSet, basename="gatepolicy")
+router.register("datasets", DatasetViewSet, basename="dataset")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),

@@ -1,0 +1,102 @@
+"""Evaluation datasets: named sets of cases per workflow, kept as immutable versions.
+
+A `Dataset` belongs to one workflow (and so to its team). Its cases are never edited in place:
+every change writes a new `DatasetVersion` holding the whole set of cases as it is after the
+change (`evaluation.services`), so whatever later pins a version reads the same cases for ever.
+A `Case` is an input for the workflow, the outcome expected of the run and of its steps
+(`evaluation.expected` documents and checks the shape), a risk tier and tags. Large inputs and
+expectations are stored as artifacts, like a step's output.
+
+Plain models: they hold data and refuse being changed once written; they import no service.
+"""
+from django.conf import settings
+from django.db import models
+
+from orchestrator.engine.artifacts import ArtifactJSONField
+from orchestrator.engine.clock import now
+from orchestrator.models import Run, Team, Workflow
+
+
+class RiskTier(models.TextChoices):
+    """How much a wrong outcome of a case costs: results are read per tier, never averaged."""
+
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+class Immutable(models.Model):
+    """A row written once: saving it again raises, so no code path rewrites history."""
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise ValueError(f"a {type(self).__name__} is immutable once written; write a new version")
+        super().save(*args, **kwargs)
+
+
+class Dataset(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="datasets")
+    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="datasets")
+    name = models.SlugField(max_length=100, help_text="Unique among the workflow's datasets.")
+    description = models.TextField(blank=True, max_length=2000)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["workflow_id", "name"]
+        constraints = [models.UniqueConstraint(fields=["workflow", "name"], name="dataset_name_per_workflow")]
+
+    def __str__(self) -> str:
+        return f"{self.workflow.name}/{self.name}"
+
+    @property
+    def latest_version(self) -> "DatasetVersion | None":
+        return self.versions.order_by("-number").first()
+
+
+class DatasetVersion(Immutable):
+    """The dataset's cases after one change. Version 1 is the empty set the dataset starts with."""
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=now)
+    note = models.CharField(max_length=500, blank=True, help_text="What changed, in words.")
+    change = models.CharField(max_length=16, help_text="created, added, replaced, removed or from_run")
+    workflow_version = models.ForeignKey(
+        "orchestrator.WorkflowVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="The workflow version whose input schema and steps the new cases were checked against.")
+    case_count = models.PositiveIntegerField(default=0)
+    tier_counts = models.JSONField(default=dict, help_text='{"low": n, "medium": n, "high": n}')
+    digest = models.CharField(max_length=64, help_text="SHA-256 over the cases' keys and digests, by key.")
+
+    class Meta:
+        ordering = ["dataset_id", "-number"]
+        constraints = [models.UniqueConstraint(fields=["dataset", "number"], name="dataset_version_number")]
+
+    def __str__(self) -> str:
+        return f"{self.dataset} v{self.number}"
+
+
+class Case(Immutable):
+    version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="cases")
+    key = models.CharField(max_length=200, help_text="Names the case across versions.")
+    input = ArtifactJSONField(help_text="The run input.")
+    expected = ArtifactJSONField(help_text="The expected outcome (docs/evaluation.md).")
+    risk_tier = models.CharField(max_length=8, choices=RiskTier.choices)
+    tags = models.JSONField(default=list, blank=True)
+    source_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                                   help_text="The finished run the case was made from, if any.")
+    digest = models.CharField(max_length=64, help_text="SHA-256 of key, input, expected, tier and tags.")
+
+    class Meta:
+        ordering = ["version_id", "key"]
+        constraints = [models.UniqueConstraint(fields=["version", "key"], name="case_key_per_version")]
+
+    def __str__(self) -> str:
+        return self.key
