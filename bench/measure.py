@@ -13,8 +13,9 @@ writes one JSON document. Phases, in order:
 4. in process, no worker (bench.inprocess): SQL statements per step, the engine's service
    time per step, the price of a fresh database connection;
 5. with `--live-runs N` (after 1): commit-to-screen latency of the live pages (bench.live);
-6. with `--api-clients`, `--fanout-items`, `--held-runs` or `--sleeping-runs` (after 5,
-   before 2): the scale phases of bench.scale (the sleeping one with `celery beat` running).
+6. with `--api-clients`, `--fanout-items`, `--held-runs`, `--sleeping-runs` or `--signalled-runs`
+   (after 5, before 2): the scale phases of bench.scale (the sleeping one with `celery beat`
+   running).
 
 It reads Stepwise's state only through its models and drives it only through its services
 and API; it changes nothing in the engine.
@@ -258,7 +259,8 @@ def measure(args, result: dict) -> None:
             result["live"] = live.commit_to_screen(base_url, fixtures["token"], "bench-chain",
                                                    runs=args.live_runs, deadline=args.deadline)
             checkpoint()
-        if args.api_clients or args.held_runs or args.fanout_items or args.sleeping_runs:
+        if (args.api_clients or args.held_runs or args.fanout_items or args.sleeping_runs
+                or args.signalled_runs):
             scale_phases(args, result, base_url=base_url, token=fixtures["token"],
                          server=server, workers=workers, checkpoint=checkpoint, env=env,
                          var_dir=var_dir)
@@ -424,6 +426,13 @@ def scale_phases(args, result: dict, *, base_url: str, token: str, server, worke
         finally:
             beat.stop()
         checkpoint()
+    if args.signalled_runs:
+        say(f"signalled: {args.signalled_runs} runs waiting for a signal at once")
+        result["signalled"] = scale.signalled_runs(
+            fixtures["versions"]["bench-wait"], runs=args.signalled_runs,
+            rate=args.signal_rate, idle=idle, deadline=until(), check=workers.check,
+            processes={"api": server.proc.pid, "worker": workers.proc.pid})
+        checkpoint()
 
 
 def _terminate(signum, frame):
@@ -444,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-requests", type=int, default=400)
     parser.add_argument("--held-runs", type=int, default=0)
     parser.add_argument("--sleeping-runs", type=int, default=0)
+    parser.add_argument("--signalled-runs", type=int, default=0)
+    parser.add_argument("--signal-rate", type=float, default=50)
     parser.add_argument("--sleep-window", type=float, default=0)
     parser.add_argument("--fanout-items", type=int, default=0)
     parser.add_argument("--fanout-probes", type=int, default=30)

@@ -45,6 +45,8 @@ def run_backend(backend: str, args, deadline: float) -> dict:
                    "--held-runs", str(args.held_runs), "--fanout-items", str(args.fanout_items),
                    "--sleeping-runs", str(args.sleeping_runs),
                    "--sleep-window", str(args.sleep_window),
+                   "--signalled-runs", str(args.signalled_runs),
+                   "--signal-rate", str(args.signal_rate),
                    "--fanout-probes", str(args.fanout_probes), "--rounds", str(args.rounds),
                    "--deadline", str(deadline)]
             child = subprocess.Popen(cmd, cwd=ROOT, env=env)
@@ -102,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sleep-window", type=float, default=0,
                         help="seconds over which the sleeping runs' wake-ups are spread "
                         "(default: one per 20 ms, at least 10 s)")
+    parser.add_argument("--signalled-runs", type=int, default=0,
+                        help="runs waiting for a signal at once, then signalled (default 0: skip)")
+    parser.add_argument("--signal-rate", type=float, default=50,
+                        help="signals sent a second to the waiting runs (default 50)")
     parser.add_argument("--fanout-items", type=int, default=0,
                         help="map items of one run while single steps are probed (default 0: skip)")
     parser.add_argument("--fanout-probes", type=int, default=30,

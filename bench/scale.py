@@ -66,6 +66,21 @@ def sleep_definition(name: str) -> dict:
     }
 
 
+def wait_definition(name: str) -> dict:
+    """A wait for the signal `go`, then one echo step: a run that waits for an outside event,
+    then finishes."""
+    return {
+        "name": name,
+        "input_schema": {"type": "object"},
+        "steps": [
+            {"name": "signal", "type": "wait", "signal": "go", "timeout_s": 86400,
+             "schema": {"type": "object", "required": ["k"]}},
+            {"name": "after", "type": "tool", "tool": "core.echo", "params": {},
+             "after": ["signal"]},
+        ],
+    }
+
+
 def fanout_definition(name: str) -> dict:
     return {
         "name": name,
@@ -97,6 +112,7 @@ def make_fixtures(team_slug: str = "bench") -> dict:
     for name, definition in (("bench-api", gate_definition("bench-api")),
                              ("bench-held", gate_definition("bench-held")),
                              ("bench-sleep", sleep_definition("bench-sleep")),
+                             ("bench-wait", wait_definition("bench-wait")),
                              ("bench-fanout", fanout_definition("bench-fanout")),
                              ("bench-single", single_definition("bench-single"))):
         saved[name], _ = workflow_save(team=team, definition=definition, actor=owner)
@@ -402,6 +418,88 @@ def sleeping_runs(version, *, runs: int, window_s: float, idle, deadline: float,
         "wake_lag_ms_by_quarter": [{"p50": q["p50"], "p99": q["p99"], "max": q["max"]}
                                    for q in quarters],
         "wakes_per_s": round(len(woken) / span, 1) if span else None,
+        "ended": ended, "completed": mine.filter(state="completed").count(),
+        "not_ended_cancelled": left,
+    }
+
+
+# --- runs waiting for a signal, then signalled ---------------------------------------------
+
+
+def signalled_runs(version, *, runs: int, rate: float, idle, deadline: float, check,
+                   processes: dict) -> dict:
+    """Have `runs` runs wait for a signal at once, measure them waiting, then send each its
+    signal through `signal_send` (as the API does), `rate` a second from two threads.
+
+    Reported: what they cost while waiting (as `start_waiting_runs` and `while_waiting`), the
+    time `signal_send` took, and each run's signal-to-next-step latency: from just before its
+    signal was sent to its next step's `started_at`, read from the rows.
+    """
+    from datetime import UTC, datetime
+
+    from django.db import connection
+
+    from orchestrator.engine.authz import System
+    from orchestrator.engine.services.signals import signal_send
+    from orchestrator.models import Run, StepRun
+
+    waits = StepRun.objects.filter(run__version=version, name="signal")
+    waiting = waits.filter(state="waiting")
+    start = start_waiting_runs(version, runs=runs, waiting=waiting.count, deadline=deadline,
+                               check=check, label="signalled")
+    run_ids, held = start.pop("run_ids"), start.pop("waiting")
+    say(f"signalled: {held} runs waiting for their signal; measuring the other runs' step gap")
+    cost = while_waiting(idle=idle, processes=processes)
+
+    # Signals stop with a third of the phase left, for the runs they resumed to end.
+    send_until = time.time() + (deadline - time.time()) * 2 / 3
+    sent: dict = {}
+    call_ms: list[float] = []
+    failures: list[str] = []
+    threads = 2
+    begin = time.time()
+
+    def send(lane: int) -> None:
+        try:
+            for k in range(lane, len(run_ids), threads):
+                due = begin + k / rate
+                if due > send_until:
+                    return
+                time.sleep(max(due - time.time(), 0))
+                at = datetime.now(UTC)
+                t = time.perf_counter()
+                signal_send(run_id=run_ids[k], name="go", payload={"k": k}, key=f"bench-{k}",
+                            actor=System("bench"))
+                call_ms.append((time.perf_counter() - t) * 1000)
+                sent[run_ids[k]] = at
+        except Exception as exc:  # reported, not raised: what was sent still counts
+            failures.append(repr(exc)[:300])
+        finally:
+            connection.close()
+
+    say(f"signalled: sending {len(run_ids)} signals, {rate:.0f} a second")
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(send, range(threads)))
+    sent_s = time.time() - begin
+    mine = Run.objects.filter(id__in=list(sent))
+    last_report = 0.0
+    while mine.filter(state__in=RUN_ENDED).count() < len(sent) and time.time() < deadline:
+        check()
+        if time.time() - last_report > 10:
+            say(f"signalled: {mine.filter(state__in=RUN_ENDED).count()}/{len(sent)} runs ended")
+            last_report = time.time()
+        time.sleep(0.5)
+    nexts = dict(StepRun.objects.filter(run_id__in=list(sent), name="after")
+                 .exclude(started_at=None).values_list("run_id", "started_at"))
+    latency = lags_ms((at, nexts.get(run_id)) for run_id, at in sent.items())
+    ended = mine.filter(state__in=RUN_ENDED).count()
+    left = cancel_unended(run_ids, reason="bench: the signalled phase ended")
+    return {
+        **start, "waiting": held,
+        "memory_while_waiting": cost["memory"], "idle_while_waiting": cost["idle"],
+        "offered_signals_per_s": rate, "sent": len(sent), "send_failures": failures[:5],
+        "signals_per_s": round(len(sent) / sent_s, 1) if sent_s > 0 else None,
+        "signal_send_ms": summary(call_ms), "signal_to_next_step_ms": summary(latency),
         "ended": ended, "completed": mine.filter(state="completed").count(),
         "not_ended_cancelled": left,
     }

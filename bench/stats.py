@@ -224,6 +224,23 @@ def scale_rows(b: str, r: dict, row, lines: list[str]) -> None:
                      f"before the measurement) at {_fmt(nap['wakes_per_s'])}/s, offered "
                      f"{nap['offered_wakes_per_s']}/s over {nap['window_s']:.0f} s; reaper every "
                      f"{nap['reap_interval_s']} s, {nap['reap_batch']} a sweep; {nap['ended']} ended")
+    if r.get("signalled"):
+        sig = r["signalled"]
+        idle = (r.get("start") or {}).get("step_latency_ms") or {}
+        during = (sig.get("idle_while_waiting") or {}).get("step_latency_ms") or {}
+        row(b, f"idle step-to-step, {sig['waiting']} waiting for a signal (ms)", during)
+        lines.append(f"{b:<10}waiting  {sig['started']} started in {sig['start_s']} s "
+                     f"({sig['start_runs_per_s']} runs/s); {sig['database_bytes_per_run']} DB bytes "
+                     f"per run; step gap p50 while waiting / idle = "
+                     f"{_fmt(ratio(during.get('p50'), idle.get('p50')))}")
+        memory = sig.get("memory_while_waiting", {})
+        lines.append(f"{b:<10}waiting memory (MB)  api={_rss(memory.get('api'))}; "
+                     f"worker={_rss(memory.get('worker'))}")
+        row(b, "signal_send (ms)", sig["signal_send_ms"])
+        row(b, "signal to next step started (ms)", sig["signal_to_next_step_ms"])
+        lines.append(f"{b:<10}signalled  {sig['sent']} at {_fmt(sig['signals_per_s'])}/s, offered "
+                     f"{sig['offered_signals_per_s']}/s; {sig['ended']} ended"
+                     + (f"; send failures {sig['send_failures']}" if sig["send_failures"] else ""))
 
 
 def _rss(info: dict | None) -> str:
