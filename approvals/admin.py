@@ -50,10 +50,11 @@ class StateFilter(admin.SimpleListFilter):
 
     title = "state"
     parameter_name = "state"
+    states = ApprovalState
     default = ApprovalState.PENDING
 
     def lookups(self, request, model_admin):
-        return [*ApprovalState.choices, ("all", "All")]
+        return [*self.states.choices, ("all", "All")]
 
     def queryset(self, request, queryset):
         value = self.value() or self.default
@@ -292,25 +293,11 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 "it waits for another approver.")
 
 
-class InputStateFilter(admin.SimpleListFilter):
+class InputStateFilter(StateFilter):
     """Open unless another state (or all) is chosen."""
 
-    title = "state"
-    parameter_name = "state"
+    states = InputState
     default = InputState.OPEN
-
-    def lookups(self, request, model_admin):
-        return [*InputState.choices, ("all", "All")]
-
-    def queryset(self, request, queryset):
-        value = self.value() or self.default
-        return queryset if value == "all" else queryset.filter(state=value)
-
-    def choices(self, changelist):
-        current = self.value() or self.default
-        for value, label in self.lookup_choices:
-            yield {"selected": current == value, "display": label,
-                   "query_string": changelist.get_query_string({self.parameter_name: value})}
 
 
 @admin.register(InputTask)

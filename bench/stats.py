@@ -205,16 +205,9 @@ def scale_rows(b: str, r: dict, row, lines: list[str]) -> None:
                      + (f"; grant failures {held['grant_failures']}" if held["grant_failures"] else ""))
     if r.get("sleeping"):
         nap = r["sleeping"]
-        idle = (r.get("start") or {}).get("step_latency_ms") or {}
-        during = (nap.get("idle_while_asleep") or {}).get("step_latency_ms") or {}
-        row(b, f"idle step-to-step, {nap['asleep']} asleep (ms)", during)
-        lines.append(f"{b:<10}asleep  {nap['started']} started in {nap['start_s']} s "
-                     f"({nap['start_runs_per_s']} runs/s); {nap['database_bytes_per_run']} DB bytes "
-                     f"per run; step gap p50 while asleep / idle = "
-                     f"{_fmt(ratio(during.get('p50'), idle.get('p50')))}")
-        memory = nap.get("memory_while_asleep", {})
-        lines.append(f"{b:<10}asleep memory (MB)  api={_rss(memory.get('api'))}; "
-                     f"worker={_rss(memory.get('worker'))}; beat={_rss(memory.get('beat'))}")
+        waiting_rows(b, r, nap, row, lines, count=nap["asleep"], word="asleep",
+                     during="idle_while_asleep", memory="memory_while_asleep",
+                     processes=("api", "worker", "beat"))
         row(b, "wake-up lag: sleep step done (ms)", nap["wake_lag_ms"])
         row(b, "wake-up lag: next step started (ms)", nap["next_step_lag_ms"])
         quarters = "; ".join(f"{_fmt(q['p50'])} / {_fmt(q['p99'])}"
@@ -226,21 +219,30 @@ def scale_rows(b: str, r: dict, row, lines: list[str]) -> None:
                      f"{nap['reap_interval_s']} s, {nap['reap_batch']} a sweep; {nap['ended']} ended")
     if r.get("signalled"):
         sig = r["signalled"]
-        idle = (r.get("start") or {}).get("step_latency_ms") or {}
-        during = (sig.get("idle_while_waiting") or {}).get("step_latency_ms") or {}
-        row(b, f"idle step-to-step, {sig['waiting']} waiting for a signal (ms)", during)
-        lines.append(f"{b:<10}waiting  {sig['started']} started in {sig['start_s']} s "
-                     f"({sig['start_runs_per_s']} runs/s); {sig['database_bytes_per_run']} DB bytes "
-                     f"per run; step gap p50 while waiting / idle = "
-                     f"{_fmt(ratio(during.get('p50'), idle.get('p50')))}")
-        memory = sig.get("memory_while_waiting", {})
-        lines.append(f"{b:<10}waiting memory (MB)  api={_rss(memory.get('api'))}; "
-                     f"worker={_rss(memory.get('worker'))}")
+        waiting_rows(b, r, sig, row, lines, count=sig["waiting"], word="waiting",
+                     during="idle_while_waiting", memory="memory_while_waiting",
+                     processes=("api", "worker"))
         row(b, "signal_send (ms)", sig["signal_send_ms"])
         row(b, "signal to next step started (ms)", sig["signal_to_next_step_ms"])
         lines.append(f"{b:<10}signalled  {sig['sent']} at {_fmt(sig['signals_per_s'])}/s, offered "
                      f"{sig['offered_signals_per_s']}/s; {sig['ended']} ended"
                      + (f"; send failures {sig['send_failures']}" if sig["send_failures"] else ""))
+
+
+def waiting_rows(b: str, r: dict, phase: dict, row, lines: list[str], *, count: int, word: str,
+                 during: str, memory: str, processes: tuple) -> None:
+    """The rows every phase of runs waiting at once has: the other runs' step gap while they
+    wait, what starting them took and cost the database, the processes' memory."""
+    idle = (r.get("start") or {}).get("step_latency_ms") or {}
+    gap = (phase.get(during) or {}).get("step_latency_ms") or {}
+    row(b, f"idle step-to-step, {count} {word} (ms)", gap)
+    lines.append(f"{b:<10}{word}  {phase['started']} started in {phase['start_s']} s "
+                 f"({phase['start_runs_per_s']} runs/s); {phase['database_bytes_per_run']} DB "
+                 f"bytes per run; step gap p50 while {word} / idle = "
+                 f"{_fmt(ratio(gap.get('p50'), idle.get('p50')))}")
+    rss = phase.get(memory, {})
+    lines.append(f"{b:<10}{word} memory (MB)  "
+                 + "; ".join(f"{name}={_rss(rss.get(name))}" for name in processes))
 
 
 def _rss(info: dict | None) -> str:
