@@ -185,7 +185,7 @@ def test_a_run_page_says_until_when_a_run_sleeps_and_follows_it_waking(
 
 
 def test_a_run_page_says_which_signal_a_run_waits_for_until_when_and_follows_it_arriving(
-        browser_page, workers, web_server, team):
+        browser_page, screenshot, workers, web_server, team):
     operator_with_password(team)
     workflow_save(team=team, definition={
         "name": "order", "input_schema": {"type": "object"},
@@ -204,6 +204,7 @@ def test_a_run_page_says_which_signal_a_run_waits_for_until_when_and_follows_it_
     shown = page.inner_text("#run-approvals")
     assert "Waiting for a signal" in shown
     assert f"pay waits for signal paid until {until.strftime('%Y-%m-%d %H:%M:%S')} UTC" in shown
+    screenshot(page, "live-run-waiting-for-signal")
 
     sent = starter.post(f"/api/v1/runs/{run_id}/signals/paid/", {"payload": {"ok": True}},
                         format="json")
