@@ -5,6 +5,7 @@ body), upload (a JSON lines or CSV file), add a finished run, remove.
 Entry points only: they parse, find the objects the caller may see (a dataset of another team
 is a 404), call one service and serialize. The services check who may change what.
 """
+from django import forms
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -22,12 +23,13 @@ from rest_framework.response import Response
 from orchestrator.engine.authz import visible
 from orchestrator.models import Run
 from orchestrator.web.api.errors import ServiceErrorsMixin, error_body, valid_data
+from orchestrator.web.api.filters import QueryForm
 from orchestrator.web.api.parsers import JSONBodyParser, MultiPartBodyParser, read_body
 from orchestrator.web.api.permissions import team_and_workflow_for_write
 from orchestrator.web.api.serializers import ErrorsSerializer
 
 from . import serializers as s
-from .models import Case, Dataset, DatasetVersion
+from .models import Case, Dataset, DatasetVersion, RiskTier
 from .selectors import datasets_visible_to
 from .services import (
     dataset_case_from_run,
@@ -37,6 +39,13 @@ from .services import (
     dataset_create,
 )
 from .uploads import FORMATS, format_of
+
+
+class CaseQueryForm(QueryForm):
+    """A case list's filters (`serializers.CaseQuerySerializer` publishes them)."""
+
+    risk_tier = forms.ChoiceField(choices=RiskTier.choices, required=False)
+    tag = forms.CharField(max_length=50, required=False)
 
 _ERRORS = OpenApiResponse(ErrorsSerializer, description="Every problem, each with its path.")
 _CHANGED = {201: OpenApiResponse(s.DatasetVersionSerializer, description="The new version."),
@@ -121,7 +130,10 @@ class DatasetViewSet(ServiceErrorsMixin, mixins.ListModelMixin, viewsets.Generic
         return self._cases(version)
 
     def _cases(self, version: DatasetVersion) -> Response:
-        query = valid_data(s.CaseQuerySerializer(data=self.request.query_params))
+        form = CaseQueryForm(self.request.query_params)
+        if not form.is_valid():  # an empty or repeated parameter, as the list filters refuse
+            raise ValidationError(form.errors)
+        query = form.cleaned_data
         rows = Case.objects.filter(version=version).order_by("key")
         if tier := query.get("risk_tier"):
             rows = rows.filter(risk_tier=tier)

@@ -121,5 +121,8 @@ class CasesRemoveSerializer(_Change):
 
 
 class CaseQuerySerializer(serializers.Serializer):
+    """The case lists' query parameters, as published; `api.CaseQueryForm` reads them."""
+
     risk_tier = serializers.ChoiceField(choices=RiskTier.choices, required=False)
-    tag = serializers.CharField(max_length=50, required=False)
+    tag = serializers.CharField(max_length=50, required=False, allow_blank=True,
+                                help_text="Cases carrying this tag (empty: every case).")

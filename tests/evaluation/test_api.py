@@ -208,3 +208,11 @@ def test_listing_datasets_reads_their_latest_versions_at_once(refund, editor, ed
         dataset_create(workflow=refund, name=f"more-{n}", actor=editor)
     with django_assert_max_num_queries(len(few.captured_queries)):
         assert editor_api.get("/api/v1/datasets/").json()["count"] == 6
+
+
+@pytest.mark.parametrize("query", ["risk_tier=", "risk_tier=high&risk_tier=low", "risk_tier=urgent",
+                                   "tag=a&tag=b"])
+def test_a_case_list_refuses_an_empty_repeated_or_unknown_filter_naming_it(query, loaded, editor_api):
+    answer = editor_api.get(f"/api/v1/datasets/{loaded.id}/cases/?{query}")
+    assert answer.status_code == 400
+    assert paths(answer) == [query.split("=")[0]]
