@@ -194,7 +194,8 @@ def test_a_dead_letter_keeps_a_whole_body_whole_counts_redeliveries_and_is_recor
     assert (len(cut.body), cut.body_complete, cut.reason_class) == (64 * 1024, False, "too_large")
     assert (len(first.body), first.body_complete, first.attempts) == (70_000, True, 2)
     assert (len(second.body), second.body_complete, second.attempts) == (100_000, True, 1)
-    entry = AuditEntry.objects.filter(action="trigger.dead_lettered").order_by("id").first()
+    entry = AuditEntry.objects.filter(action="trigger.dead_lettered",
+                                      actor=f"trigger:{trigger.id}").order_by("id").first()
     assert (entry.actor, entry.outcome) == (f"trigger:{trigger.id}", "malformed")
     assert (entry.data["key"], entry.data["dead_letter"]) == ("message:m-1", first.id)
     assert entry.data["problems"] == first.problems
