@@ -163,7 +163,7 @@ def explain(entry: AuditEntry, data: dict) -> str:
                 f" is now {_short(entry.proposal_hash)}.")
     if a == "approval.escalated":
         return f"Escalated from {data.get('from')} to {data.get('to')}, deadline {data.get('deadline_at')}."
-    if a == "approval.refused":
+    if a in ("approval.refused", "input.refused"):
         return f"Refused to {data.get('attempted')} for {who}: {data.get('reason')}."
     if a == "approval.revoked":
         return f"Approval revoked by {who}: \"{data.get('note')}\"."
@@ -176,8 +176,6 @@ def explain(entry: AuditEntry, data: dict) -> str:
         return f"{who} abstained (could not decide)."
     if a == "input.escalated":
         return f"Input escalated from {data.get('from')} to {data.get('to')}, deadline {data.get('deadline_at')}."
-    if a == "input.refused":
-        return f"Refused to {data.get('attempted')} for {who}: {data.get('reason')}."
     if a.startswith("effect."):
         return f"Side effect {entry.outcome} (key {data.get('key', entry.idempotency_key)})."
     if a == "run.paused":
