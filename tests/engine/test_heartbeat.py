@@ -56,6 +56,15 @@ def idle_again(count: int) -> None:
         time.sleep(0.005)
 
 
+def serving(name: str) -> list[threading.Thread]:
+    """The thread that has taken up the block named `name`, once it has (a loaded machine may
+    take a while to schedule it)."""
+    deadline = time.monotonic() + 5
+    while not (found := [t for t in beaters() if t.name == name]) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return found
+
+
 def test_blocks_one_after_another_reuse_one_thread(short_lease):
     with heartbeat(lambda: True, name="beat-warm"):
         pass
@@ -66,8 +75,7 @@ def test_blocks_one_after_another_reuse_one_thread(short_lease):
     seen: list[threading.Thread] = []  # the objects themselves: a new thread is a new object
     for i in range(20):
         with heartbeat(lambda: True, name=f"beat-{i}"):
-            time.sleep(0.02)  # for a thread to take the block up
-            seen += [t for t in beaters() if t.name == f"beat-{i}"]
+            seen += serving(f"beat-{i}")
         idle_again(idle)  # its beat returns its thread
 
     assert len(seen) == 20
