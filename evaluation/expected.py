@@ -4,7 +4,8 @@
      "steps": {"<step>": {"output": {...}}            # the step's whole output
                "<step>": {"labels": ["spam"]}          # the labels a classifier should give
                "<step>": {"action": {"name": "refund", "params": {...}}}  # a proposal's action
-               "<step>": {"abstain": true}}}           # the step should propose nothing
+               "<step>": {"abstain": true}             # the step should propose nothing
+               "<gate>": {"decision": "reject"}}}      # how a reviewer decides (evaluations)
 
 Each part is optional, but an expectation says something: `run` and `steps` each need at least
 one key, and a step expects exactly one thing (so each is scored on its own). Against the
@@ -33,6 +34,8 @@ STEP_SCHEMA = {
                    "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 100},
                                   "params": {"type": "object"}}},
         "abstain": {"type": "boolean", "enum": [True]},
+        "decision": {"enum": ["approve", "reject"],
+                     "description": "How a human gate is decided when the case is evaluated."},
     },
 }
 
@@ -89,6 +92,9 @@ def _step_problems(expectation: dict, spec: dict, where: tuple) -> list[dict]:
                      "message": f"'{action['name']}' is not one of the step's actions ({', '.join(actions)})"}]
         if "params" in action and declared.get("params_schema"):
             return _schema_problems(declared["params_schema"], action["params"], (*where, "action", "params"))
+    elif "decision" in expectation and spec.get("type") != "human_gate":
+        return [{"path": _path(where, ("decision",)),
+                 "message": f"only a human_gate step is decided; '{spec['name']}' is a {spec.get('type')} step"}]
     elif "abstain" in expectation and spec.get("type") != "agent":
         return [{"path": _path(where, ("abstain",)),
                  "message": f"only an agent step abstains; '{spec['name']}' is a {spec.get('type')} step"}]

@@ -9,8 +9,11 @@ expectations are stored as artifacts, like a step's output.
 
 Plain models: they hold data and refuse being changed once written; they import no service.
 """
+from decimal import Decimal
+
 from django.conf import settings
 from django.db import models
+from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
 from orchestrator.engine.artifacts import ArtifactJSONField
 from orchestrator.engine.clock import now
@@ -90,6 +93,9 @@ class Case(Immutable):
     expected = ArtifactJSONField(help_text="The expected outcome (docs/evaluation.md).")
     risk_tier = models.CharField(max_length=8, choices=RiskTier.choices)
     tags = models.JSONField(default=list, blank=True)
+    responses = ArtifactJSONField(default=dict, blank=True, help_text=(
+        "What a side-effecting step answers in an evaluation (its output), by step name: the "
+        "step itself never runs there."))
     source_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
                                    help_text="The finished run the case was made from, if any.")
     digest = models.CharField(max_length=64, help_text="SHA-256 of key, input, expected, tier and tags.")
@@ -100,3 +106,105 @@ class Case(Immutable):
 
     def __str__(self) -> str:
         return self.key
+
+
+# --- evaluations: a workflow version run over a dataset version, sandboxed, and scored --------
+
+
+class EvaluationState(models.TextChoices):
+    RUNNING = "running"
+    COMPLETED = "completed"  # every case ran and was scored
+    STOPPED = "stopped"  # its budget ran out: the cases not yet run are left unscored
+    CANCELLED = "cancelled"
+
+
+class Evaluation(ConcurrentTransitionMixin, models.Model):
+    """One version of a workflow run over one version of a dataset, each case a sandboxed run on
+    the evaluation capacity class (`evaluation.evaluations`). `summary` is written once it ends:
+    every metric per risk tier and overall (`evaluation.scoring.summarize`)."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="evaluations")
+    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="evaluations")
+    version = models.ForeignKey("orchestrator.WorkflowVersion", on_delete=models.PROTECT, related_name="evaluations")
+    dataset_version = models.ForeignKey(DatasetVersion, on_delete=models.PROTECT, related_name="evaluations")
+    state = FSMField(default=EvaluationState.RUNNING, choices=EvaluationState.choices, protected=True)
+    budget_usd = models.DecimalField(max_digits=12, decimal_places=6,
+                                     help_text="No case starts once the runs have cost this much.")
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    concurrency = models.PositiveIntegerField(help_text="At most this many of its runs at a time.")
+    note = models.CharField(max_length=500, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=now, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    stop_reason = models.CharField(max_length=500, blank=True)
+    summary = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["version", "dataset_version", "state"], name="evaluation_of_version")]
+
+    def __str__(self) -> str:
+        return f"evaluation {self.pk} of {self.workflow.name} v{self.version.number}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state != EvaluationState.RUNNING
+
+    @transition(field=state, source=EvaluationState.RUNNING, target=EvaluationState.COMPLETED)
+    def complete(self, *, summary: dict) -> None:
+        self.summary, self.finished_at = summary, now()
+
+    @transition(field=state, source=EvaluationState.RUNNING, target=EvaluationState.STOPPED)
+    def stop(self, *, reason: str, summary: dict) -> None:
+        self.stop_reason, self.summary, self.finished_at = reason, summary, now()
+
+    @transition(field=state, source=EvaluationState.RUNNING, target=EvaluationState.CANCELLED)
+    def cancel(self, *, reason: str, summary: dict) -> None:
+        self.stop_reason, self.summary, self.finished_at = reason, summary, now()
+
+
+class CaseRunState(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    SCORED = "scored"
+    NOT_RUN = "not_run"  # the evaluation stopped or was cancelled before it started
+
+
+class EvaluationCase(models.Model):
+    """One case of an evaluation: its run, what the run did (`outcome`, `selectors.outcome_of_run`)
+    and its scores against the case's expected outcome."""
+
+    evaluation = models.ForeignKey(Evaluation, on_delete=models.CASCADE, related_name="cases")
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="+")
+    key = models.CharField(max_length=200)
+    risk_tier = models.CharField(max_length=8, choices=RiskTier.choices)
+    state = models.CharField(max_length=8, choices=CaseRunState.choices, default=CaseRunState.PENDING)
+    run = models.OneToOneField(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="evaluation_case")
+    outcome = models.JSONField(null=True, blank=True)
+    scores = models.JSONField(null=True, blank=True)
+    passed = models.BooleanField(null=True)
+    error = models.CharField(max_length=1000, blank=True, help_text="Why the case's run could not start.")
+
+    class Meta:
+        ordering = ["evaluation_id", "key"]
+        constraints = [models.UniqueConstraint(fields=["evaluation", "key"], name="evaluation_case_key")]
+        indexes = [models.Index(fields=["evaluation", "state"], name="evaluation_case_state")]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class ReleasePolicy(models.Model):
+    """What a version of the workflow must show on `dataset` before it is published
+    (`evaluation.gate`): thresholds per risk tier (`evaluation.scoring.POLICY_SCHEMA`)."""
+
+    workflow = models.OneToOneField(Workflow, on_delete=models.CASCADE, related_name="release_policy")
+    dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="+")
+    thresholds = models.JSONField()
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+    updated_at = models.DateTimeField(default=now)
+
+    def __str__(self) -> str:
+        return f"release policy of {self.workflow.name}"

@@ -7,7 +7,7 @@ from django.db.models import Prefetch, QuerySet
 
 from orchestrator.engine.authz import Actor, visible
 from orchestrator.engine.selectors import definition_of
-from orchestrator.engine.states import StepKind, StepState
+from orchestrator.engine.states import RUN_TERMINAL, StepKind, StepState
 from orchestrator.models import Run
 
 from .models import Dataset, DatasetVersion
@@ -54,3 +54,66 @@ def expected_from_run(run: Run) -> dict:
     if steps:
         expected["steps"] = steps
     return expected
+
+
+def outcome_of_run(run: Run) -> dict:
+    """What an evaluation's run did, in the shape its scorers read (`evaluation.scoring`): the
+    run's state, latency and cost, each step's output, proposed action and evidence, whether a
+    human gate would have asked a person and what it decided, the side-effecting calls the run
+    made (sandboxed: `step.sandboxed` events) and whether a gate had approved before each, and
+    the workflow-level measures."""
+    definition, _ = definition_of(run)
+    specs = {spec["name"]: spec for spec in definition["steps"]}
+    steps, gates, rejections = {}, {}, 0
+    rows = list(run.steps.order_by("position", "id"))
+    for step in rows:
+        spec = specs.get(step.name)
+        if spec is None:
+            continue  # an iteration of a loop's body
+        if step.kind == StepKind.HUMAN_GATE:
+            asked = step.started_at is not None
+            decision = {StepState.COMPLETED: "approve", StepState.FAILED: "reject"}.get(step.state) if asked else None
+            gates[step.name] = {"asked": asked, "decision": decision}
+            rejections += decision == "reject"
+            continue
+        output = step.output if step.state == StepState.COMPLETED else None
+        proposal = output.get("proposal") if isinstance(output, dict) else None
+        entry = {"state": step.state, "output": output, "action": None, "abstained": False, "evidence": []}
+        if spec.get("proposal"):
+            if isinstance(proposal, dict) and proposal.get("action_type"):
+                entry["action"] = {"name": proposal["action_type"], "params": proposal.get("params", {})}
+                entry["evidence"] = list(proposal.get("evidence") or [])
+            else:
+                entry["abstained"] = step.state == StepState.COMPLETED
+        steps[step.name] = entry
+    effects = _effects_of(run, rows)
+    ended = run.finished_at or run.progressed_at
+    latency = (ended - run.started_at).total_seconds() if run.started_at and ended else None
+    return {
+        "run": {"state": run.state, "asked": any(g["asked"] for g in gates.values()),
+                "latency_s": latency, "cost_usd": float(run.cost_usd),
+                "tokens": run.tokens_in + run.tokens_out},
+        "steps": steps,
+        "gates": gates,
+        "effects": effects,
+        "measures": {"rejections": rejections,
+                     "compensations": run.events.filter(kind="run.compensating").count(),
+                     "duplicates_prevented": run.events.filter(kind="effect.replayed").count(),
+                     "stuck": run.state not in RUN_TERMINAL},
+    }
+
+
+def _effects_of(run: Run, rows: list) -> list[dict]:
+    """The side-effecting calls of `run` (its `step.sandboxed` events), each approved when a
+    human gate of the run completed before the call's step started."""
+    approved_at = sorted(s.finished_at for s in rows
+                         if s.kind == StepKind.HUMAN_GATE and s.state == StepState.COMPLETED and s.finished_at)
+    by_id = {s.id: s for s in rows}
+    effects = []
+    for event in run.events.filter(kind="step.sandboxed").order_by("id"):
+        step = by_id.get(event.step_id)
+        started = step.started_at if step else event.created_at
+        effects.append({"step": step.name if step else "", "tool": event.payload.get("tool", ""),
+                        "params": event.payload.get("params", {}),
+                        "approved": any(at <= (started or event.created_at) for at in approved_at)})
+    return effects

@@ -58,7 +58,7 @@ class CaseSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Case
-        fields = ["key", "input", "expected", "risk_tier", "tags", "source_run", "digest"]
+        fields = ["key", "input", "expected", "risk_tier", "tags", "responses", "source_run", "digest"]
 
 
 class CaseInputSerializer(serializers.Serializer):
@@ -69,6 +69,10 @@ class CaseInputSerializer(serializers.Serializer):
     expected = ExpectedField()
     risk_tier = serializers.ChoiceField(choices=RiskTier.choices)
     tags = serializers.ListField(child=serializers.CharField(), required=False)
+    responses = serializers.DictField(
+        child=serializers.JSONField(), required=False,
+        help_text="What each side-effecting tool step (or human_input step) answers when the case is "
+                  "evaluated, by step name; such a step never runs in an evaluation.")
 
 
 class DatasetCreateSerializer(serializers.Serializer):

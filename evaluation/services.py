@@ -21,17 +21,21 @@ from django.db import IntegrityError, transaction
 
 from audit.services import audit_record
 from orchestrator.engine.authz import Action, Actor, label, person, require
-from orchestrator.engine.definitions.limits import run_input_problems
+from orchestrator.engine.definitions.limits import document_problems, run_input_problems
+from orchestrator.engine.definitions.problems import format_path
 from orchestrator.engine.errors import InputInvalid, NotAllowed
 from orchestrator.engine.hashing import digest_of
 from orchestrator.engine.services.runs import input_problems
 from orchestrator.engine.states import RUN_TERMINAL
+from orchestrator.integrations.tools.registry import get_tool
 from orchestrator.models import Run, RunSecret, Workflow, WorkflowVersion
 
 from .expected import expected_problems
 from .limits import (
     MAX_CASES_PER_CHANGE,
     MAX_CASES_PER_VERSION,
+    MAX_EXPECTED_BYTES,
+    MAX_EXPECTED_DEPTH,
     MAX_KEY_CHARS,
     MAX_TAG_CHARS,
     MAX_TAGS,
@@ -43,7 +47,7 @@ from .uploads import line_path, parse_cases
 KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]*$")
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 MODES = ("add", "replace", "replace_all")
-CASE_FIELDS = frozenset({"key", "input", "expected", "risk_tier", "tags"})
+CASE_FIELDS = frozenset({"key", "input", "expected", "risk_tier", "tags", "responses"})
 
 
 def dataset_create(*, workflow: Workflow, name: str, actor: Actor, description: str = "") -> Dataset:
@@ -245,7 +249,7 @@ def _case(raw: object, where: str, definition: dict) -> tuple[Case | None, list[
     if not isinstance(raw, dict):
         return None, [{"path": where, "message": "a case is a JSON object"}]
     problems = [{"path": f"{where}.{name}", "message": "unknown field (a case has key, input, expected, "
-                 "risk_tier, tags)"} for name in raw if name not in CASE_FIELDS]
+                 "risk_tier, tags, responses)"} for name in raw if name not in CASE_FIELDS]
     for name in ("key", "input", "expected", "risk_tier"):
         if name not in raw:
             problems.append({"path": f"{where}.{name}", "message": f"'{name}' is required"})
@@ -264,15 +268,42 @@ def _case(raw: object, where: str, definition: dict) -> tuple[Case | None, list[
         problems += [{**p, "path": f"{where}.{p['path']}"} for p in found]
     if "expected" in raw:
         problems += expected_problems(raw["expected"], definition, at=(f"{where}.expected",))
+    responses = raw.get("responses", {})
+    problems += responses_problems(responses, definition, at=f"{where}.responses")
     if problems:
         return None, problems
     return Case(key=key, input=raw["input"], expected=raw["expected"], risk_tier=tier, tags=list(tags),
-                digest=case_digest(key, raw["input"], raw["expected"], tier, tags)), []
+                responses=responses,
+                digest=case_digest(key, raw["input"], raw["expected"], tier, tags, responses)), []
 
 
-def case_digest(key: str, input: object, expected: object, risk_tier: str, tags: list) -> str:
-    return digest_of({"key": key, "input": input, "expected": expected, "risk_tier": risk_tier,
-                      "tags": sorted(tags)})
+def responses_problems(responses: object, definition: dict, *, at: str) -> list[dict]:
+    """Every way `responses` is not a map from the steps of `definition` that an evaluation
+    answers (side-effecting tool steps, human_input steps) to what each answers."""
+    if not isinstance(responses, dict):
+        return [{"path": at, "message": "responses are a JSON object: step name -> that step's output"}]
+    answered = {spec["name"] for spec in definition.get("steps", [])
+                if (spec.get("type") == "tool" and (spec.get("side_effect") or _tool_has_effects(spec)))
+                or spec.get("type") == "human_input"}
+    problems = [{"path": f"{at}.{name}", "message": "not a side-effecting tool step or human_input step of the "
+                 f"workflow (those are: {', '.join(sorted(answered)) or 'none'})"}
+                for name in responses if name not in answered]
+    return problems + [{"path": format_path((at, *parts)), "message": message} for parts, message in
+                       document_problems(responses, max_bytes=MAX_EXPECTED_BYTES, max_depth=MAX_EXPECTED_DEPTH,
+                                         what="the responses")]
+
+
+def _tool_has_effects(spec: dict) -> bool:
+    try:
+        return get_tool(spec.get("tool", "")).side_effect
+    except KeyError:
+        return False
+
+
+def case_digest(key: str, input: object, expected: object, risk_tier: str, tags: list,
+                responses: dict | None = None) -> str:
+    fields = {"key": key, "input": input, "expected": expected, "risk_tier": risk_tier, "tags": sorted(tags)}
+    return digest_of({**fields, "responses": responses} if responses else fields)
 
 
 def _lock(dataset: Dataset) -> tuple[Dataset, DatasetVersion]:
@@ -285,7 +316,7 @@ def _lock(dataset: Dataset) -> tuple[Dataset, DatasetVersion]:
 def _cases_of(version: DatasetVersion, *, exclude: set[str]) -> list[Case]:
     """Unsaved copies of `version`'s cases, but those keyed in `exclude`."""
     return [Case(key=c.key, input=c.input, expected=c.expected, risk_tier=c.risk_tier, tags=c.tags,
-                 source_run_id=c.source_run_id, digest=c.digest)
+                 responses=c.responses, source_run_id=c.source_run_id, digest=c.digest)
             for c in version.cases.exclude(key__in=exclude).order_by("key")]
 
 

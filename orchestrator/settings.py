@@ -332,6 +332,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("STEPWISE_ALERTS_INTERVAL_S", "10")),
         "options": {"queue": "orchestrator", "expires": 30},
     },
+    # Evaluations (evaluation/evaluations.py) advance when one of their runs ends; this sweep is
+    # the backstop for a message lost on the way.
+    "stepwise-evaluations": {
+        "task": "evaluation.tasks.sweep",
+        "schedule": float(os.environ.get("STEPWISE_EVALUATION_SWEEP_S", "15")),
+        "options": {"queue": "orchestrator.evaluation", "expires": 60},
+    },
     # Its own queue, so only the worker that holds the signing key consumes it (docs/security.md).
     # A poll: the task signs the head when a checkpoint is due (AUDIT_CHECKPOINT_INTERVAL_S or
     # AUDIT_CHECKPOINT_ENTRIES, whichever comes first; docs/audit.md#checkpoints).
@@ -353,6 +360,11 @@ if os.environ.get("STEPWISE_MODELS_FILE"):
     STEPWISE_MODELS = json.loads(Path(os.environ["STEPWISE_MODELS_FILE"]).read_text())
 elif os.environ.get("STEPWISE_MODELS"):
     STEPWISE_MODELS = json.loads(os.environ["STEPWISE_MODELS"])
+
+# What a version must pass before it is published, beside its gates: each a function
+# (workflow=, version=) -> [{"path", "message"}]. The evaluation app's release gate
+# (docs/evaluation.md#the-release-gate) checks the workflow's release policy.
+STEPWISE_PUBLISH_CHECKS = ["evaluation.gate.release_problems"]
 
 # Python modules whose @tool functions are registered at start-up (comma separated).
 STEPWISE_TOOL_MODULES = [

@@ -105,6 +105,7 @@ ROW_ACTIONS = {
     "budget.raise": Action.BUDGET_RAISE, "budget.manage": Action.BUDGET_MANAGE,
     "view the team's workflows and runs": Action.VIEW,
     "dataset.edit": Action.DATASET_EDIT, "dataset.add_run": Action.DATASET_ADD_RUN,
+    "evaluation.run": Action.EVALUATION_RUN,
 }
 
 

@@ -50,6 +50,8 @@ class Action(StrEnum):
     DATASET_EDIT = "dataset.edit"
     # Add a finished run, its outcome corrected, to a dataset as a case.
     DATASET_ADD_RUN = "dataset.add_run"
+    # Start or cancel an evaluation of a version over a dataset (sandboxed runs that cost money).
+    EVALUATION_RUN = "evaluation.run"
 
 
 _OPERATE = {Action.RUN_CANCEL, Action.RUN_RESUME, Action.STEP_RETRY, Action.STEP_SKIP,
@@ -59,7 +61,8 @@ GRANTS: dict[str, frozenset[Action]] = {
     Role.MEMBER: frozenset({Action.VIEW, Action.RUN_START, Action.RUN_SIGNAL}),
     Role.EDITOR: frozenset({Action.VIEW, Action.RUN_START, Action.RUN_SIGNAL, Action.WORKFLOW_SAVE,
                             Action.WORKFLOW_PUBLISH, Action.WORKFLOW_ARCHIVE,
-                            Action.TRIGGER_MANAGE, Action.DATASET_EDIT, Action.DATASET_ADD_RUN}),
+                            Action.TRIGGER_MANAGE, Action.DATASET_EDIT, Action.DATASET_ADD_RUN,
+                            Action.EVALUATION_RUN}),
     Role.OPERATOR: frozenset({Action.VIEW, Action.RUN_START, Action.RUN_SIGNAL, *_OPERATE}),
     Role.OWNER: frozenset(Action),
 }

@@ -9,6 +9,7 @@ satisfying gate before it (services/gate_policies.py), needs workflow.waive_gate
 """
 from django.conf import settings
 from django.db import transaction
+from django.utils.module_loading import import_string
 
 from audit.services import audit_record
 from orchestrator.integrations.egress import definition_checker
@@ -44,6 +45,13 @@ def definition_problems(definition: object, *, team: Team) -> list[Problem]:
     if not problems:
         problems = call_cycle_problems(definition, team=team)
     return problems or mandatory_gate_problems(definition)
+
+
+def release_problems(workflow: Workflow, version: WorkflowVersion) -> list[Problem]:
+    """What the publish checks (settings.STEPWISE_PUBLISH_CHECKS: the evaluation app's release
+    gate) find against publishing `version`: each failing measure, by path."""
+    return [Problem(p["path"], p["message"]) for check in settings.STEPWISE_PUBLISH_CHECKS
+            for p in import_string(check)(workflow=workflow, version=version)]
 
 
 def call_cycle_problems(definition: dict, *, team: Team) -> list[Problem]:
@@ -103,7 +111,9 @@ def workflow_save(*, team: Team, definition: dict, actor: Actor) -> tuple[Workfl
         audit_record(action="workflow.version_created", outcome="created", actor=label(actor),
                      subject_type="workflow", subject_id=workflow.id, workflow=workflow.name,
                      workflow_version=number, definition_digest=digest, team=team.slug)
-        if workflow.publish_on_save and may(actor, Action.WORKFLOW_PUBLISH, team=team):
+        # A version a release gate holds back stays a draft: it is evaluated, then published.
+        if workflow.publish_on_save and may(actor, Action.WORKFLOW_PUBLISH, team=team) \
+                and not release_problems(workflow, version):
             _publish(workflow, version, actor, saving=True)
     return version, True
 
@@ -142,13 +152,17 @@ def _publish(workflow: Workflow, version: WorkflowVersion, actor: Actor, *, savi
     weakened = weakened_gates(before.normalized, version.normalized, url_params) \
         if before and before.id != version.id else []
     unguarded = version_gate_problems(version)
-    waived = weakened + unguarded
+    release = [] if saving else release_problems(workflow, version)
+    waived = weakened + unguarded + release
     if waived and not may(actor, Action.WORKFLOW_WAIVE_GATE, team=workflow.team):
         how = ("an owner must save it, or save it with publishing on save turned off and have an "
                "owner publish it") if saving else "an owner must publish it"
         what = (f"drops or weakens a mandatory gate of the published version {before.number}"
                 if weakened else "calls a tool a gate policy guards without a gate that "
-                "satisfies it")
+                "satisfies it" if unguarded else "does not pass the workflow's release gate")
+        if not (weakened or unguarded):
+            how = ("publish a version whose evaluation passes, or have an owner publish this one "
+                   "(an override, audited; docs/evaluation.md#the-release-gate)")
         raise Forbidden(f"version {version.number} of '{workflow.name}' {what}: {how} "
                         "(docs/permissions.md)",
                         [{"path": p.path, "message": p.message} for p in waived])
@@ -159,12 +173,15 @@ def _publish(workflow: Workflow, version: WorkflowVersion, actor: Actor, *, savi
     workflow.active_version = version
     workflow.gates_unguarded = []  # none left: every one was refused or waived just now
     workflow.save(update_fields=["active_version", "gates_unguarded"])
-    audit_record(action="workflow.published", outcome="waived" if waived else "published",
+    audit_record(action="workflow.published",
+                 outcome="overridden" if release else "waived" if waived else "published",
                  actor=label(actor), subject_type="workflow", subject_id=workflow.id,
                  workflow=workflow.name, workflow_version=version.number,
                  definition_digest=version.digest, team=workflow.team.slug,
                  payload={"previous_version": before.number if before else None,
-                          "gates_waived": [f"{p.path}: {p.message}" for p in waived]})
+                          "gates_waived": [f"{p.path}: {p.message}" for p in weakened + unguarded],
+                          **({"release_gate_overridden": [f"{p.path}: {p.message}" for p in release]}
+                             if release else {})})
 
 
 def workflow_policy_set(*, workflow_id: int, publish_on_save: bool, actor: Actor) -> Workflow:

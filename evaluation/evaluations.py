@@ -1,0 +1,249 @@
+"""Evaluations: one version of a workflow run over one version of a dataset, one service each to
+start, advance, and cancel one.
+
+Every case becomes a run on the `evaluation` capacity class, sandboxed (`Run.sandbox`): its
+side-effecting steps answer from the case's `responses` and never reach the world, and its
+human gates are decided as the case expects (`steps.<gate>.decision`, else approved) without
+asking anyone. At most `concurrency` of an evaluation's runs are unfinished at a time, so an
+evaluation of a thousand cases never floods the evaluation queues; no case starts once the runs
+have cost `budget_usd` (the ones running are cancelled then, and the evaluation is `stopped`).
+
+`evaluation_advance` is the scheduler of an evaluation, a function of what is stored: it scores
+the runs that ended, starts cases while there is room and budget, and ends the evaluation when
+no case is left. It runs when one of its runs ends (`orchestrator.engine.events.run_ended`) and
+in a periodic sweep (`evaluation.tasks.sweep`), so a lost message delays it and loses nothing.
+
+Who may: `evaluation.run` (editors, owners) starts and cancels an evaluation of the team's
+workflows (docs/permissions.md). Starting and ending are audited.
+"""
+from decimal import Decimal
+
+from celery import current_app
+from django.db import transaction
+from django.db.models import Sum
+
+from audit.services import audit_record
+from orchestrator.engine.authz import Action, Actor, System, label, person, require
+from orchestrator.engine.errors import InputInvalid, NotAllowed, ServiceError
+from orchestrator.engine.services.runs import run_cancel, run_start
+from orchestrator.engine.states import RUN_TERMINAL
+from orchestrator.models import Run, WorkflowVersion
+
+from .models import CaseRunState, Dataset, DatasetVersion, Evaluation, EvaluationCase, EvaluationState
+from .scoring import passed, score_case, summarize
+from .selectors import outcome_of_run
+
+EVALUATOR = System("evaluation")
+ADVANCE_TASK = "evaluation.tasks.advance"
+EVALUATION_QUEUE = "orchestrator.evaluation"  # the orchestrator family's evaluation queue
+MAX_CONCURRENCY = 50
+DEFAULT_CONCURRENCY = 4
+MAX_BUDGET_USD = Decimal("100000")
+
+
+def evaluation_start(*, dataset: Dataset, version: int, actor: Actor, budget_usd, dataset_version: int | None = None,
+                     concurrency: int = DEFAULT_CONCURRENCY, note: str = "") -> Evaluation:
+    """Evaluate version `version` of the dataset's workflow over the dataset's version
+    `dataset_version` (default: its latest): an evaluation with one pending case per case of
+    that version, its first cases started once this commits. Audited.
+
+    Raises Forbidden without evaluation.run in the workflow's team; InputInvalid (every problem
+    with its path) for a version or dataset version that does not exist, a dataset version
+    without cases, a budget that is not a positive amount or a concurrency out of 1..50."""
+    require(actor, Action.EVALUATION_RUN, team=dataset.team)
+    problems = []
+    workflow_version = WorkflowVersion.objects.filter(workflow_id=dataset.workflow_id, number=version).first() \
+        if isinstance(version, int) else None
+    if workflow_version is None:
+        problems.append({"path": "version", "message": f"workflow '{dataset.workflow.name}' has no version {version}"})
+    cases_of = _dataset_version(dataset, dataset_version, problems)
+    budget = _budget(budget_usd, problems)
+    if not (isinstance(concurrency, int) and 1 <= concurrency <= MAX_CONCURRENCY):
+        problems.append({"path": "concurrency", "message": f"at most 1 to {MAX_CONCURRENCY} runs at a time"})
+    if len(note) > 500:
+        problems.append({"path": "note", "message": "at most 500 characters"})
+    if problems:
+        raise InputInvalid("the evaluation is invalid", problems)
+    with transaction.atomic():
+        evaluation = Evaluation(team=dataset.team, workflow=dataset.workflow, version=workflow_version,
+                                dataset_version=cases_of, budget_usd=budget, concurrency=concurrency,
+                                note=note, created_by=person(actor))
+        evaluation.save()
+        EvaluationCase.objects.bulk_create(
+            [EvaluationCase(evaluation=evaluation, case=case, key=case.key, risk_tier=case.risk_tier)
+             for case in cases_of.cases.order_by("key")], batch_size=500)
+        _audit(evaluation, actor, "evaluation.started", "started", {"case_count": cases_of.case_count})
+        transaction.on_commit(lambda: advance_later(evaluation.id))
+    return evaluation
+
+
+def evaluation_advance(*, evaluation_id: int) -> Evaluation:
+    """Score the evaluation's runs that ended, then start cases while fewer than `concurrency`
+    runs are unfinished and the runs have cost less than the budget; end it when every case is
+    scored (completed) or the budget is spent (stopped: the runs still going are cancelled and
+    the cases not started are `not_run`). Idempotent: with nothing new it changes nothing."""
+    with transaction.atomic():
+        evaluation = Evaluation.objects.select_for_update().select_related("version", "team").get(pk=evaluation_id)
+        if evaluation.is_finished:
+            return evaluation
+        running = list(evaluation.cases.filter(state=CaseRunState.RUNNING).select_related("run", "case"))
+        for row in running:
+            if row.run is None or row.run.state in RUN_TERMINAL:
+                _score(row, evaluation.version.normalized)
+        spent = _spent(evaluation)
+        evaluation.cost_usd = spent
+        evaluation.save(update_fields=["cost_usd"])
+        unfinished = sum(row.state == CaseRunState.RUNNING for row in running)
+        if spent >= evaluation.budget_usd:
+            _stop(evaluation, reason=f"the budget of {evaluation.budget_usd:.2f} USD was spent "
+                  f"({spent:.4f} USD)", cancel_runs=True)
+            return evaluation
+        room = evaluation.concurrency - unfinished
+        pending = list(evaluation.cases.filter(state=CaseRunState.PENDING).select_related("case")[:max(room, 0)])
+        for row in pending:
+            _start_case(evaluation, row)
+        if not pending and unfinished == 0 and not evaluation.cases.filter(
+                state__in=(CaseRunState.PENDING, CaseRunState.RUNNING)).exists():
+            evaluation.complete(summary=_summary(evaluation))
+            evaluation.save()
+            _audit(evaluation, EVALUATOR, "evaluation.completed", "completed", _headline(evaluation))
+    return evaluation
+
+
+def evaluation_cancel(*, evaluation_id: int, actor: Actor, reason: str = "") -> Evaluation:
+    """Stop an evaluation that is running: its unfinished runs are cancelled, the cases not
+    started are `not_run`, and what was scored is summarised. Audited. Raises Forbidden without
+    evaluation.run, NotAllowed when it has ended."""
+    with transaction.atomic():
+        evaluation = Evaluation.objects.select_for_update().select_related("team", "version").get(pk=evaluation_id)
+        require(actor, Action.EVALUATION_RUN, team=evaluation.team)
+        if evaluation.is_finished:
+            raise NotAllowed(f"the evaluation has ended ({evaluation.state})",
+                             [{"path": "state", "message": evaluation.state}])
+        why = reason.strip()[:500] or f"cancelled by {label(actor)}"
+        _end_runs(evaluation, actor=actor, reason=why)
+        evaluation.cancel(reason=why, summary=_summary(evaluation))
+        evaluation.save()
+        _audit(evaluation, actor, "evaluation.cancelled", "cancelled", {"reason": why, **_headline(evaluation)})
+    return evaluation
+
+
+def evaluations_sweep() -> int:
+    """Advance every running evaluation (the backstop for a lost run_ended message); how many."""
+    ids = list(Evaluation.objects.filter(state=EvaluationState.RUNNING).values_list("id", flat=True))
+    for evaluation_id in ids:
+        evaluation_advance(evaluation_id=evaluation_id)
+    return len(ids)
+
+
+# --- one case ------------------------------------------------------------------------------------
+
+
+def sandbox_of(case, definition: dict) -> dict:
+    """How a case's run is sandboxed: its declared responses, and each human gate decided as the
+    case expects (`expected.steps.<gate>.decision`), else approved."""
+    expected_steps = (case.expected or {}).get("steps") or {}
+    decisions = {spec["name"]: (expected_steps.get(spec["name"]) or {}).get("decision", "approve")
+                 for spec in definition.get("steps", []) if spec.get("type") == "human_gate"}
+    return {"purpose": "evaluation", "responses": dict(case.responses or {}), "decisions": decisions}
+
+
+def _start_case(evaluation: Evaluation, row: EvaluationCase) -> None:
+    try:
+        with transaction.atomic():
+            run = run_start(version=evaluation.version, input=row.case.input, actor=EVALUATOR,
+                            created_by=evaluation.created_by, trigger="evaluation", capacity="evaluation",
+                            sandbox=sandbox_of(row.case, evaluation.version.normalized),
+                            origin={"evaluation": evaluation.id, "case": row.key})
+    except ServiceError as refused:  # the run was refused (a budget, an archived workflow): say why
+        row.state, row.error = CaseRunState.SCORED, str(refused)[:1000]
+        row.passed, row.scores = False, {"started": False}
+        row.save(update_fields=["state", "error", "passed", "scores"])
+        return
+    row.run, row.state = run, CaseRunState.RUNNING
+    row.save(update_fields=["run", "state"])
+
+
+def _score(row: EvaluationCase, definition: dict) -> None:
+    outcome = outcome_of_run(row.run) if row.run is not None else None
+    if outcome is None:
+        row.scores, row.passed = {"started": False}, False
+    else:
+        row.scores = score_case(outcome, row.case.expected, definition, case=row.case)
+        row.passed = passed(row.scores)
+    row.outcome, row.state = outcome, CaseRunState.SCORED
+    row.save(update_fields=["outcome", "scores", "passed", "state"])
+
+
+def _spent(evaluation: Evaluation) -> Decimal:
+    spent = Run.objects.filter(evaluation_case__evaluation=evaluation).aggregate(total=Sum("cost_usd"))["total"]
+    return spent or Decimal("0")
+
+
+def _stop(evaluation: Evaluation, *, reason: str, cancel_runs: bool) -> None:
+    if cancel_runs:
+        _end_runs(evaluation, actor=EVALUATOR, reason=reason)
+    evaluation.stop(reason=reason, summary=_summary(evaluation))
+    evaluation.save()
+    _audit(evaluation, EVALUATOR, "evaluation.stopped", "stopped", {"reason": reason, **_headline(evaluation)})
+
+
+def _end_runs(evaluation: Evaluation, *, actor: Actor, reason: str) -> None:
+    """Cancel the evaluation's unfinished runs (each ends as cancelled and is scored so), and mark
+    the cases never started."""
+    for row in evaluation.cases.filter(state=CaseRunState.RUNNING).select_related("run", "case"):
+        if row.run is not None and row.run.state not in RUN_TERMINAL:
+            run_cancel(run_id=row.run.id, actor=EVALUATOR, reason=reason)
+            row.run.refresh_from_db()
+        _score(row, evaluation.version.normalized)
+    evaluation.cases.filter(state=CaseRunState.PENDING).update(state=CaseRunState.NOT_RUN)
+
+
+def _summary(evaluation: Evaluation) -> dict:
+    rows = evaluation.cases.filter(state=CaseRunState.SCORED).values("key", "risk_tier", "scores", "passed")
+    summary = summarize([{"case": r["key"], "risk_tier": r["risk_tier"], "scores": r["scores"] or {},
+                          "passed": bool(r["passed"])} for r in rows])
+    summary["cases"] = {state: evaluation.cases.filter(state=state).count() for state in CaseRunState.values}
+    return summary
+
+
+def _headline(evaluation: Evaluation) -> dict:
+    cases = (evaluation.summary or {}).get("cases", {})
+    return {"cost_usd": str(evaluation.cost_usd), "cases": cases}
+
+
+def _dataset_version(dataset: Dataset, number: int | None, problems: list) -> DatasetVersion | None:
+    found = dataset.versions.filter(number=number).first() if isinstance(number, int) else \
+        dataset.latest_version if number is None else None
+    if found is None:
+        problems.append({"path": "dataset_version", "message": f"dataset '{dataset.name}' has no version {number}"})
+    elif found.case_count == 0:
+        problems.append({"path": "dataset_version", "message": f"version {found.number} of dataset "
+                         f"'{dataset.name}' has no case"})
+    return found
+
+
+def _budget(value, problems: list) -> Decimal | None:
+    try:
+        budget = Decimal(str(value))
+    except ArithmeticError:
+        budget = None
+    if budget is None or not budget.is_finite() or budget <= 0 or budget > MAX_BUDGET_USD:
+        problems.append({"path": "budget_usd", "message": f"a budget is an amount in USD above 0 and at most "
+                         f"{MAX_BUDGET_USD:,}"})
+        return None
+    return budget
+
+
+def advance_later(evaluation_id: int) -> None:
+    """Send `evaluation_advance` to a worker (by the task's name: the task module imports this one)."""
+    current_app.send_task(ADVANCE_TASK, (evaluation_id,), queue=EVALUATION_QUEUE)
+
+
+def _audit(evaluation: Evaluation, actor: Actor, action: str, outcome: str, payload: dict) -> None:
+    audit_record(action=action, actor=label(actor), subject_type="evaluation", subject_id=evaluation.id,
+                 outcome=outcome, team=evaluation.team.slug, workflow=evaluation.workflow.name,
+                 workflow_version=evaluation.version.number,
+                 payload={"dataset": evaluation.dataset_version.dataset.name,
+                          "dataset_version": evaluation.dataset_version.number,
+                          "budget_usd": str(evaluation.budget_usd), **payload})

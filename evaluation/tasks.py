@@ -1,0 +1,14 @@
+"""Celery tasks of evaluations: thin, each calls one service (evaluation/evaluations.py)."""
+from celery import shared_task
+
+from .evaluations import ADVANCE_TASK, evaluation_advance, evaluations_sweep
+
+
+@shared_task(name=ADVANCE_TASK, ignore_result=True)
+def advance(evaluation_id: int) -> None:
+    evaluation_advance(evaluation_id=evaluation_id)
+
+
+@shared_task(name="evaluation.tasks.sweep", ignore_result=True)
+def sweep() -> None:
+    evaluations_sweep()
