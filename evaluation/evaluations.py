@@ -29,7 +29,14 @@ from orchestrator.engine.services.runs import run_cancel, run_start
 from orchestrator.engine.states import RUN_TERMINAL
 from orchestrator.models import Run, WorkflowVersion
 
-from .models import CaseRunState, Dataset, DatasetVersion, Evaluation, EvaluationCase, EvaluationState
+from .models import (
+    CaseRunState,
+    Dataset,
+    DatasetVersion,
+    Evaluation,
+    EvaluationCase,
+    EvaluationState,
+)
 from .scoring import passed, score_case, summarize
 from .selectors import outcome_of_run
 

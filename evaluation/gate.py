@@ -14,8 +14,8 @@ from jsonschema import Draft202012Validator
 from audit.services import audit_record
 from orchestrator.engine.authz import Action, Actor, label, person, require
 from orchestrator.engine.clock import now
-from orchestrator.engine.errors import InputInvalid
 from orchestrator.engine.definitions.problems import format_path
+from orchestrator.engine.errors import InputInvalid
 from orchestrator.models import Workflow, WorkflowVersion
 
 from .models import Dataset, Evaluation, EvaluationState, ReleasePolicy
