@@ -16,6 +16,7 @@ in a periodic sweep (`evaluation.tasks.sweep`), so a lost message delays it and 
 Who may: `evaluation.run` (editors, owners) starts and cancels an evaluation of the team's
 workflows (docs/permissions.md). Starting and ending are audited.
 """
+import hashlib
 from decimal import Decimal
 
 from celery import current_app
@@ -24,11 +25,13 @@ from django.db.models import Sum
 
 from audit.services import audit_record
 from orchestrator.engine.authz import Action, Actor, System, label, person, require
+from orchestrator.engine.clock import now
 from orchestrator.engine.errors import InputInvalid, NotAllowed, ServiceError
 from orchestrator.engine.services.runs import run_cancel, run_start
 from orchestrator.engine.states import RUN_TERMINAL
-from orchestrator.models import Run, WorkflowVersion
+from orchestrator.models import Run, RunSecret, Workflow, WorkflowVersion
 
+from .limits import MAX_CASES_PER_VERSION
 from .models import (
     CaseRunState,
     Dataset,
@@ -36,9 +39,10 @@ from .models import (
     Evaluation,
     EvaluationCase,
     EvaluationState,
+    Purpose,
 )
 from .scoring import passed, score_case, summarize
-from .selectors import outcome_of_run
+from .selectors import expected_from_run, outcome_of_run, responses_of_run, risk_tier_of
 
 EVALUATOR = System("evaluation")
 ADVANCE_TASK = "evaluation.tasks.advance"
@@ -46,6 +50,7 @@ EVALUATION_QUEUE = "orchestrator.evaluation"  # the orchestrator family's evalua
 MAX_CONCURRENCY = 50
 DEFAULT_CONCURRENCY = 4
 MAX_BUDGET_USD = Decimal("100000")
+SHADOW_BATCH = 500  # live runs read per advance
 
 
 def evaluation_start(*, dataset: Dataset, version: int, actor: Actor, budget_usd, dataset_version: int | None = None,
@@ -105,11 +110,14 @@ def evaluation_advance(*, evaluation_id: int) -> Evaluation:
             _stop(evaluation, reason=f"the budget of {evaluation.budget_usd:.2f} USD was spent "
                   f"({spent:.4f} USD)", cancel_runs=True)
             return evaluation
+        if evaluation.purpose == Purpose.SHADOW:
+            _follow_live_runs(evaluation)
         room = evaluation.concurrency - unfinished
-        pending = list(evaluation.cases.filter(state=CaseRunState.PENDING).select_related("case")[:max(room, 0)])
+        pending = list(evaluation.cases.filter(state=CaseRunState.PENDING)
+                       .select_related("case", "live_run")[:max(room, 0)])
         for row in pending:
             _start_case(evaluation, row)
-        if not pending and unfinished == 0 and not evaluation.cases.filter(
+        if not pending and unfinished == 0 and _all_taken(evaluation) and not evaluation.cases.filter(
                 state__in=(CaseRunState.PENDING, CaseRunState.RUNNING)).exists():
             evaluation.complete(summary=_summary(evaluation))
             evaluation.save()
@@ -135,6 +143,53 @@ def evaluation_cancel(*, evaluation_id: int, actor: Actor, reason: str = "") -> 
     return evaluation
 
 
+def shadow_start(*, workflow: Workflow, version: int, actor: Actor, budget_usd, sample_percent: int = 10,
+                 max_cases: int = 100, concurrency: int = DEFAULT_CONCURRENCY, note: str = "") -> Evaluation:
+    """Run version `version` (a draft) in shadow: from now on, `sample_percent` of the live runs
+    of the published version that end (chosen by their id) are run again on the draft with
+    the same input, sandboxed, each scored against what the live run did, until `max_cases`
+    were or the budget is spent. Audited.
+
+    Raises Forbidden without evaluation.run; InputInvalid for the published version itself, no
+    published version, another shadow of the workflow still running, or a sample, a maximum,
+    a budget or a concurrency out of range."""
+    require(actor, Action.EVALUATION_RUN, team=workflow.team)
+    problems = []
+    draft = workflow.versions.filter(number=version).first() if isinstance(version, int) else None
+    if draft is None:
+        problems.append({"path": "version", "message": f"workflow '{workflow.name}' has no version {version}"})
+    elif draft.id == workflow.active_version_id:
+        problems.append({"path": "version", "message": f"version {version} is the published one: a shadow "
+                         "runs another version beside it"})
+    if workflow.active_version_id is None:
+        problems.append({"path": "workflow", "message": f"workflow '{workflow.name}' has no published version "
+                         "whose live runs a shadow could follow"})
+    if Evaluation.objects.filter(workflow=workflow, purpose=Purpose.SHADOW, state=EvaluationState.RUNNING).exists():
+        problems.append({"path": "workflow", "message": f"a shadow of workflow '{workflow.name}' is running: "
+                         "cancel it first"})
+    if not (isinstance(sample_percent, int) and 1 <= sample_percent <= 100):
+        problems.append({"path": "sample_percent", "message": "a sample is 1 to 100 percent of the live runs"})
+    if not (isinstance(max_cases, int) and 1 <= max_cases <= MAX_CASES_PER_VERSION):
+        problems.append({"path": "max_cases", "message": f"1 to {MAX_CASES_PER_VERSION:,} live runs"})
+    budget = _budget(budget_usd, problems)
+    if not (isinstance(concurrency, int) and 1 <= concurrency <= MAX_CONCURRENCY):
+        problems.append({"path": "concurrency", "message": f"at most 1 to {MAX_CONCURRENCY} runs at a time"})
+    if len(note) > 500:
+        problems.append({"path": "note", "message": "at most 500 characters"})
+    if problems:
+        raise InputInvalid("the shadow is invalid", problems)
+    with transaction.atomic():
+        evaluation = Evaluation(team=workflow.team, workflow=workflow, version=draft, purpose=Purpose.SHADOW,
+                                baseline=workflow.active_version, sample_percent=sample_percent,
+                                max_cases=max_cases, examined_until=now(), budget_usd=budget,
+                                concurrency=concurrency, note=note, created_by=person(actor))
+        evaluation.save()
+        _audit(evaluation, actor, "evaluation.started", "started",
+               {"shadow_of": workflow.active_version.number, "sample_percent": sample_percent,
+                "max_cases": max_cases})
+    return evaluation
+
+
 def evaluations_sweep() -> int:
     """Advance every running evaluation (the backstop for a lost run_ended message); how many."""
     ids = list(Evaluation.objects.filter(state=EvaluationState.RUNNING).values_list("id", flat=True))
@@ -149,19 +204,29 @@ def evaluations_sweep() -> int:
 def sandbox_of(case, definition: dict) -> dict:
     """How a case's run is sandboxed: its declared responses, and each human gate decided as the
     case expects (`expected.steps.<gate>.decision`), else approved."""
-    expected_steps = (case.expected or {}).get("steps") or {}
+    return _sandbox("evaluation", case.expected, case.responses, definition)
+
+
+def _sandbox(purpose: str, expected: dict, responses: dict, definition: dict) -> dict:
+    expected_steps = (expected or {}).get("steps") or {}
     decisions = {spec["name"]: (expected_steps.get(spec["name"]) or {}).get("decision", "approve")
                  for spec in definition.get("steps", []) if spec.get("type") == "human_gate"}
-    return {"purpose": "evaluation", "responses": dict(case.responses or {}), "decisions": decisions}
+    return {"purpose": purpose, "responses": dict(responses or {}), "decisions": decisions}
 
 
 def _start_case(evaluation: Evaluation, row: EvaluationCase) -> None:
+    definition = evaluation.version.normalized
+    if row.case is not None:
+        input, sandbox = row.case.input, sandbox_of(row.case, definition)
+    else:  # shadow: the live run's input, its gates decided and its effects answered as they were
+        input = row.live_run.input if row.live_run else {}
+        sandbox = _sandbox("shadow", row.expected, responses_of_run(row.live_run) if row.live_run else {},
+                           definition)
     try:
         with transaction.atomic():
-            run = run_start(version=evaluation.version, input=row.case.input, actor=EVALUATOR,
+            run = run_start(version=evaluation.version, input=input, actor=EVALUATOR,
                             created_by=evaluation.created_by, trigger="evaluation", capacity="evaluation",
-                            sandbox=sandbox_of(row.case, evaluation.version.normalized),
-                            origin={"evaluation": evaluation.id, "case": row.key})
+                            sandbox=sandbox, origin={"evaluation": evaluation.id, "case": row.key})
     except ServiceError as refused:  # the run was refused (a budget, an archived workflow): say why
         row.state, row.error = CaseRunState.SCORED, str(refused)[:1000]
         row.passed, row.scores = False, {"started": False}
@@ -176,10 +241,41 @@ def _score(row: EvaluationCase, definition: dict) -> None:
     if outcome is None:
         row.scores, row.passed = {"started": False}, False
     else:
-        row.scores = score_case(outcome, row.case.expected, definition, case=row.case)
+        expected = row.case.expected if row.case is not None else row.expected
+        row.scores = score_case(outcome, expected, definition, case=row.case)
         row.passed = passed(row.scores)
     row.outcome, row.state = outcome, CaseRunState.SCORED
     row.save(update_fields=["outcome", "scores", "passed", "state"])
+
+
+def _follow_live_runs(evaluation: Evaluation) -> None:
+    """Take the shadow's sample of the live runs of its baseline that ended since it last looked,
+    each a pending case expecting what the live run did."""
+    room = evaluation.max_cases - evaluation.cases.count()
+    ended = (Run.objects.filter(version=evaluation.baseline, capacity="interactive", parent_step__isnull=True,
+                                state__in=RUN_TERMINAL, finished_at__gt=evaluation.examined_until)
+             .order_by("finished_at", "id")[:SHADOW_BATCH])
+    rows = []
+    for run in ended:
+        if len(rows) >= room:
+            break
+        evaluation.examined_until = run.finished_at
+        if sampled(run.id, evaluation.sample_percent) and not RunSecret.objects.filter(run=run).exists():
+            rows.append(EvaluationCase(evaluation=evaluation, live_run=run, key=f"run-{run.id}",
+                                       risk_tier=risk_tier_of(run), expected=expected_from_run(run)))
+    EvaluationCase.objects.bulk_create(rows)
+    evaluation.save(update_fields=["examined_until"])
+
+
+def _all_taken(evaluation: Evaluation) -> bool:
+    """Whether no case is still to come: always for a dataset; for a shadow, once it has its
+    `max_cases` live runs."""
+    return evaluation.purpose != Purpose.SHADOW or evaluation.cases.count() >= evaluation.max_cases
+
+
+def sampled(run_id, percent: int) -> bool:
+    """Whether a run is in a `percent` sample: by its id, so every sweep decides alike."""
+    return int(hashlib.sha256(str(run_id).encode()).hexdigest()[:8], 16) % 100 < percent
 
 
 def _spent(evaluation: Evaluation) -> Decimal:

@@ -118,15 +118,30 @@ class EvaluationState(models.TextChoices):
     CANCELLED = "cancelled"
 
 
+class Purpose(models.TextChoices):
+    EVALUATION = "evaluation", "over a dataset"
+    SHADOW = "shadow", "beside live runs"
+
+
 class Evaluation(ConcurrentTransitionMixin, models.Model):
-    """One version of a workflow run over one version of a dataset, each case a sandboxed run on
-    the evaluation capacity class (`evaluation.evaluations`). `summary` is written once it ends:
-    every metric per risk tier and overall (`evaluation.scoring.summarize`)."""
+    """One version of a workflow run over one version of a dataset (or, in shadow, over a sample
+    of the live runs of the published version), each case a sandboxed run on the evaluation
+    capacity class (`evaluation.evaluations`). `summary` is written once it ends: every metric
+    per risk tier and overall (`evaluation.scoring.summarize`)."""
 
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="evaluations")
     workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="evaluations")
     version = models.ForeignKey("orchestrator.WorkflowVersion", on_delete=models.PROTECT, related_name="evaluations")
-    dataset_version = models.ForeignKey(DatasetVersion, on_delete=models.PROTECT, related_name="evaluations")
+    purpose = models.CharField(max_length=10, choices=Purpose.choices, default=Purpose.EVALUATION)
+    dataset_version = models.ForeignKey(DatasetVersion, null=True, blank=True, on_delete=models.PROTECT,
+                                        related_name="evaluations", help_text="Its cases (not in shadow).")
+    # Shadow only: the live runs of `baseline` that ended after the start, `sample_percent` of
+    # them chosen by their id, at most `max_cases`; `examined_until` is how far they were read.
+    baseline = models.ForeignKey("orchestrator.WorkflowVersion", null=True, blank=True, on_delete=models.PROTECT,
+                                 related_name="+", help_text="The published version a shadow compares with.")
+    sample_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    max_cases = models.PositiveIntegerField(null=True, blank=True)
+    examined_until = models.DateTimeField(null=True, blank=True)
     state = FSMField(default=EvaluationState.RUNNING, choices=EvaluationState.choices, protected=True)
     budget_usd = models.DecimalField(max_digits=12, decimal_places=6,
                                      help_text="No case starts once the runs have cost this much.")
@@ -176,7 +191,12 @@ class EvaluationCase(models.Model):
     and its scores against the case's expected outcome."""
 
     evaluation = models.ForeignKey(Evaluation, on_delete=models.CASCADE, related_name="cases")
-    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="+")
+    case = models.ForeignKey(Case, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+                             help_text="The dataset's case (none in shadow).")
+    live_run = models.OneToOneField(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="shadowed_by",
+                                    help_text="In shadow: the live run whose input this case ran again.")
+    expected = models.JSONField(null=True, blank=True,
+                                help_text="In shadow: what the live run did, as the expected outcome.")
     key = models.CharField(max_length=200)
     risk_tier = models.CharField(max_length=8, choices=RiskTier.choices)
     state = models.CharField(max_length=8, choices=CaseRunState.choices, default=CaseRunState.PENDING)

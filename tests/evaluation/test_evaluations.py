@@ -13,13 +13,16 @@ from evaluation.evaluations import (
     evaluation_cancel,
     evaluation_start,
     evaluations_sweep,
+    sampled,
     sandbox_of,
+    shadow_start,
 )
 from evaluation.models import CaseRunState, Evaluation, EvaluationState
 from evaluation.selectors import outcome_of_run
 from evaluation.services import dataset_cases_add
 from orchestrator.engine.errors import Forbidden, InputInvalid, NotAllowed
 from orchestrator.engine.services.kinds.worker import step_execute
+from orchestrator.engine.services.runs import run_start
 from orchestrator.engine.services.workflows import workflow_policy_set, workflow_save
 from orchestrator.engine.states import RUN_TERMINAL
 from orchestrator.models import Run
@@ -197,3 +200,62 @@ def test_a_version_that_is_not_the_published_one_is_evaluated_as_it_is(dataset, 
     assert version.number == 2 and dataset.workflow.active_version.number == 1
     done = drive(evaluation_start(dataset=dataset, version=2, actor=editor, budget_usd=1, concurrency=10))
     assert {r.version_id for r in Run.objects.filter(evaluation_case__evaluation=done)} == {version.id}
+
+
+# --- shadow ----------------------------------------------------------------------------------
+
+
+def live_run(version, message: str) -> Run:
+    run = run_start(version=version, input={"order_id": "ORD-1300", "message": message}, actor=SETUP)
+    while step := run.steps.filter(state="queued").first():
+        step_execute(step_id=step.id, worker="test")
+    return Run.objects.get(pk=run.pk)
+
+
+@pytest.fixture
+def draft(refund):
+    workflow_policy_set(workflow_id=refund.id, publish_on_save=False, actor=SETUP)
+    version, _ = workflow_save(team=refund.team, actor=SETUP, definition={
+        **example_definition("refund-proposal"), "description": "A draft."})
+    return version
+
+
+def test_a_shadow_runs_the_draft_again_on_a_sample_of_live_runs_and_scores_agreement(refund, draft, editor):
+    shadow = shadow_start(workflow=refund, version=draft.number, actor=editor, budget_usd=1,
+                          sample_percent=100, max_cases=2)
+    before = live_run(refund.active_version, "Where is my invoice?")  # ended before: not followed
+    Evaluation.objects.filter(pk=shadow.pk).update(examined_until=before.finished_at)
+    live = [live_run(refund.active_version, "Where is my invoice?"),
+            live_run(refund.active_version, "The table arrived scratched."),
+            live_run(refund.active_version, "A third one, past the maximum.")]
+    assert all(run.state == "completed" for run in live)
+
+    done = drive(shadow)
+    assert done.state == EvaluationState.COMPLETED and done.purpose == "shadow"
+    rows = list(done.cases.order_by("id"))
+    assert [row.live_run_id for row in rows] == [live[0].id, live[1].id]
+    assert all(row.passed for row in rows), [row.scores for row in rows]
+    assert {row.run.version_id for row in rows} == {draft.id}
+    assert {row.run.sandbox["purpose"] for row in rows} == {"shadow"}
+    # The live run's email was answered to the shadow as it was sent: the shadow sent none.
+    assert rows[0].run.sandbox["responses"]["reply"] == live[0].steps.get(name="reply").output
+
+
+def test_a_shadow_follows_only_a_sample_chosen_by_run_id():
+    ids = [f"00000000-0000-0000-0000-{i:012d}" for i in range(1000)]
+    chosen = [i for i in ids if sampled(i, 10)]
+    assert 60 < len(chosen) < 140
+    assert chosen == [i for i in ids if sampled(i, 10)]  # the same every time
+    assert all(sampled(i, 100) for i in ids)
+
+
+def test_what_a_shadow_is_refused_for(refund, draft, editor, reader):
+    with pytest.raises(Forbidden):
+        shadow_start(workflow=refund, version=draft.number, actor=reader, budget_usd=1)
+    with pytest.raises(InputInvalid) as refused:
+        shadow_start(workflow=refund, version=1, actor=editor, budget_usd=1, sample_percent=0, max_cases=0)
+    assert paths(refused) == ["version", "sample_percent", "max_cases"]
+    shadow_start(workflow=refund, version=draft.number, actor=editor, budget_usd=1)
+    with pytest.raises(InputInvalid) as twice:
+        shadow_start(workflow=refund, version=draft.number, actor=editor, budget_usd=1)
+    assert paths(twice) == ["workflow"]
