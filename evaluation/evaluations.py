@@ -27,8 +27,9 @@ from audit.services import audit_record
 from orchestrator.engine.authz import Action, Actor, System, label, person, require
 from orchestrator.engine.clock import now
 from orchestrator.engine.errors import InputInvalid, NotAllowed, ServiceError
+from orchestrator.engine.selectors import definition_of
 from orchestrator.engine.services.runs import run_cancel, run_start
-from orchestrator.engine.states import RUN_TERMINAL
+from orchestrator.engine.states import RUN_TERMINAL, StepState
 from orchestrator.models import Run, RunSecret, Workflow, WorkflowVersion
 
 from .limits import MAX_CASES_PER_VERSION
@@ -42,7 +43,8 @@ from .models import (
     Purpose,
 )
 from .scoring import passed, score_case, summarize
-from .selectors import expected_from_run, outcome_of_run, responses_of_run, risk_tier_of
+from .selectors import expected_from_run, outcome_of_run, risk_tier_of
+from .services import answered_steps
 
 EVALUATOR = System("evaluation")
 ADVANCE_TASK = "evaluation.tasks.advance"
@@ -265,6 +267,15 @@ def _follow_live_runs(evaluation: Evaluation) -> None:
                                        risk_tier=risk_tier_of(run), expected=expected_from_run(run)))
     EvaluationCase.objects.bulk_create(rows)
     evaluation.save(update_fields=["examined_until"])
+
+
+def responses_of_run(run: Run) -> dict:
+    """What the answered steps of a finished `run` returned, by step name: a shadow of it answers
+    them the same."""
+    definition, _ = definition_of(run)
+    names = answered_steps(definition)
+    return {name: output for name, output in run.steps.filter(name__in=names, state=StepState.COMPLETED)
+            .values_list("name", "output")}
 
 
 def _all_taken(evaluation: Evaluation) -> bool:

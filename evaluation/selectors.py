@@ -8,7 +8,6 @@ from django.db.models import Prefetch, QuerySet
 from orchestrator.engine.authz import Actor, visible
 from orchestrator.engine.selectors import definition_of
 from orchestrator.engine.states import RUN_TERMINAL, StepKind, StepState
-from orchestrator.integrations.tools.registry import get_tool
 from orchestrator.models import Run
 
 from .models import Dataset, DatasetVersion
@@ -118,30 +117,6 @@ def _effects_of(run: Run, rows: list) -> list[dict]:
                         "params": event.payload.get("params", {}),
                         "approved": any(at <= (started or event.created_at) for at in approved_at)})
     return effects
-
-
-def answered_steps(definition: dict) -> set[str]:
-    """The steps of `definition` (normalized) an evaluation answers instead of running: the
-    side-effecting tool steps and the human_input steps."""
-    return {spec["name"] for spec in definition.get("steps", [])
-            if (spec.get("type") == "tool" and (spec.get("side_effect") or _tool_has_effects(spec)))
-            or spec.get("type") == "human_input"}
-
-
-def _tool_has_effects(spec: dict) -> bool:
-    try:
-        return get_tool(spec.get("tool", "")).side_effect
-    except KeyError:
-        return False
-
-
-def responses_of_run(run: Run) -> dict:
-    """What the answered steps of a finished `run` returned, by step name: a shadow of it answers
-    them the same."""
-    definition, _ = definition_of(run)
-    names = answered_steps(definition)
-    return {name: output for name, output in run.steps.filter(name__in=names, state=StepState.COMPLETED)
-            .values_list("name", "output")}
 
 
 RISK_TIERS = {"low": "low", "medium": "medium", "high": "high", "critical": "high"}

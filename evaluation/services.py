@@ -27,6 +27,7 @@ from orchestrator.engine.errors import InputInvalid, NotAllowed
 from orchestrator.engine.hashing import digest_of
 from orchestrator.engine.services.runs import input_problems
 from orchestrator.engine.states import RUN_TERMINAL
+from orchestrator.integrations.tools.registry import get_tool
 from orchestrator.models import Run, RunSecret, Workflow, WorkflowVersion
 
 from .expected import expected_problems
@@ -40,7 +41,7 @@ from .limits import (
     MAX_TAGS,
 )
 from .models import Case, Dataset, DatasetVersion, RiskTier
-from .selectors import answered_steps, expected_from_run
+from .selectors import expected_from_run
 from .uploads import line_path, parse_cases
 
 KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]*$")
@@ -288,6 +289,21 @@ def responses_problems(responses: object, definition: dict, *, at: str) -> list[
     return problems + [{"path": format_path((at, *parts)), "message": message} for parts, message in
                        document_problems(responses, max_bytes=MAX_EXPECTED_BYTES, max_depth=MAX_EXPECTED_DEPTH,
                                          what="the responses")]
+
+
+def answered_steps(definition: dict) -> set[str]:
+    """The steps of `definition` (normalized) an evaluation answers instead of running: the
+    side-effecting tool steps and the human_input steps."""
+    return {spec["name"] for spec in definition.get("steps", [])
+            if (spec.get("type") == "tool" and (spec.get("side_effect") or _tool_has_effects(spec)))
+            or spec.get("type") == "human_input"}
+
+
+def _tool_has_effects(spec: dict) -> bool:
+    try:
+        return get_tool(spec.get("tool", "")).side_effect
+    except KeyError:
+        return False
 
 
 def case_digest(key: str, input: object, expected: object, risk_tier: str, tags: list,
