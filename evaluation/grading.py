@@ -60,7 +60,7 @@ class Grade:
 
 def rubric_grade(*, rubric: str, output: object, case_input: object, model: str,
                  authorize: Callable[..., object], price: Callable[..., Decimal] = cost_of,
-                 run_id: str = "", workflow: str = "", step: str = "") -> Grade:
+                 run_id: str = "", workflow: str = "", step: str = "", step_id: int = 0) -> Grade:
     """Grade `output` (of the step `step` of the run `run_id`, on `case_input`) against
     `rubric` with the registered model `model`. Never raises for the call: a provider failure,
     an unregistered model or a reply still invalid after its repair is a Grade without a score,
@@ -68,13 +68,15 @@ def rubric_grade(*, rubric: str, output: object, case_input: object, model: str,
 
     `authorize` records the call before it is made, with an agent step's arguments
     (`audit.services.external_call_authorize` records it against the run's step `step`);
-    `price` prices it (`budgets.services.cost_of`).
+    `price` prices it (`budgets.services.cost_of`). `step_id` names the step's row when its
+    name alone does not (a loop's body ran it more than once).
     """
     spec = {"name": step or "grade", "type": "agent", "model": model, "system": SYSTEM, "prompt": PROMPT,
             "output_schema": GRADE_SCHEMA, "temperature": 0, "repair_attempts": 1, "timeout_s": TIMEOUT_S}
     step_input = {"input": case_input, "steps": {}, "grading": {
         "rubric": rubric, "step": step, "input": _text(case_input), "output": _text(output)}}
-    ctx = ExecContext(str(run_id), workflow, step, 1, f"{run_id}:{step}:grade", authorize=authorize, price=price)
+    ctx = ExecContext(str(run_id), workflow, step, 1, f"{run_id}:{step}:grade", step_id=step_id,
+                      authorize=authorize, price=price)
     try:
         result = execute(spec, step_input, ctx)
     except StepError as error:

@@ -269,19 +269,22 @@ def _code_scores(outcome: dict, expected: dict, case: dict, names: list[str]) ->
 
 def families(scores: Mapping[str, object]) -> Scores:
     """The family metrics of one case's scores (metrics.FAMILIES): a proportion family is true
-    when every member is, a mean family is its members' mean; absent when no member is there."""
+    when every member is as it should be, a mean family is its members' mean; absent when no
+    member is there."""
     found: Scores = {}
     for family, bases in FAMILIES.items():
-        members = [value for name, value in scores.items() if ":" in name and base_of(name) in bases]
+        members = [(name, value) for name, value in scores.items() if ":" in name and base_of(name) in bases]
         if not members:
             continue
         kind = metric_of(family).kind
         if kind == PROPORTION:
-            flags = [value for value in members if isinstance(value, bool)]
+            # Each member as it should be: true, or false where true is bad (a scorer's `better`).
+            flags = [value == (metric_of(name, value).better != LOWER) for name, value in members
+                     if isinstance(value, bool)]
             if flags:
                 found[family] = all(flags)
         elif kind == MEAN:
-            numbers = [float(value) for value in members if not isinstance(value, bool)]
+            numbers = [float(value) for _, value in members if not isinstance(value, bool)]
             if numbers:
                 found[family] = sum(numbers) / len(numbers)
     return found

@@ -107,10 +107,13 @@ def test_action_is_the_expected_action_type(step, value):
     assert scores["action:propose"] is value
 
 
-def test_action_does_not_apply_without_an_action_expected():
+def test_no_step_metric_or_family_applies_to_a_case_that_expects_nothing_of_a_step():
     scores = score_case(outcome({"propose": proposal("refund")}), {"run": {"state": "completed"}}, REFUND)
-    assert not any(name.split(":")[0] in ("action", "action_params", "abstention", "evidence") for name in scores)
-    assert "action_accuracy" not in scores
+    assert not [name for name in scores if ":" in name]
+    assert not {"action_accuracy", "extraction_accuracy", "abstention_accuracy", "evidence_present",
+                "rubric_pass", "rubric_mean", "scorer_pass"} & set(scores)
+    assert {"run_state", "unauthorized_actions", "review_volume", "stuck"} <= set(scores)
+    assert "approval_routing" not in scores
 
 
 @pytest.mark.parametrize("want, got, options, value", [
@@ -418,8 +421,11 @@ def test_a_scorer_where_true_is_bad_fails_the_case_when_true(code_scorers):
     code_scorers("t_leaked_pii", lambda o, e, c: True, better="lower")
     scores = score_case(outcome({"propose": proposal("refund")}, asked=True, effects=[effect()]), refund_expected(),
                         REFUND, scorers=["t_leaked_pii"])
-    assert scores["scorer:t_leaked_pii"] is True and not passed(scores)
-    assert passed({k: v for k, v in scores.items() if not k.startswith("scorer")})
+    assert scores["scorer:t_leaked_pii"] is True and scores["scorer_pass"] is False and not passed(scores)
+    code_scorers("t_no_leak", lambda o, e, c: False, better="lower")
+    clean = score_case(outcome({"propose": proposal("refund")}, asked=True, effects=[effect()]), refund_expected(),
+                       REFUND, scorers=["t_no_leak"])
+    assert clean["scorer:t_no_leak"] is False and clean["scorer_pass"] is True and passed(clean)
 
 
 def test_the_registry_refuses_bad_names_directions_and_a_name_taken(code_scorers):
