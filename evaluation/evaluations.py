@@ -20,18 +20,20 @@ import hashlib
 from decimal import Decimal
 
 from celery import current_app
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Sum
 
-from audit.services import audit_record
+from audit.services import audit_record, external_call_authorize
 from orchestrator.engine.authz import Action, Actor, System, label, person, require
 from orchestrator.engine.clock import now
 from orchestrator.engine.errors import InputInvalid, NotAllowed, ServiceError
 from orchestrator.engine.selectors import definition_of
 from orchestrator.engine.services.runs import run_cancel, run_start
-from orchestrator.engine.states import RUN_TERMINAL, StepState
+from orchestrator.engine.states import RUN_TERMINAL, RunState, StepState
 from orchestrator.models import Run, RunSecret, Workflow, WorkflowVersion
 
+from .grading import case_grades
 from .limits import MAX_CASES_PER_VERSION
 from .models import (
     CaseRunState,
@@ -42,9 +44,10 @@ from .models import (
     EvaluationState,
     Purpose,
 )
-from .scoring import passed, score_case, summarize
+from .scoring import passed, score_case
 from .selectors import expected_from_run, outcome_of_run, risk_tier_of
 from .services import answered_steps
+from .summary import summarize
 
 EVALUATOR = System("evaluation")
 ADVANCE_TASK = "evaluation.tasks.advance"
@@ -53,6 +56,7 @@ MAX_CONCURRENCY = 50
 DEFAULT_CONCURRENCY = 4
 MAX_BUDGET_USD = Decimal("100000")
 SHADOW_BATCH = 500  # live runs read per advance
+OPEN_RUN_STATES = [state for state in RunState.values if state not in RUN_TERMINAL]
 
 
 def evaluation_start(*, dataset: Dataset, version: int, actor: Actor, budget_usd, dataset_version: int | None = None,
@@ -96,18 +100,15 @@ def evaluation_advance(*, evaluation_id: int) -> Evaluation:
     runs are unfinished and the runs have cost less than the budget; end it when every case is
     scored (completed) or the budget is spent (stopped: the runs still going are cancelled and
     the cases not started are `not_run`). Idempotent: with nothing new it changes nothing."""
+    _score_ended(evaluation_id)
     with transaction.atomic():
         evaluation = Evaluation.objects.select_for_update().select_related("version", "team").get(pk=evaluation_id)
         if evaluation.is_finished:
             return evaluation
-        running = list(evaluation.cases.filter(state=CaseRunState.RUNNING).select_related("run", "case"))
-        for row in running:
-            if row.run is None or row.run.state in RUN_TERMINAL:
-                _score(row, evaluation.version.normalized)
         spent = _spent(evaluation)
         evaluation.cost_usd = spent
         evaluation.save(update_fields=["cost_usd"])
-        unfinished = sum(row.state == CaseRunState.RUNNING for row in running)
+        unfinished = evaluation.cases.filter(state=CaseRunState.RUNNING).count()
         if spent >= evaluation.budget_usd:
             _stop(evaluation, reason=f"the budget of {evaluation.budget_usd:.2f} USD was spent "
                   f"({spent:.4f} USD)", cancel_runs=True)
@@ -238,16 +239,45 @@ def _start_case(evaluation: Evaluation, row: EvaluationCase) -> None:
     row.save(update_fields=["run", "state"])
 
 
-def _score(row: EvaluationCase, definition: dict) -> None:
+def _score_ended(evaluation_id: int) -> None:
+    """Score each case of the evaluation whose run ended: its rubrics graded by the grading
+    model first, outside any transaction (a model call holds no lock), then the scores written
+    under the case's lock, once."""
+    ended = (EvaluationCase.objects.filter(evaluation_id=evaluation_id, state=CaseRunState.RUNNING)
+             .exclude(run__state__in=OPEN_RUN_STATES).select_related("run", "case", "evaluation__version"))
+    for row in ended:
+        grades = _grades(row) if row.run is not None else {}
+        with transaction.atomic():
+            if EvaluationCase.objects.select_for_update().filter(pk=row.pk, state=CaseRunState.RUNNING).exists():
+                _score(row, row.evaluation.version.normalized, grades)
+
+
+def _grades(row: EvaluationCase) -> dict:
+    expected = _expected(row)
+    if not any("rubric" in e for e in (expected.get("steps") or {}).values()):
+        return {}
+    return case_grades(outcome_of_run(row.run), expected, case_input=row.run.input,
+                       model=settings.STEPWISE_EVALUATION_GRADER, authorize=external_call_authorize,
+                       run_id=str(row.run.id), workflow=row.evaluation.workflow.name)
+
+
+def _expected(row: EvaluationCase) -> dict:
+    return (row.case.expected if row.case is not None else row.expected) or {}
+
+
+def _score(row: EvaluationCase, definition: dict, grades: dict | None = None) -> None:
     outcome = outcome_of_run(row.run) if row.run is not None else None
     if outcome is None:
         row.scores, row.passed = {"started": False}, False
     else:
-        expected = row.case.expected if row.case is not None else row.expected
-        row.scores = score_case(outcome, expected, definition, case=row.case)
+        case = {"key": row.key, "input": row.run.input, "risk_tier": row.risk_tier,
+                "tags": row.case.tags if row.case is not None else []}
+        row.scores = score_case(outcome, _expected(row), definition, case=case,
+                                grades={step: grade.score for step, grade in (grades or {}).items()})
         row.passed = passed(row.scores)
+        row.grading_cost_usd = sum((grade.cost_usd for grade in (grades or {}).values()), Decimal("0"))
     row.outcome, row.state = outcome, CaseRunState.SCORED
-    row.save(update_fields=["outcome", "scores", "passed", "state"])
+    row.save(update_fields=["outcome", "scores", "passed", "state", "grading_cost_usd"])
 
 
 def _follow_live_runs(evaluation: Evaluation) -> None:
@@ -290,8 +320,10 @@ def sampled(run_id, percent: int) -> bool:
 
 
 def _spent(evaluation: Evaluation) -> Decimal:
-    spent = Run.objects.filter(evaluation_case__evaluation=evaluation).aggregate(total=Sum("cost_usd"))["total"]
-    return spent or Decimal("0")
+    """What the evaluation's runs and its grading have cost."""
+    runs = Run.objects.filter(evaluation_case__evaluation=evaluation).aggregate(total=Sum("cost_usd"))["total"]
+    grading = evaluation.cases.aggregate(total=Sum("grading_cost_usd"))["total"]
+    return (runs or Decimal("0")) + (grading or Decimal("0"))
 
 
 def _stop(evaluation: Evaluation, *, reason: str, cancel_runs: bool) -> None:

@@ -9,19 +9,15 @@ STEPWISE_PUBLISH_CHECKS): anyone but an owner is refused with the failing measur
 publish goes through as an override, audited with them (orchestrator.engine.services.workflows).
 """
 from django.db import transaction
-from jsonschema import Draft202012Validator
 
 from audit.services import audit_record
 from orchestrator.engine.authz import Action, Actor, label, person, require
 from orchestrator.engine.clock import now
-from orchestrator.engine.definitions.problems import format_path
 from orchestrator.engine.errors import InputInvalid
 from orchestrator.models import Workflow, WorkflowVersion
 
 from .models import Dataset, Evaluation, EvaluationState, ReleasePolicy
-from .scoring import POLICY_SCHEMA, gate_check
-
-_POLICY = Draft202012Validator(POLICY_SCHEMA)
+from .policy import gate_check, policy_problems
 
 
 def release_policy_set(*, workflow: Workflow, dataset: Dataset | None, thresholds: dict | None,
@@ -42,8 +38,8 @@ def release_policy_set(*, workflow: Workflow, dataset: Dataset | None, threshold
         if dataset.workflow_id != workflow.id:
             problems.append({"path": "dataset", "message": f"dataset '{dataset.name}' is not one of "
                              f"workflow '{workflow.name}'"})
-        problems += [{"path": format_path(("thresholds", *error.absolute_path)), "message": error.message}
-                     for error in sorted(_POLICY.iter_errors(thresholds), key=lambda e: list(e.absolute_path))]
+        problems += policy_problems(thresholds, definition=workflow.active_version.normalized
+                                    if workflow.active_version else None, at=("thresholds",))
         if problems:
             raise InputInvalid("the release policy is invalid", problems)
         policy = current or ReleasePolicy(workflow=workflow)

@@ -11,3 +11,6 @@ MAX_TAG_CHARS = 50
 MAX_EXPECTED_BYTES = 1024 * 1024  # an expected outcome's canonical JSON (inputs: the run input limit)
 MAX_EXPECTED_DEPTH = 64
 MAX_LABELS = 50
+MAX_SCORERS = 20  # code scorers a case names
+MAX_RUBRIC_CHARS = 4000  # a rubric's text
+MAX_GRADED_CHARS = 20_000  # of a graded output (and of the case input) shown to the grading model

@@ -205,6 +205,8 @@ class EvaluationCase(models.Model):
     scores = models.JSONField(null=True, blank=True)
     passed = models.BooleanField(null=True)
     error = models.CharField(max_length=1000, blank=True, help_text="Why the case's run could not start.")
+    grading_cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"),
+                                           help_text="What grading its rubrics by a model cost.")
 
     class Meta:
         ordering = ["evaluation_id", "key"]
@@ -217,7 +219,7 @@ class EvaluationCase(models.Model):
 
 class ReleasePolicy(models.Model):
     """What a version of the workflow must show on `dataset` before it is published
-    (`evaluation.gate`): thresholds per risk tier (`evaluation.scoring.POLICY_SCHEMA`)."""
+    (`evaluation.gate`): thresholds per risk tier (`evaluation.policy.POLICY_SCHEMA`)."""
 
     workflow = models.OneToOneField(Workflow, on_delete=models.CASCADE, related_name="release_policy")
     dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="+")

@@ -361,6 +361,12 @@ if os.environ.get("STEPWISE_MODELS_FILE"):
 elif os.environ.get("STEPWISE_MODELS"):
     STEPWISE_MODELS = json.loads(os.environ["STEPWISE_MODELS"])
 
+# The model that grades an evaluation's rubrics (docs/evaluation-scoring.md), and the Python
+# modules whose @scorer functions evaluations may name (comma separated).
+STEPWISE_EVALUATION_GRADER = os.environ.get("STEPWISE_EVALUATION_GRADER", "fast")
+STEPWISE_EVALUATION_SCORERS = [
+    m.strip() for m in os.environ.get("STEPWISE_EVALUATION_SCORERS", "").split(",") if m.strip()]
+
 # What a version must pass before it is published, beside its gates: each a function
 # (workflow=, version=) -> [{"path", "message"}]. The evaluation app's release gate
 # (docs/evaluation.md#the-release-gate) checks the workflow's release policy.

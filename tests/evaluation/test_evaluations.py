@@ -74,7 +74,7 @@ def test_every_case_runs_sandboxed_on_the_evaluation_class_and_is_scored_by_tier
     # The published refund example does what its sample expects, everywhere.
     assert done.cases.filter(passed=True).count() == 30, [
         (c.key, {k: v for k, v in c.scores.items() if v is False}) for c in done.cases.filter(passed=False)]
-    assert done.summary["high"]["unauthorized_actions"]["value"] == 0
+    assert done.summary["high"]["metrics"]["unauthorized_actions"]["value"] == 0
     # No person was asked: the gates of the high-tier refunds were decided by the evaluation.
     assert not ApprovalRequest.objects.filter(run__in=runs, state="pending").exists()
 

@@ -30,11 +30,14 @@ def evaluated(version, cases, *, unauthorized: float = 0, accuracy: float = 1.0,
     """A finished evaluation of `version` over the dataset version `cases` with this summary of
     the high tier (the summary an evaluation writes; tests/evaluation/test_evaluations.py makes
     real ones)."""
-    high = {"unauthorized_actions": metric(unauthorized), "action_accuracy": metric(accuracy)}
+    high = {"cases": 10, "passed": 10, "metrics": {
+        "unauthorized_actions": {"kind": "count", **metric(unauthorized), "total": unauthorized * 10},
+        "action_accuracy": {"kind": "proportion", **metric(accuracy)}}}
+    empty = {"cases": 0, "passed": 0, "metrics": {}}
     return Evaluation.objects.create(
         team=version.workflow.team, workflow=version.workflow, version=version, dataset_version=cases,
         state=state, budget_usd=1, concurrency=1,
-        summary={"overall": high, "low": {}, "medium": {}, "high": high, "cases": {"scored": 10}})
+        summary={"overall": high, "low": empty, "medium": empty, "high": high, "cases": {"scored": 10}})
 
 
 @pytest.fixture
