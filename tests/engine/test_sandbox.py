@@ -338,3 +338,33 @@ def test_a_child_run_has_its_parent_s_capacity_and_sandbox(team, sink):
     child = drive(child)
     assert child.state == "completed" and steps(child)["pay"].output == PAID
     assert sink.arrived == 0
+
+
+# --- nobody is told -----------------------------------------------------------------------------
+
+
+def test_a_gate_of_a_sandboxed_run_is_never_on_its_way_to_anyone(team, approver):
+    live = refund_run(team, "My parcel never arrived.")
+    Run.objects.filter(pk=live.pk).update(sandbox=None)  # the control: the same run, live
+    assert on_the_way(approver) == 1
+
+    Run.objects.filter(pk=live.pk).update(sandbox=SANDBOX)
+
+    assert on_the_way(approver) == 0
+
+
+@pytest.mark.parametrize("sandbox, alerted", [(None, True), (SANDBOX, False)])
+def test_a_sandboxed_run_that_fails_raises_no_alert(team, settings, move_clock, sandbox, alerted):
+    from alerts.detection import alerts_scan_events
+
+    settings.STEPWISE_ALERTS_SETTLE_S = 0
+    broken = {"name": "broken", "type": "tool", "tool": "core.echo", "retry": {"max_attempts": 1},
+              "output_schema": {"type": "object", "required": ["never"]}}
+    run = drive(run_start(version=save(team, broken), input={}, actor=SETUP, sandbox=sandbox))
+    assert run.state == "failed"
+    move_clock(1)
+
+    alerts_scan_events()
+
+    # The control, live: its dead letter and its failure are each an alert.
+    assert Alert.objects.filter(run=run).exists() is alerted
