@@ -368,3 +368,16 @@ def test_a_sandboxed_run_that_fails_raises_no_alert(team, settings, move_clock, 
 
     # The control, live: its dead letter and its failure are each an alert.
     assert Alert.objects.filter(run=run).exists() is alerted
+
+
+def test_the_audit_timeline_says_what_the_sandbox_answered(team):
+    from audit.timeline import run_timeline
+
+    run = drive(refund_run(team, "My parcel never arrived."))
+
+    texts = [line.text for line in run_timeline(run.id).lines]
+    assert any("would have been requested from group support_leads; the run's sandbox decides"
+               in text for text in texts)
+    assert any(text.startswith("Approved by service:evaluation") for text in texts)
+    assert (f"Sandboxed: shop.refund was not called; answered with no response declared "
+            f"(key {run.id}:refund:default).") in texts
