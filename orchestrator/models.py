@@ -218,7 +218,7 @@ class Run(CachedStateFieldsMixin, models.Model):
                                 default=RunCapacity.INTERACTIVE)
     # Null: a live run. Else what answers in place of the world (orchestrator/engine/sandbox.py):
     # {"purpose", "responses", "decisions"}; no side-effecting call, person or callback is reached.
-    sandbox = models.JSONField(null=True, blank=True)
+    sandbox = ArtifactJSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

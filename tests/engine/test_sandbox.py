@@ -381,3 +381,18 @@ def test_the_audit_timeline_says_what_the_sandbox_answered(team):
     assert any(text.startswith("Approved by service:evaluation") for text in texts)
     assert (f"Sandboxed: shop.refund was not called; answered with no response declared "
             f"(key {run.id}:refund:default).") in texts
+
+
+def test_a_large_declared_response_is_kept_as_an_artifact_and_answers_whole(team, sink, settings):
+    big = {"status": 200, "body": "x" * (settings.STEPWISE_ARTIFACT_BYTES + 1)}
+    run = run_start(version=save(team, pay(sink)), input={}, actor=SETUP,
+                    sandbox={**SANDBOX, "responses": {"pay": big}})
+
+    from orchestrator.engine.artifacts import MARKER
+    from tests.engine.test_artifacts import raw
+
+    stored = raw(Run, "sandbox", run.pk)
+    assert MARKER in stored and len(stored) < 1000  # a reference in the row
+    assert Run.objects.get(pk=run.pk).sandbox["responses"]["pay"] == big
+    assert steps(drive(run))["pay"].output == big
+    assert sink.arrived == 0
