@@ -58,12 +58,17 @@ def alert_raise(rule: RuleKind | str, *, team: Team, run: Run | None = None, key
     """Raise the alert `key` once: write it and its notification, unless the rule is off for
     the team (or the run's workflow) or an alert with that key exists.
 
+    A sandboxed run (an evaluation's, a shadow's: `Run.sandbox`) raises none: what it does is
+    measured, not an incident anyone is told of.
+
     Returns the new alert, or None when nothing was raised. Raises ValueError for an empty
     subject or body (an alert says something real).
     """
     kind = RuleKind(rule)
     if not subject.strip() or not body.strip():
         raise ValueError("an alert needs a subject and a body")
+    if run is not None and run.sandbox is not None:
+        return None
     if workflow_id is None and run is not None:
         workflow_id = run.version.workflow_id
     in_force = rule_for(kind, team=team, workflow_id=workflow_id)

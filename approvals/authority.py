@@ -162,7 +162,9 @@ def on_the_way(user: Actor) -> int:
     groups = set(user.groups.values_list("name", flat=True))
     if not groups:
         return 0
+    # A sandboxed run's gates never wait for anyone (orchestrator/engine/sandbox.py).
     gates = (StepRun.objects.filter(kind=StepKind.HUMAN_GATE, run__state=RunState.RUNNING,
+                                    run__sandbox__isnull=True,
                                     state__in=[StepState.BLOCKED, StepState.READY, StepState.QUEUED])
              .select_related("run__version").order_by("-id"))
     if not user.is_superuser:

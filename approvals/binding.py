@@ -9,7 +9,8 @@ class `policy` and the action does not run.
 
 For a gate that binds a tool step's call, the parameters reviewers edited are returned as
 overrides for the executor. Reads only (the approval row is locked for the claim's
-transaction, so a revocation cannot slip between the check and the claim).
+transaction, so a revocation cannot slip between the check and the claim). In a sandboxed run
+the sandbox decided (no person's authority can lapse): only the hash is checked.
 """
 from dataclasses import dataclass, field
 
@@ -20,7 +21,7 @@ from orchestrator.models import Run, StepRun
 
 from .actions import action_drift
 from .authority import approval_lapse
-from .models import ApprovalRequest
+from .models import ApprovalRequest, ApprovalState
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,13 @@ def guarded_step_clearance(*, run: Run, step: StepRun) -> Clearance:
             return Clearance(f"gate '{gate}' completed without an approval request")
         if step.name not in approval.guarded_steps:
             continue
-        problem = approval_lapse(approval) or action_drift(approval, step, gate)
+        # A sandboxed run's approval was its sandbox's (approvals.services.
+        # approval_request_sandboxed): no person's authority to lapse, the action's hash still
+        # checked.
+        lapse = (approval_lapse(approval) if run.sandbox is None
+                 else None if approval.state == ApprovalState.APPROVED
+                 else f"approval {approval.id} is {approval.state}")
+        problem = lapse or action_drift(approval, step, gate)
         if problem:
             return Clearance(f"gate '{gate}': {problem}; the action was not run")
         if approval.action_kind == STEP:

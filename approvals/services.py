@@ -45,6 +45,33 @@ def approval_request_open(*, run: Run, step: StepRun, spec: dict, record) -> App
     """Create the request for a human gate that has just started waiting (its deadline is the
     gate step's), and tell the approvers. Its event joins the scheduler's batch (`record`,
     `services.kinds.Record`)."""
+    approval = _request_create(run=run, step=step, spec=spec, record=record)
+    approval_notify(approval, reason="requested")
+    return approval
+
+
+def approval_request_sandboxed(*, run: Run, step: StepRun, spec: dict, record, approve: bool,
+                               actor: Actor) -> ApprovalRequest:
+    """A sandboxed run's gate (orchestrator/engine/sandbox.py): the request it would have
+    opened — bound to the same action and hash, so its guarded steps are checked against it as
+    a live run's are — decided at once by `actor` (never a person), and nobody told. Its events
+    (requested, then approved or rejected) join the scheduler's batch (`record`)."""
+    approval = _request_create(run=run, step=step, spec=spec, record=record, sandboxed=True)
+    if approve:
+        approval.approve(user=None, note="")
+    else:
+        approval.reject(user=None, note="")
+    approval.save()
+    payload = {"approval": approval.id, "note": "", "proposal_hash": approval.proposal_hash,
+               "sandboxed": True}
+    if approve:
+        payload["approved_by"] = []
+    record(step, f"approval.{approval.state}", payload, actor=label(actor))
+    return approval
+
+
+def _request_create(*, run: Run, step: StepRun, spec: dict, record,
+                    sandboxed: bool = False) -> ApprovalRequest:
     try:
         instructions = render_template(spec.get("instructions") or "", step.input or {})
     except TemplateError as exc:
@@ -66,8 +93,9 @@ def approval_request_open(*, run: Run, step: StepRun, spec: dict, record) -> App
                "proposal_hash": approval.proposal_hash, "action_kind": approval.action_kind,
                "risk_tier": approval.risk_tier, "approvals_required": approval.approvals_required,
                "deadline_at": approval.deadline_at.isoformat()}
+    if sandboxed:
+        payload["sandboxed"] = True
     record(step, "approval.requested", payload, actor="service:stepwise")
-    approval_notify(approval, reason="requested")
     return approval
 
 

@@ -145,9 +145,16 @@ def explain(entry: AuditEntry, data: dict) -> str:
         return f"{entry.outcome.replace('_', ' ').capitalize()} ({message}){retry}."
     if a == "step.waiting":
         return f"Waiting for {data.get('for', 'an event')}."
+    if a == "approval.requested" and data.get("sandboxed"):
+        return (f"Approval of proposal {_short(entry.proposal_hash)} would have been requested "
+                f"from group {data.get('approvers')}; the run's sandbox decides it, nobody is asked.")
     if a == "approval.requested":
         return (f"Approval requested from group {data.get('approvers')} on proposal "
                 f"{_short(entry.proposal_hash)}.")
+    if a == "step.sandboxed":
+        answer = "its declared response" if data.get("response_declared") else "no response declared"
+        return (f"Sandboxed: {data.get('tool')} was not called; answered with {answer} "
+                f"(key {data.get('key', entry.idempotency_key)}).")
     if a in ("approval.approved", "approval.rejected"):
         note = f': "{data["note"]}"' if data.get("note") else ""
         why = f" ({data['reason']})" if data.get("reason") else ""

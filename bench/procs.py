@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-QUEUES = "orchestrator,tools,tools.batch,agent.fast,agent.fast.batch,agent.deep,agent.deep.batch"
+QUEUES = ("orchestrator,tools,tools.batch,agent.fast,agent.fast.batch,agent.deep,agent.deep.batch,"
+          "orchestrator.evaluation,tools.evaluation,agent.fast.evaluation,agent.deep.evaluation")
 LEDGER = "bench-pgids"
 
 

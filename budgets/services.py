@@ -16,6 +16,11 @@ before it is dispatched.
   cap on a team's unfinished runs, on every start path) or spent period (`BudgetExceeded`); `budget_limit_create` records a limit and `model_price_create` a
   model's price, each audited.
 
+Runs of the evaluation capacity (`RunCapacity`) are held to their own budget (the step's and
+the run's levels) and their evaluation's, never to a team's or workflow's: they are not admitted
+against its caps, not counted among its unfinished runs, and their calls neither count toward
+its day and month nor are checked against them.
+
 Callers (the engine's services) pause the run and alert on a denial; nothing here changes a
 run, dispatches or sends anything.
 """
@@ -33,7 +38,7 @@ from orchestrator.engine.authz import Action, Actor, label, person, require
 from orchestrator.engine.clock import now
 from orchestrator.engine.definitions import ExpressionError, calls_model, evaluate_expression
 from orchestrator.engine.errors import BudgetExceeded, Forbidden
-from orchestrator.engine.states import RUN_TERMINAL
+from orchestrator.engine.states import RUN_TERMINAL, RunCapacity
 from orchestrator.models import Run, StepAttempt, StepRun, Team, Workflow
 from orchestrator.store import Read
 
@@ -275,9 +280,11 @@ def period_start(period: str, at: datetime) -> datetime:
 
 
 def _scope_reservations(limit: BudgetLimit) -> QuerySet:
+    """What counts toward `limit`'s periods: its scope's calls, but an evaluation run's."""
+    calls = Reservation.objects.exclude(run__capacity=RunCapacity.EVALUATION)
     if limit.workflow_id:
-        return Reservation.objects.filter(workflow_id=limit.workflow_id)
-    return Reservation.objects.filter(team_id=limit.team_id)
+        return calls.filter(workflow_id=limit.workflow_id)
+    return calls.filter(team_id=limit.team_id)
 
 
 @dataclass(frozen=True)
@@ -343,6 +350,8 @@ def _levels(run: Run, step: StepRun, spec: dict, definition: dict, *, at: dateti
     if limit is not None:
         spent, reserved = run_committed(run)
         levels.append(Level("run", limit, spent + reserved, _run_warn_at(), f"run:{run.id}:run:{limit}"))
+    if run.capacity == RunCapacity.EVALUATION:
+        return levels
     workflow_id = run.version.workflow_id
     for row in limits_in_force(team_id=run.team_id, workflow_id=workflow_id, at=at, lock=True):
         for period, cap in (("day", row.daily_usd), ("month", row.monthly_usd)):
@@ -475,6 +484,7 @@ def budget_admit(*, team: Team, workflow: Workflow, lock: bool = True) -> None:
     started by a path count (not child runs).
 
     Raises BudgetExceeded for a concurrent-run cap reached or a day's or month's limit spent.
+    Evaluation runs neither pass here (`run_start`) nor count.
     """
     at = now()
     team_capped = False
@@ -508,7 +518,8 @@ def admission_refusal(*, team: Team, workflow: Workflow) -> BudgetExceeded | Non
 
 
 def _refuse_past_cap(team: Team, workflow_id: int | None, cap: int, scope: str, level: str) -> None:
-    runs = Run.objects.filter(team_id=team.id, parent_step__isnull=True).exclude(state__in=RUN_TERMINAL)
+    runs = (Run.objects.filter(team_id=team.id, parent_step__isnull=True)
+            .exclude(state__in=RUN_TERMINAL).exclude(capacity=RunCapacity.EVALUATION))
     if workflow_id:
         runs = runs.filter(version__workflow_id=workflow_id)
     live = runs.count()

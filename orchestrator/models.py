@@ -21,6 +21,7 @@ from .engine.states import (
     STEP_OPEN,
     STEP_RECOVERABLE,
     STEP_TERMINAL,
+    RunCapacity,
     RunState,
     StepKind,
     StepState,
@@ -211,6 +212,13 @@ class Run(CachedStateFieldsMixin, models.Model):
     # Who set the run in motion, on whatever path (orchestrator/engine/provenance.py): written once
     # by run_start; separation of duties refuses every person it names as an approver.
     provenance = models.JSONField(default=dict, blank=True)
+    # Where the run's work is sent and whether it counts toward the team's admission caps
+    # (engine/states.py: RunCapacity); a child run has its parent's.
+    capacity = models.CharField(max_length=16, choices=RunCapacity.choices,
+                                default=RunCapacity.INTERACTIVE)
+    # Null: a live run. Else what answers in place of the world (orchestrator/engine/sandbox.py):
+    # {"purpose", "responses", "decisions"}; no side-effecting call, person or callback is reached.
+    sandbox = ArtifactJSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

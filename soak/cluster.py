@@ -154,7 +154,9 @@ class Proc:
 
 
 def worker(name: str, env: dict, logs: Path) -> Proc:
-    queues = "orchestrator,audit,tools,tools.batch,agent.fast,agent.fast.batch,agent.deep,agent.deep.batch"
+    queues = ("orchestrator,audit,tools,tools.batch,agent.fast,agent.fast.batch,agent.deep,"
+              "agent.deep.batch,orchestrator.evaluation,tools.evaluation,agent.fast.evaluation,"
+              "agent.deep.evaluation")
     return Proc(name, ["-m", "celery", "-A", "orchestrator", "worker", "-Q", queues, "-c", "2", "-P", "prefork",
                        "--without-mingle", "--without-gossip", "--without-heartbeat",
                        "-n", f"{name}@%h", "-l", "warning"], env, logs)

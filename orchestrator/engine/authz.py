@@ -87,6 +87,9 @@ def worker_actor(worker: str) -> "System":
 Actor = AbstractBaseUser | AnonymousUser | System
 SCHEDULER = System("scheduler")
 REAPER = System("reaper")
+# Decides a sandboxed run's gates and answers its inputs (orchestrator/engine/sandbox.py):
+# never a person.
+SANDBOX = System("evaluation")
 
 
 def label(actor: Actor) -> str:

@@ -23,9 +23,10 @@ from celery import chord, current_app, signature
 from django.db import transaction
 
 from orchestrator.operations import tracing
-from orchestrator.operations.queues import BATCH_SUFFIX
+from orchestrator.operations.queues import BATCH_SUFFIX, EVALUATION_SUFFIX
 
 from .definitions import calls_model
+from .states import RunCapacity
 
 after_commit = partial(transaction.on_commit, robust=True)
 # A retry due sooner than this waits in the broker (countdown); later ones wait in the
@@ -52,17 +53,20 @@ def _send(task: str, args: tuple, *, run_id=None, step_name: str = "", **options
                           **options)
 
 
-def queue_for(spec: dict) -> str:
-    """The queue a step (or a map item body) runs on: agent.<model>, tools or orchestrator.
+def queue_for(spec: dict, *, capacity: str = RunCapacity.INTERACTIVE) -> str:
+    """The queue a step (or a map item body) runs on: agent.<model>, tools or orchestrator,
+    on its `.evaluation` side for a run of the evaluation capacity.
 
     A router that asks a model (strategy: llm) runs where that model's calls run, so a slow
     model never holds up the orchestrator queue.
     """
     if calls_model(spec):
-        return f"agent.{spec['model']}"
-    if spec["type"] == "tool":
-        return "tools"
-    return "orchestrator"
+        queue = f"agent.{spec['model']}"
+    elif spec["type"] == "tool":
+        queue = "tools"
+    else:
+        queue = "orchestrator"
+    return queue + EVALUATION_SUFFIX if capacity == RunCapacity.EVALUATION else queue
 
 
 # Map items are batch work: they go to a queue of their own beside the interactive one
@@ -70,8 +74,12 @@ def queue_for(spec: dict) -> str:
 # batch its own. A worker consuming both takes from them in turn (Kombu's fair cycle over a
 # consumer's queues), so the hundreds of items of one fan-out never stand in front of another
 # run's step: it waits for at most one item per worker process (docs/benchmark.md).
-def batch_queue_for(item_spec: dict) -> str:
-    """The queue a map item body runs on: its step type's queue, batch side."""
+# An evaluation run's items are all evaluation work: they go where its steps go.
+def batch_queue_for(item_spec: dict, *, capacity: str = RunCapacity.INTERACTIVE) -> str:
+    """The queue a map item body runs on: its step type's queue, batch side (evaluation side
+    for an evaluation run)."""
+    if capacity == RunCapacity.EVALUATION:
+        return queue_for(item_spec, capacity=capacity)
     return queue_for(item_spec) + BATCH_SUFFIX
 
 
@@ -121,9 +129,12 @@ def child_finished_on_commit(parent_step_id: int) -> None:
     after_commit(lambda: _send("child_finished", (parent_step_id,), queue="orchestrator"))
 
 
-def compensate_on_commit(run_id, delay_s: float = 0) -> None:
+def compensate_on_commit(run_id, delay_s: float = 0, *,
+                         capacity: str = RunCapacity.INTERACTIVE) -> None:
+    """Compensations call tools: on the tools queue (its evaluation side for an evaluation run)."""
+    queue = "tools" + EVALUATION_SUFFIX if capacity == RunCapacity.EVALUATION else "tools"
     after_commit(lambda: _send("compensate_run", (str(run_id),), countdown=delay_s or None,
-                               queue="tools"))
+                               queue=queue))
 
 
 def callback_on_commit(delivery_id: int) -> None:

@@ -19,11 +19,15 @@ On PostgreSQL the INSERT of the events sends `NOTIFY stepwise_events` in the sam
 (a trigger: migration 0015): PostgreSQL delivers it when (and only if) the transaction commits,
 and folds repeats within one transaction into one, so the live pages' relay
 (`orchestrator.web.live.relay`) wakes once per committed change and never for a rolled-back one.
+
+`run_ended` tells another app (the evaluation app) that an evaluation run has ended: a Django
+signal, sent after the commit of the change that ended it (`run_ended_on_commit`).
 """
 import logging
 from uuid import UUID
 
 from django.db import connection, transaction
+from django.dispatch import Signal
 
 from audit.services import audit_record_events
 from notifications.models import CallbackDelivery, RunCallback
@@ -33,6 +37,7 @@ from orchestrator.operations.metrics import observe_event
 from orchestrator.store import Read, build_row, insert_rows
 
 from .dispatch import callback_on_commit
+from .states import RunCapacity
 
 log = logging.getLogger("stepwise.events")
 
@@ -155,6 +160,28 @@ def _owe_callbacks(events: list[Event]) -> None:
 # Read as every run ends (compiled once per connection: building the queryset cost more than
 # the database spent on it).
 _CALLBACK_OF_RUN = Read(lambda run_id: RunCallback.objects.filter(run_id=run_id), UUID(int=0))
+
+
+#: Sent with `run` (the Run as it ended) once the transaction in which a run of the evaluation
+#: capacity reached a terminal state commits: completed, failed, cancelled, timed_out,
+#: compensation_failed (and again if an operator's redrive reopens it and it ends again).
+#: Receivers re-read what they need; one that raises is logged and does not stop the others.
+run_ended = Signal()
+
+
+def run_ended_on_commit(run: Run) -> None:
+    """Send `run_ended` for `run`, which the caller's transaction has just ended, once it
+    commits (nothing for an interactive run, nothing if it rolls back)."""
+    if run.capacity != RunCapacity.EVALUATION or not run.is_terminal:
+        return
+
+    def send() -> None:
+        for receiver, result in run_ended.send_robust(sender=Run, run=run):
+            if isinstance(result, Exception):
+                log.error("run_ended receiver %r failed for run %s: %s", receiver, run.id, result,
+                          exc_info=result)
+
+    transaction.on_commit(send, robust=True)
 
 
 # The channel the outbox's INSERT trigger notifies (migration 0015 names it too).

@@ -41,6 +41,15 @@ RUN_EFFECTS_ALLOWED = frozenset({*RUN_ADVANCING, RunState.COMPENSATING})
 STOPPED_BY_RUN_END = {RunState.FAILED: "run failed", RunState.TIMED_OUT: "run timed out"}
 
 
+class RunCapacity(TextChoices):
+    """The capacity class a run's work is sent to (docs/operations.md#queues): evaluation runs
+    have queues of their own, consumed after the live ones, and are left out of a team's
+    admission caps and spend, so a large evaluation never starves live work."""
+
+    INTERACTIVE = "interactive"
+    EVALUATION = "evaluation"
+
+
 class StepState(TextChoices):
     BLOCKED = "blocked"
     READY = "ready"

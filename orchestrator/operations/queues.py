@@ -19,8 +19,11 @@ from pathlib import Path
 from django.conf import settings
 
 # The queues the engine sends to (dispatch.queue_for, dispatch.batch_queue_for): orchestrator,
-# tools and agent.<model> for each configured model, the last two with a `.batch` side.
+# tools and agent.<model> for each configured model, the last two with a `.batch` side, and
+# each with an `.evaluation` side, where every step and item of an evaluation run goes
+# (engine/states.py: RunCapacity).
 BATCH_SUFFIX = ".batch"
+EVALUATION_SUFFIX = ".evaluation"
 
 
 @dataclass(frozen=True)
@@ -31,10 +34,12 @@ class QueueDepth:
 
 
 def known_queues() -> list[str]:
-    """Every queue, each interactive one followed by its batch side (map items)."""
+    """Every queue, each interactive one followed by its batch side (map items), and then the
+    evaluation side of each family."""
     models = sorted({f"agent.{name}" for name in getattr(settings, "STEPWISE_MODELS", {})})
     return ["orchestrator", *(name for queue in ("tools", *models)
-                              for name in (queue, queue + BATCH_SUFFIX))]
+                              for name in (queue, queue + BATCH_SUFFIX)),
+            *(queue + EVALUATION_SUFFIX for queue in ("orchestrator", "tools", *models))]
 
 
 def queue_depths(queues: list[str] | None = None) -> list[QueueDepth]:

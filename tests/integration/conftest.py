@@ -18,7 +18,8 @@ from orchestrator.models import Run
 from tests.support.egress import local_servers_env
 
 ROOT = Path(__file__).resolve().parents[2]
-QUEUES = "orchestrator,tools,tools.batch,agent.fast,agent.fast.batch,agent.deep,agent.deep.batch"
+QUEUES = ("orchestrator,tools,tools.batch,agent.fast,agent.fast.batch,agent.deep,agent.deep.batch,"
+          "orchestrator.evaluation,tools.evaluation,agent.fast.evaluation,agent.deep.evaluation")
 LEASE_S = 3
 
 

@@ -35,6 +35,9 @@ class ExecContext:
     # to remotes that can refuse a stale writer. 0: unfenced (a compensation, one worker at a
     # time under the run's compensation lease).
     fencing_token: int = 0
+    # The run's sandbox (orchestrator/engine/sandbox.py; None: a live run): a side-effecting
+    # call is answered from it instead of made (`tool.prepared_call`).
+    sandbox: dict | None = None
     # Budgets (docs/budgets.md): `reserve_call(turn)` reserves one more model call of this
     # attempt — its repair turn number `turn` — against every limit before it is made, and
     # raises StepError when it may not be made (class `budget`: the run is paused for it);

@@ -1,9 +1,12 @@
 """Tool steps: render params, validate them against the tool's schema, call the tool.
 
 A side-effecting call goes through the effect ledger handed over in `ctx.effects`; an external
-call is authorized first through `ctx.authorize`.
+call is authorized first through `ctx.authorize`. In a sandboxed run (`ctx.sandbox`) a
+side-effecting call never reaches its tool: `prepared_call` answers it from the sandbox
+(`orchestrator.engine.sandbox`), and the ledger records what it would have done.
 """
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 from jsonschema import Draft202012Validator
@@ -14,14 +17,28 @@ from orchestrator.models import Run
 from ..definitions import TemplateError, render_value
 from ..output_schemas import validate_output
 from ..retry import StepError
+from ..sandbox import tool_answer
 from .base import ExecContext, Result
 
 
-def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool, Callable[[], object]]:
-    """The tool `spec` names, and a call of it with `spec`'s params rendered over `step_input`
-    and checked against the tool's schema. Raises StepError before anything is called.
+@dataclass(frozen=True)
+class PreparedCall:
+    tool: Tool
+    params: object
+    call: Callable[[], object]
+    # In a sandboxed run, for a side-effecting call: the `step.sandboxed` event's payload
+    # ({tool, params, response_declared}), and `call` returns the sandbox's answer. None: live.
+    sandboxed: dict | None = None
 
-    Shared by tool steps and compensations (services/compensation.py).
+
+def prepared_call(spec: dict, step_input: dict, ctx: ExecContext, *,
+                  action: str = "default") -> PreparedCall:
+    """The tool `spec` names, and a call of it with `spec`'s params rendered over `step_input`
+    and checked against the tool's schema. Raises StepError before anything is called (and,
+    in a sandboxed run, for a declared response its output schema refuses).
+
+    Shared by tool steps, map items and compensations (`action` "compensate":
+    services/compensation.py).
     """
     try:
         tool = get_tool(spec["tool"])
@@ -43,6 +60,12 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
                            timeout_s=spec.get("timeout_s"), team_lookup=partial(_team_of, ctx.run_id),
                            fencing_token=ctx.fencing_token)
 
+    if ctx.sandbox is not None and spec.get("side_effect"):
+        answer = tool_answer(ctx.sandbox, step=ctx.step_name, tool=tool.name, params=params,
+                             output_schema=spec.get("output_schema") or tool.output_schema,
+                             action=action)
+        return PreparedCall(tool, params, lambda: answer.output,
+                            sandboxed=answer.recorded(tool.name, params))
     external = not tool.in_process or bool(spec.get("side_effect"))
 
     def call():
@@ -55,17 +78,22 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext) -> tuple[Tool,
                           target=tool.name, request=params)
         return _call(tool, params, tool_ctx)
 
-    return tool, call
+    return PreparedCall(tool, params, call)
 
 
 def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
-    tool, call = prepared_call(spec, step_input, ctx)
+    prepared = prepared_call(spec, step_input, ctx)
+    tool = prepared.tool
     if spec.get("side_effect") or tool.side_effect:
         if ctx.effects is None:  # a side effect outside the ledger could happen twice
             raise StepError("permanent", "a side-effecting call needs the effect ledger")
-        output = ctx.effects(tool=tool, call=call)
+        output = ctx.effects(tool=tool, call=prepared.call, sandboxed=prepared.sandboxed)
+        if prepared.sandboxed is not None:
+            # The sandbox's answer: a declared one was checked as it was chosen; the default
+            # one says what would have been called, and is not the tool's output to check.
+            return Result(output)
     else:
-        output = call()
+        output = prepared.call()
     validate_output(spec.get("output_schema") or tool.output_schema, output)
     return Result(output)
 

@@ -98,11 +98,12 @@ def _compensate_one(run: Run, step: StepRun, action: dict, key: str) -> None:
     """Undo `step` through the effect ledger, as a tool step of its own would call its tool."""
     secrets = revealed_for(run.id)  # in memory for this call only (secret_inputs)
     ctx = ExecContext(str(run.id), run.version.workflow.name, step.name, 1, key, step_id=step.id,
-                      scrub=secrets.scrub, authorize=external_call_authorize, price=cost_of)
+                      scrub=secrets.scrub, sandbox=run.sandbox,
+                      authorize=external_call_authorize, price=cost_of)
     spec = {**action, "type": "tool", "name": step.name, "side_effect": True}
-    tool, call = prepared_call(spec, secrets.reveal(_context(step)), ctx)
-    effect_perform(tool=tool, call=call, step_id=step.id, key=key, action="compensate",
-                   scrub=secrets.scrub)
+    prepared = prepared_call(spec, secrets.reveal(_context(step)), ctx, action="compensate")
+    effect_perform(tool=prepared.tool, call=prepared.call, step_id=step.id, key=key,
+                   action="compensate", scrub=secrets.scrub, sandboxed=prepared.sandboxed)
 
 
 def _retry_at(key: str, policy: dict, error: StepError):
@@ -122,7 +123,8 @@ def _retry_later(run_id, step: StepRun, error: StepError, at) -> None:
         run.save(update_fields=["progressed_at", "compensation_lease_until"])
         event_record(run=run, kind="run.compensation_retrying", actor=label(COMPENSATION),
                      payload={"step": step.name, "error": error.as_dict(), "at": at.isoformat()})
-        compensate_on_commit(run.id, delay_s=max((at - now()).total_seconds(), 0))
+        compensate_on_commit(run.id, delay_s=max((at - now()).total_seconds(), 0),
+                             capacity=run.capacity)
 
 
 def _context(step: StepRun) -> dict:

@@ -16,6 +16,12 @@ an attempt whose claim was superseded may not start, restart or reconcile the ef
 claim no longer holds, or the row carries a newer token), and its `_finish` is a conditional
 UPDATE on its own token, so a worker resumed after its lease expired never overwrites the
 outcome the newer attempt recorded.
+
+A sandboxed run's call (`sandboxed`: `executors.tool.prepared_call` answered it from the run's
+sandbox) goes through the ledger like any other, keyed, once, replayed and compensated as a live
+one would be, so what an evaluation measures is what a live run does; the only difference is
+that its `call` reaches nothing, and its outcome is recorded with a `step.sandboxed` event
+saying what it would have done.
 """
 from collections.abc import Callable
 
@@ -33,12 +39,15 @@ from ..states import RUN_EFFECTS_ALLOWED
 def effect_perform(*, tool: Tool, call: Callable[[], object], step_id: int, key: str,
                    action: str = "default", fence: int = 0,
                    holds: Callable[[], bool] | None = None,
-                   scrub: Callable[[object], object] = lambda v: v) -> object:
+                   scrub: Callable[[object], object] = lambda v: v,
+                   sandboxed: dict | None = None) -> object:
     """Perform `call` once for `key`, or return what the first time produced.
 
     `fence` and `holds` fence the caller (module docstring). What is stored of the outcome
     passes through `scrub` first (the run's secret inputs are masked: secret_inputs); the
-    caller gets the result as the tool returned it.
+    caller gets the result as the tool returned it. `sandboxed`: the call is a sandbox's answer,
+    and this is what it would have done ({tool, params, response_declared}), recorded as
+    `step.sandboxed` with its outcome.
 
     Raises StepError from the call, StepError("cancelled") if the run is being cancelled (the
     last safe point before the effect), StepError("uncertain") when a previous attempt's
@@ -56,7 +65,8 @@ def effect_perform(*, tool: Tool, call: Callable[[], object], step_id: int, key:
     except StepError as error:
         _finish(effect, status=Effect.Status.FAILED, error=scrub(error.as_dict()))
         raise
-    _finish(effect, status=Effect.Status.SUCCEEDED, result=scrub(result))
+    _finish(effect, status=Effect.Status.SUCCEEDED, result=scrub(result),
+            sandboxed=scrub(sandboxed) if sandboxed is not None else None)
     return result
 
 
@@ -136,8 +146,10 @@ def _restart(effect: Effect, *, attempts: int, fence: int) -> None:
     effect.refresh_from_db()
 
 
-def _finish(effect: Effect, *, status: str, result=None, error=None) -> None:
-    """Record the outcome, only if the row still carries this attempt's token. Raises
+def _finish(effect: Effect, *, status: str, result=None, error=None,
+            sandboxed: dict | None = None) -> None:
+    """Record the outcome, only if the row still carries this attempt's token (with
+    `sandboxed`, the sandbox's answer: its `step.sandboxed` event too). Raises
     StepError("stale") when a newer attempt took the effect over meanwhile."""
     with transaction.atomic():
         if not Effect.objects.filter(id=effect.id, fence=effect.fence).exclude(
@@ -145,6 +157,9 @@ def _finish(effect: Effect, *, status: str, result=None, error=None) -> None:
                                                        finished_at=now()):
             raise _stale(effect.key, effect.fence)
         step = StepRun.objects.select_related("run").get(id=effect.step_id)
+        if sandboxed is not None:
+            event_record(run=step.run, step=step, kind="step.sandboxed",
+                         payload={**sandboxed, "key": effect.key, "action": effect.action})
         event_record(run=step.run, step=step, kind=f"effect.{status}",
                      payload={"key": effect.key, "tool": effect.tool, "action": effect.action,
                               **({"error": error} if error else {})})

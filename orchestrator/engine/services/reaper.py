@@ -89,10 +89,11 @@ def _sweep_maps(stale, report: dict) -> None:
 
 def _sweep_compensations(stale, report: dict) -> None:
     """A compensating run whose worker died mid-way: send it again (the ledger dedupes)."""
-    for run_id in Run.objects.filter(state=RunState.COMPENSATING, progressed_at__lt=stale).values_list("id", flat=True)[:BATCH]:
+    compensating = Run.objects.filter(state=RunState.COMPENSATING, progressed_at__lt=stale)
+    for run_id, capacity in compensating.values_list("id", "capacity")[:BATCH]:
         with transaction.atomic():
             Run.objects.filter(id=run_id).update(progressed_at=now())
-            compensate_on_commit(run_id)
+            compensate_on_commit(run_id, capacity=capacity)
         report["compensations"] += 1
 
 

@@ -33,9 +33,17 @@ from ..events import event_record
 from ..hashing import digest_of
 from ..provenance import of_child as provenance_of_child
 from ..provenance import of_start as provenance_of_start
+from ..sandbox import sandbox_problems
 from ..secret_inputs import seal_for, secret_paths, split
 from ..selectors import definition_of, lock_run
-from ..states import RUN_CANCELLABLE, RUN_LIVE, STOPPED_BY_RUN_END, RunState, StepState
+from ..states import (
+    RUN_CANCELLABLE,
+    RUN_LIVE,
+    STOPPED_BY_RUN_END,
+    RunCapacity,
+    RunState,
+    StepState,
+)
 from .admission import start_refusal_record
 from .budget_gate import duration_denial, run_pause_for_budget
 from .gate_policies import url_params, version_gate_problems
@@ -66,7 +74,8 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
               idempotency_key: str | None = None, parent_step: StepRun | None = None,
               trigger: str = "api", origin: dict | None = None,
               known_secrets: Collection[str] = (), callback_url: str = "",
-              callback_secret: str = "", provenance: dict | None = None) -> Run:
+              callback_secret: str = "", provenance: dict | None = None,
+              capacity: str = RunCapacity.INTERACTIVE, sandbox: dict | None = None) -> Run:
     """Create a run pinned to `version`, start it, and schedule its first steps.
 
     `actor` starts it (a person needs the run.start permission in the workflow's team);
@@ -93,17 +102,29 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     `provenance` says who set the run in motion (`orchestrator.engine.provenance`): a trigger passes
     its own; by default it is the person `actor` on the path `trigger`, and a child run's is
     its parent's. It is stored on the run and on its run.created event (so in the ledger).
+
+    `capacity` ("interactive" or "evaluation": `RunCapacity`) is where the run's work is sent;
+    an evaluation run is left out of the team's and workflow's admission caps and spend (it
+    keeps its own `budget.max_cost_usd`). `sandbox` (`orchestrator.engine.sandbox`; None: a live
+    run) answers its side-effecting calls, gates and inputs in place of the world; a sandboxed
+    run takes no callback. A bad one of either is InputInvalid, each problem by path. A child
+    run has its parent's capacity and sandbox, whatever is passed.
     """
     team = version.workflow.team
     require(actor, Action.RUN_START, team=team)
     problems = run_input_problems(input) or input_problems(version.normalized["input_schema"], input)
     if callback_url or callback_secret:
         problems += callback_problems(url=callback_url, secret=callback_secret, team=team.slug)
+    if parent_step is not None:  # part of its parent's work, answered by the same sandbox
+        capacity, sandbox = parent_step.run.capacity, parent_step.run.sandbox
+    problems += _class_problems(capacity, sandbox, callback=bool(callback_url))
     if problems:
         raise InputInvalid("run input is invalid", problems)
     stored_input, secrets = split(version.normalized["input_schema"], input, known=known_secrets)
     # The digest proves a replay is the same request without being a hash of a secret.
     request = {"workflow": version.workflow.name, "version": version.number, "input": stored_input}
+    if capacity != RunCapacity.INTERACTIVE or sandbox is not None:  # a live run's digest as it was
+        request |= {"capacity": capacity, "sandbox": sandbox}
     request_digest = digest_of({**request, "secrets": keyed_hash(secrets)} if secrets else request)
     if idempotency_key:
         existing = _idempotent_replay(team.id, idempotency_key, request_digest)
@@ -122,7 +143,7 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
         with transaction.atomic():
             run = _create(version, stored_input, actor, created_by, idempotency_key,
                           request_digest, parent_step, trigger, origin, secrets,
-                          (callback_url, callback_secret), provenance)
+                          (callback_url, callback_secret), provenance, capacity, sandbox)
     except BudgetExceeded as refused:
         start_refusal_record(limit=refused.detail["level"], actor=actor, team=team.slug,
                              path=provenance["path"], problems=refused.problems,
@@ -135,6 +156,16 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
         return existing
     run._created = True
     return run
+
+
+def _class_problems(capacity: str, sandbox: object, *, callback: bool) -> list[dict]:
+    problems = []
+    if capacity not in RunCapacity.values:
+        problems.append({"path": "capacity", "message": f"one of {', '.join(RunCapacity.values)}"})
+    problems += sandbox_problems(sandbox)
+    if sandbox is not None and callback:
+        problems.append({"path": "callback_url", "message": "a sandboxed run calls nobody back"})
+    return problems
 
 
 def version_start_refusal(version: WorkflowVersion, actor: Actor) -> ServiceError | None:
@@ -177,15 +208,18 @@ def _idempotent_replay(team_id: int, key: str, request_digest: str) -> Run | Non
 
 
 def _create(version, input, actor, created_by, idempotency_key, request_digest, parent_step,
-            trigger, origin, secrets, callback, provenance) -> Run:
-    if parent_step is None:
+            trigger, origin, secrets, callback, provenance, capacity, sandbox) -> Run:
+    # A child run is part of its parent's; an evaluation run is held to its evaluation's own
+    # budget and concurrency, never to the caps of the team's live work.
+    if parent_step is None and capacity != RunCapacity.EVALUATION:
         budget_admit(team=version.workflow.team, workflow=version.workflow)
     # Created and started in one INSERT: no other transaction sees the row before it commits,
     # so this one needs no lock on it, and it plans from the instances it wrote.
     run = Run(
         team=version.workflow.team, version=version, input=input, created_by=created_by,
         idempotency_key=idempotency_key or None, request_digest=request_digest,
-        parent_step=parent_step, trigger=trigger, provenance=provenance,
+        parent_step=parent_step, trigger=trigger, provenance=provenance, capacity=capacity,
+        sandbox=sandbox,
     )
     run.start()
     max_duration = (version.normalized.get("budget") or {}).get("max_duration_s")
@@ -204,6 +238,12 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
     if origin:
         created["origin"] = origin
     created["provenance"] = provenance
+    if capacity != RunCapacity.INTERACTIVE:
+        created["capacity"] = capacity
+    if sandbox is not None:  # what answers in place of the world, by name (not the outputs)
+        created["sandbox"] = {"purpose": sandbox.get("purpose", ""),
+                              "responses": sorted(sandbox.get("responses") or {}),
+                              "decisions": sandbox.get("decisions") or {}}
     # Written first, in the scheduler's INSERT of events (and its ledger entries), in this order.
     started = [build_row(Event, run=run, kind="run.created", actor=who, payload=created),
                build_row(Event, run=run, kind="run.running", actor=who)]
@@ -287,6 +327,7 @@ def run_cancel(*, run_id, actor: Actor, reason: str = "run cancelled") -> Run:
             run.request_cancel()
         run.save()
         event_record(run=run, kind=f"run.{run.state}", actor=label(actor), payload={"reason": reason})
+        run_ended_notify(run)  # a pending run is cancelled at once
         running = steps_stop(run, reason=reason, actor=actor)
         run_settle_cancel(run, running=running, actor=actor)
     return run

@@ -19,7 +19,7 @@ from ..authz import SCHEDULER, Actor, label
 from ..clock import now
 from ..definitions import ExpressionError, evaluate_expression
 from ..dispatch import child_finished_on_commit, compensate_on_commit
-from ..events import event_record, events_record
+from ..events import event_record, events_record, run_ended_on_commit
 from ..scheduler import StepView, plan
 from ..selectors import compensable_steps, definition_of, steps_of
 from ..states import (
@@ -180,7 +180,7 @@ def run_finish(run: Run, *, outcome: str, detail: dict, actor: Actor) -> None:
         steps_stop(run, reason=STOPPED_BY_RUN_END[RunState.FAILED], actor=actor)
         if _has_compensations(run):
             run.compensate(error=detail)
-            compensate_on_commit(run.id)
+            compensate_on_commit(run.id, capacity=run.capacity)
         else:
             run.fail(error=detail)
     save_row(run)
@@ -196,9 +196,14 @@ def _has_compensations(run: Run) -> bool:
 
 
 def run_ended_notify(run: Run) -> None:
-    """A child run that ended tells the parent step waiting for it (after commit)."""
-    if run.parent_step_id and run.is_terminal:
+    """A run that ended tells, after commit, whoever waits for its end: a child run the parent
+    step waiting for it, an evaluation run `events.run_ended`'s receivers. Every path that ends
+    a run calls this."""
+    if not run.is_terminal:
+        return
+    if run.parent_step_id:
         child_finished_on_commit(run.parent_step_id)
+    run_ended_on_commit(run)
 
 
 def steps_stop(run: Run, *, reason: str, actor: Actor) -> int:

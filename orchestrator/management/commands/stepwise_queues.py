@@ -1,29 +1,38 @@
 """Print the Celery queues of a worker family: orchestrator, tools, agent (one per model), the
-batch side of tools or agent alone, or all."""
+batch side of tools or agent alone, the evaluation side of every family alone, or all."""
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from orchestrator.operations.queues import BATCH_SUFFIX
+from orchestrator.operations.queues import BATCH_SUFFIX, EVALUATION_SUFFIX
 
 
 def queues(family: str) -> list[str]:
     """Each family's interactive queue and, beside it, the batch queue its map items go to
-    (orchestrator.engine.dispatch.batch_queue_for); `tools-batch` and `agent-batch` are the batch
-    side alone, for a deployment that gives fan-outs workers of their own."""
+    (orchestrator.engine.dispatch.batch_queue_for), then its evaluation queue, where every step
+    and item of an evaluation run goes; `tools-batch` and `agent-batch` are the batch side
+    alone, `evaluation` every evaluation queue alone, for a deployment that gives fan-outs or
+    evaluations workers of their own."""
     agents = [f"agent.{model}" for model in settings.STEPWISE_MODELS]
     tools_batch = ["tools" + BATCH_SUFFIX]
     agents_batch = [queue + BATCH_SUFFIX for queue in agents]
-    return {"orchestrator": ["orchestrator"], "tools": ["tools", *tools_batch],
-            "agent": [*agents, *agents_batch], "tools-batch": tools_batch,
-            "agent-batch": agents_batch,
-            "all": ["orchestrator", "tools", *tools_batch, *agents, *agents_batch]}[family]
+    orchestrator_evaluation = ["orchestrator" + EVALUATION_SUFFIX]
+    tools_evaluation = ["tools" + EVALUATION_SUFFIX]
+    agents_evaluation = [queue + EVALUATION_SUFFIX for queue in agents]
+    evaluation = [*orchestrator_evaluation, *tools_evaluation, *agents_evaluation]
+    return {"orchestrator": ["orchestrator", *orchestrator_evaluation],
+            "tools": ["tools", *tools_batch, *tools_evaluation],
+            "agent": [*agents, *agents_batch, *agents_evaluation], "tools-batch": tools_batch,
+            "agent-batch": agents_batch, "evaluation": evaluation,
+            "all": ["orchestrator", "tools", *tools_batch, *agents, *agents_batch,
+                    *evaluation]}[family]
 
 
 class Command(BaseCommand):
     help = "Print the comma-separated queue names a worker of FAMILY should consume."
 
     def add_arguments(self, parser):
-        parser.add_argument("family", choices=["orchestrator", "tools", "agent", "tools-batch", "agent-batch", "all"])
+        parser.add_argument("family", choices=["orchestrator", "tools", "agent", "tools-batch",
+                                               "agent-batch", "evaluation", "all"])
 
     def handle(self, *args, family: str, **options):
         self.stdout.write(",".join(queues(family)))

@@ -8,6 +8,11 @@ is final, end the gate step. A refused attempt changes nothing and is audited
 (`approval.refused`). The gate's deadline is the reaper's (`time_out`): escalate to the next
 tier, or reject or expire per the gate's policy; a gate that ends without a decision closes its
 request (`release`).
+
+In a sandboxed run (`orchestrator.engine.sandbox`) a gate asks nobody: it starts (it *would
+have asked*: `started_at` is set) and ends at once as the sandbox's `decisions` say, the request
+it would have opened recorded as decided by `SANDBOX` ("service:evaluation"), with the output
+a person's approval gives (`gate_output`), so the steps after it read it the same way.
 """
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -31,15 +36,17 @@ from approvals.services import (
     approval_request_escalate,
     approval_request_open,
     approval_request_revoke,
+    approval_request_sandboxed,
     approved_by,
 )
 from orchestrator.engine.definitions.format import DEFAULT_GATE_DEADLINE
 from orchestrator.models import Run, StepRun
 
-from ...authz import REAPER, Actor, label
+from ...authz import REAPER, SANDBOX, Actor, label
 from ...clock import now
 from ...errors import InputInvalid, NotAllowed, ServiceError
 from ...events import event_record
+from ...sandbox import gate_decision
 from ...selectors import lock_run, lock_run_of_step, spec_of
 from ...states import StepKind, StepState
 from ..step_end import step_ended, waiting_step_time_out
@@ -55,6 +62,9 @@ class HumanGate(StepKindHandler):
     def start(self, run: Run, step: StepRun, spec: dict, record: Record) -> None:
         step.await_event(timeout_s=spec["timeout_s"])
         record(step, "step.waiting", {"for": "approval"})  # saved with the scheduler's batch
+        if run.sandbox is not None:
+            _decide_sandboxed(run, step, spec, record)
+            return
         approval_request_open(run=run, step=step, spec=spec, record=record)
 
     def time_out(self, *, step_id: int, reason: str) -> bool:
@@ -92,6 +102,22 @@ class HumanGate(StepKindHandler):
 
 
 register(StepKind.HUMAN_GATE, HumanGate())
+
+
+def _decide_sandboxed(run: Run, step: StepRun, spec: dict, record: Record) -> None:
+    """End a sandboxed run's gate as it starts, as its sandbox decides (in the scheduler's
+    batch: it plans again, as after any control step that ends as it starts)."""
+    decision = gate_decision(run.sandbox, step.name)
+    approval = approval_request_sandboxed(run=run, step=step, spec=spec, record=record,
+                                          approve=decision == "approve", actor=SANDBOX)
+    if decision == "approve":
+        step.complete(output=gate_output(approval, note="", decided_by=SANDBOX.name,
+                                         approved_by=[]))
+        record(step, "step.completed", {"sandboxed": True}, actor=label(SANDBOX))
+    else:
+        step.fail(error={"class": "rejected", "message": "rejected by the run's sandbox "
+                         f"(sandbox.decisions.{step.name})", "note": ""})
+        record(step, "step.failed", {**step.error, "sandboxed": True}, actor=label(SANDBOX))
 
 
 def _end_gate(run: Run, step: StepRun, *, approved: bool, actor: Actor, output: dict | None = None,

@@ -12,6 +12,11 @@ each problem by path); then it records the answer and its answerer and completes
 (`input.refused`). The step's deadline is the reaper's (`time_out`): escalate once to
 `escalate_to`, then, at the final deadline, fail (the step times out) or abstain, per
 `on_timeout`. A step that ends unanswered closes its task (`release`).
+
+In a sandboxed run (`orchestrator.engine.sandbox`) nobody is asked and no task is opened: the
+step starts (it *would have asked*) and completes at once with the sandbox's declared answer
+(`responses[<step>]`, checked against the form as a person's is), answered by `SANDBOX`
+("service:evaluation"), or fails (`validation`) saying why when there is none or it does not fit.
 """
 from django.db import transaction
 from jsonschema import Draft202012Validator
@@ -28,10 +33,11 @@ from approvals.models import InputState, InputTask
 from orchestrator.models import Run, StepRun
 from orchestrator.store import save_row
 
-from ...authz import REAPER, Actor, label
+from ...authz import REAPER, SANDBOX, Actor, label
 from ...clock import now
 from ...errors import InputInvalid, NotAllowed, ServiceError
 from ...events import event_record
+from ...sandbox import declared_answer
 from ...selectors import lock_run, lock_run_of_step, spec_of
 from ...states import RUN_ADVANCING, StepKind, StepState
 from ..step_end import step_ended, waiting_step_time_out
@@ -47,6 +53,9 @@ class HumanInput(StepKindHandler):
         escalates = spec.get("escalate_to") and spec.get("escalate_after_s")
         step.await_event(timeout_s=spec["escalate_after_s"] if escalates else spec["deadline_s"])
         record(step, "step.waiting", {"for": "input"})  # saved with the scheduler's batch
+        if run.sandbox is not None:
+            _answer_sandboxed(run, step, spec, record)
+            return
         input_task_open(run=run, step=step, spec=spec, record=record)
 
     def time_out(self, *, step_id: int, reason: str) -> bool:
@@ -79,6 +88,26 @@ class HumanInput(StepKindHandler):
 
 
 register(StepKind.HUMAN_INPUT, HumanInput())
+
+
+def _answer_sandboxed(run: Run, step: StepRun, spec: dict, record: Record) -> None:
+    """End a sandboxed run's input step as it starts, with its declared answer (in the
+    scheduler's batch: it plans again, as after any control step that ends as it starts)."""
+    answer = declared_answer(run.sandbox, step.name)
+    if answer is None:
+        problem = (f"sandbox.responses.{step.name}: a sandboxed run asks nobody, and its "
+                   "sandbox declares no answer for this step")
+    else:
+        found = answer_problems(spec["form"], answer)
+        problem = ("sandbox.responses." + step.name + " does not fit the form: " + "; ".join(
+            f"{p['path']}: {p['message']}" for p in found)) if found else ""
+    if problem:
+        step.fail(error={"class": "validation", "message": problem})
+        record(step, "step.failed", {**step.error, "sandboxed": True}, actor=label(SANDBOX))
+        return
+    step.complete(output=input_output(answer, answered_by=SANDBOX.name))
+    record(step, "step.completed", {"abstained": False, "answered_by": SANDBOX.name,
+                                    "sandboxed": True}, actor=label(SANDBOX))
 
 
 def input_output(answer: dict | None, *, answered_by: str | None) -> dict:

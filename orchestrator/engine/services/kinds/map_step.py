@@ -64,7 +64,8 @@ class MapStep(StepKindHandler):
         MapItem.objects.bulk_create(MapItem(step=step, index=i, item=it, due_at=at, sent_at=at)
                                     for i, it in enumerate(items))
         record(step, "step.waiting", {"for": "map", "items": len(items)})
-        map_dispatch_on_commit(step.id, list(range(len(items))), batch_queue_for(spec["item"]),
+        map_dispatch_on_commit(step.id, list(range(len(items))),
+                               batch_queue_for(spec["item"], capacity=run.capacity),
                                run_id=step.run_id, step_name=step.name)
 
     def time_out(self, *, step_id: int, reason: str) -> bool:
@@ -121,6 +122,7 @@ def map_item_run(*, step_id: int, index: int) -> ItemOutcome:
     key = idempotency_key_for(run.id, item.step.name, f"item-{index}")
     ctx = ExecContext(str(run.id), run.version.workflow.name, item.step.name, attempt, key,
                       step_id=item.step_id, scrub=secrets.scrub, fencing_token=attempt,
+                      sandbox=run.sandbox,
                       effects=partial(effect_perform, step_id=item.step_id, key=key, fence=attempt,
                                       holds=lambda: _owned(item, attempt).exists(),
                                       scrub=secrets.scrub),
@@ -285,7 +287,8 @@ def map_items_recover(*, step_id: int, stale_before) -> int:
     sends = {**dict.fromkeys(resend, 0.0), **delayed}
     if sends:
         with transaction.atomic():
-            map_items_redispatch_on_commit(step_id, sends, batch_queue_for(spec))
+            map_items_redispatch_on_commit(step_id, sends,
+                                           batch_queue_for(spec, capacity=run.capacity))
     return len(sends)
 
 

@@ -105,6 +105,8 @@ class Claim:
     queue: str = ""
     # The run's secret inputs, still sealed (read with the claim; None: it has none).
     sealed_secrets: str | None = None
+    # The run's sandbox (None: a live run): what answers its side-effecting calls.
+    sandbox: dict | None = None
 
 
 class WorkerStep(StepKindHandler):
@@ -115,7 +117,7 @@ class WorkerStep(StepKindHandler):
                       eager: Eager | None) -> "Claim | None":
         """Queue the step; claim it for the worker offering to take it (`Carry`), which runs it
         next with no message, or send its message after commit."""
-        queue = queue_for(spec)
+        queue = queue_for(spec, capacity=run.capacity)
         step.enqueue(queue=queue)
         record(step, "step.queued", {"queue": queue})
         carried = _carried(run, step, spec, record, eager) if isinstance(eager, Carry) else None
@@ -258,7 +260,7 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
     ctx = ExecContext(str(claim.run_id), claim.workflow, claim.spec["name"], claim.attempt,
                       claim.idempotency_key, step_id=step_id,
                       params_override=claim.params_override, scrub=secrets.scrub,
-                      fencing_token=claim.attempt,
+                      fencing_token=claim.attempt, sandbox=claim.sandbox,
                       authorize=external_call_authorize, price=cost_of,
                       **handler_for(claim.spec["type"]).call_hooks(claim, scrub=secrets.scrub))
     dependency = limits.dependency_of(claim.spec)
@@ -360,7 +362,8 @@ def _claim_attempt(run: Run, step: StepRun, spec: dict, *, worker: str, params_o
         latency = (step.started_at - step.queued_at).total_seconds()
         metrics.SCHEDULING_LATENCY.labels(step.queue).observe(max(latency, 0))
     return Claim(step.id, step.attempts, run.id, run.version.workflow.name, spec,
-                 step.input or {}, key, params_override, run.team.slug, step.queue, sealed)
+                 step.input or {}, key, params_override, run.team.slug, step.queue, sealed,
+                 run.sandbox)
 
 
 # The columns `StepRun.claim` sets.
