@@ -390,6 +390,7 @@ def _audit(evaluation: Evaluation, actor: Actor, action: str, outcome: str, payl
     audit_record(action=action, actor=label(actor), subject_type="evaluation", subject_id=evaluation.id,
                  outcome=outcome, team=evaluation.team.slug, workflow=evaluation.workflow.name,
                  workflow_version=evaluation.version.number,
-                 payload={"dataset": evaluation.dataset_version.dataset.name,
-                          "dataset_version": evaluation.dataset_version.number,
+                 payload={**({"dataset": evaluation.dataset_version.dataset.name,
+                             "dataset_version": evaluation.dataset_version.number}
+                            if evaluation.dataset_version else {"purpose": evaluation.purpose}),
                           "budget_usd": str(evaluation.budget_usd), **payload})

@@ -40,7 +40,7 @@ from .limits import (
 
 RUN_STATES = ("completed", "failed", "cancelled", "timed_out", "compensation_failed")
 #: What a step may expect; at most one of them.
-KINDS = ("output", "labels", "action", "abstain")
+KINDS = ("output", "labels", "action", "abstain", "decision")
 MATCHES = ("exact", "subset", "schema")
 
 STEP_SCHEMA = {

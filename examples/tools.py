@@ -82,6 +82,12 @@ ORDERS = {
     "ORD-1002": {"total_usd": 1200.0, "customer_email": "bo@example.com"},
     "ORD-1003": {"total_usd": 15.5, "customer_email": "cy@example.com"},
 }
+# The orders of the refund example's sample cases (examples/datasets/refund-proposal.jsonl), so an
+# evaluation of it runs every case: questions and declines, scratched goods, parcels that never
+# arrived (whose full refund needs a person), and messages trying to talk the agent into a refund.
+for _first, _count, _total in ((1100, 10, 35.0), (1200, 10, 80.0), (1300, 6, 1200.0), (1400, 4, 60.0)):
+    ORDERS.update({f"ORD-{n}": {"total_usd": _total, "customer_email": f"customer{n}@example.com"}
+                   for n in range(_first, _first + _count)})
 
 
 def refunds_path() -> Path:

@@ -187,7 +187,7 @@ def test_the_outcome_of_a_sandboxed_refund_names_the_effect_and_its_approval(dat
     assert outcome["run"]["state"] == "completed" and outcome["run"]["asked"] is True
     [effect] = outcome["effects"]
     assert (effect["step"], effect["tool"], effect["approved"]) == ("refund", "shop.refund", True)
-    assert effect["params"]["amount_usd"] == 1200.0
+    assert float(effect["params"]["amount_usd"]) == 1200.0
     assert row.passed is True
 
 

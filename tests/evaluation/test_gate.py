@@ -102,7 +102,9 @@ def test_a_regression_beyond_the_policy_against_the_published_version_is_refused
     evaluated(version, cases, accuracy=0.985)  # above the floor, but 1.5 points worse
     with pytest.raises(Forbidden) as refused:
         workflow_publish(workflow_id=gated.id, number=version.number, actor=editor)
-    assert any("regress" in message for message in problems(refused).values()), problems(refused)
+    found = problems(refused)
+    assert list(found) == ["release_gate.high.action_accuracy"]
+    assert "from the published version" in found["release_gate.high.action_accuracy"]
 
 
 def test_a_regression_limit_needs_an_evaluation_of_the_published_version(gated, cases, editor):
@@ -134,7 +136,7 @@ def test_an_owner_may_override_and_the_ledger_says_so_with_the_failing_measures(
     assert gated.active_version == version
     entry = AuditEntry.objects.get(id__gt=before, action="workflow.published")
     assert entry.outcome == "overridden" and entry.actor == "user:owner"
-    assert any("unauthorized_actions" in line for line in entry.payload["release_gate_overridden"])
+    assert any("unauthorized_actions" in line for line in entry.data["release_gate_overridden"])
 
 
 def test_saving_under_a_release_policy_leaves_a_draft_even_when_saving_publishes(gated, editor):
