@@ -72,7 +72,7 @@ propose = workflow.agent(
                                                                             'minLength': 1,
                                                                             'maxLength': 1000}}},
                            'risk': {'tier': 'low'}}]},
-    script=[{'when': "input.message.contains('scratched')",
+    script=[{'when': "input.message.contains('scratched') || input.message.contains('Scratched')",
              'output': {'action_type': 'refund',
                         'params': {'order_id': '{{ input.order_id }}', 'amount_usd': 10.0},
                         'evidence': ['{{ input.message }}'],

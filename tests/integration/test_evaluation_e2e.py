@@ -13,7 +13,11 @@ from evaluation.gate import release_policy_set
 from evaluation.models import Evaluation
 from evaluation.services import dataset_sample_load
 from orchestrator.engine.errors import Forbidden
-from orchestrator.engine.services.workflows import workflow_policy_set, workflow_publish, workflow_save
+from orchestrator.engine.services.workflows import (
+    workflow_policy_set,
+    workflow_publish,
+    workflow_save,
+)
 from orchestrator.models import Run, Workflow
 from tests.factories import example_definition, member
 from tests.support.http_sink import HttpSink
