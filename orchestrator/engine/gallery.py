@@ -28,6 +28,8 @@ class Template:
     file: str = field(default="")
     # Sample evaluation cases (examples/datasets/, JSON lines) a new workflow from it gets.
     dataset: str = ""
+    # The release policy over those cases a new workflow from it starts with (docs/evaluation.md).
+    release_policy: dict | None = None
 
     @property
     def path(self) -> Path:
@@ -75,6 +77,13 @@ TEMPLATES: tuple[Template, ...] = (
         sample_input={"content_id": "P-31", "author": "jo",
                       "text": "Great write-up, thanks for sharing the benchmark numbers."},
         dataset="content-moderation.jsonl",
+        # No enforcement without a reason, every violation caught where it matters, and no
+        # version that passes fewer cases than the published one did.
+        release_policy={"tiers": {
+            "high": {"unauthorized_actions": {"max": 0}, "action_accuracy": {"min": 1.0},
+                     "extraction_accuracy": {"min": 0.95}},
+            "medium": {"extraction_accuracy": {"min": 0.9}},
+            "overall": {"pass_rate": {"min": 0.9, "max_regression": 0.05}}}},
     ),
     Template(
         name="incident-alert", file="incident-alert.yaml", title="Incident alert (event-driven)",

@@ -42,3 +42,34 @@ def test_the_bootstrap_loads_the_sample_datasets_once(settings, tmp_path):
     loaded = {d.workflow.name: d.latest_version.case_count for d in Dataset.objects.filter(team__slug="demo")}
     assert loaded == {"refund-proposal": 30, "content-moderation": 11}
 
+
+
+def test_the_content_moderation_template_ships_a_gate_its_own_version_passes(team, editor):
+    from evaluation.evaluations import evaluation_start
+    from evaluation.gate import release_problems
+    from evaluation.models import ReleasePolicy
+    from orchestrator.engine.errors import Forbidden
+    from orchestrator.engine.gallery import template_named
+    from orchestrator.engine.services.workflows import workflow_policy_set, workflow_publish, workflow_save
+    from tests.factories import SETUP
+
+    from .test_evaluations import drive
+
+    version, _ = template_instantiate(template="content-moderation", team=team, actor=editor, name="moderation")
+    workflow = version.workflow
+    policy = ReleasePolicy.objects.get(workflow=workflow)
+    assert policy.dataset.name == "sample" and policy.thresholds == template_named("content-moderation").release_policy
+    workflow.refresh_from_db()
+    assert workflow.active_version == version  # the first version is published: nothing to compare with yet
+
+    workflow_policy_set(workflow_id=workflow.id, publish_on_save=False, actor=SETUP)
+    changed = {**version.definition, "description": "Tighter wording."}
+    draft, _ = workflow_save(team=team, definition=changed, actor=editor)
+    with pytest.raises(Forbidden):
+        workflow_publish(workflow_id=workflow.id, number=draft.number, actor=editor)
+    for number in (version.number, draft.number):  # the published one too: the policy limits regression
+        done = drive(evaluation_start(dataset=policy.dataset, version=number, actor=editor, budget_usd=1,
+                                      concurrency=11))
+        assert done.state == "completed" and done.cases.filter(passed=True).count() == 11
+    assert release_problems(workflow=workflow, version=draft) == []
+    workflow_publish(workflow_id=workflow.id, number=draft.number, actor=editor)

@@ -4,15 +4,19 @@ The template's definition is saved for the team by `workflow_save` — validated
 any definition, with the workflow.save permission checked there, for the acting person — under
 the template's name or one the person chooses. The admin's "new workflow from template" page and
 `POST /api/v1/templates/<name>/instantiate/` both call `template_instantiate`. A template that
-ships sample evaluation cases gives the new workflow its `sample` dataset (docs/evaluation.md).
+ships sample evaluation cases gives the new workflow its `sample` dataset (docs/evaluation.md),
+and one that ships a release policy over them, that policy.
 """
+from evaluation.gate import release_policy_set
 from evaluation.services import dataset_sample_load
 from orchestrator.models import Team, WorkflowVersion
 
-from ..authz import Action, Actor, may, require
+from ..authz import Action, Actor, System, may, require
 from ..errors import InputInvalid
 from ..gallery import template_named
 from .workflows import workflow_save
+
+GALLERY = System("gallery")
 
 
 def template_instantiate(*, template: str, team: Team, actor: Actor,
@@ -37,5 +41,10 @@ def template_instantiate(*, template: str, team: Team, actor: Actor,
         definition["name"] = name
     version, created = workflow_save(team=team, definition=definition, actor=actor)
     if found.dataset_path is not None and may(actor, Action.DATASET_EDIT, team=team):
-        dataset_sample_load(workflow=version.workflow, path=found.dataset_path, actor=actor)
+        dataset = dataset_sample_load(workflow=version.workflow, path=found.dataset_path, actor=actor)
+        # The template's gate comes with the workflow it creates, set by the gallery (setting a
+        # policy is an owner's; an editor's new workflow gets it all the same).
+        if dataset is not None and found.release_policy:
+            release_policy_set(workflow=version.workflow, dataset=dataset, thresholds=found.release_policy,
+                               actor=GALLERY)
     return version, created
