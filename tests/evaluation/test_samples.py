@@ -50,7 +50,11 @@ def test_the_content_moderation_template_ships_a_gate_its_own_version_passes(tea
     from evaluation.models import ReleasePolicy
     from orchestrator.engine.errors import Forbidden
     from orchestrator.engine.gallery import template_named
-    from orchestrator.engine.services.workflows import workflow_policy_set, workflow_publish, workflow_save
+    from orchestrator.engine.services.workflows import (
+        workflow_policy_set,
+        workflow_publish,
+        workflow_save,
+    )
     from tests.factories import SETUP
 
     from .test_evaluations import drive
