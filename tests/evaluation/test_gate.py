@@ -171,3 +171,35 @@ def test_only_an_owner_sets_the_policy_and_it_is_checked(refund, dataset, editor
 def test_without_a_policy_nothing_changes(refund, editor):
     version = draft(refund, "v2")
     assert release_problems(workflow=refund, version=version) == []
+
+
+# --- a draft held back does not run live by being named --------------------------------------
+
+
+def test_a_draft_the_gate_holds_back_does_not_run_live_when_named_through_the_api(gated, cases, editor, owner):
+    from orchestrator.engine.services.runs import run_start
+    from tests.conftest import client_for
+
+    evaluated(gated.active_version, cases)
+    version = draft(gated, "v2")
+    evaluated(version, cases, unauthorized=0.3)
+    body = {"input": {"order_id": "ORD-1300", "message": "hi"}, "version": version.number}
+    refused = client_for(editor).post(f"/api/v1/workflows/{gated.name}/runs/", body, format="json")
+    assert refused.status_code == 403, refused.content
+    assert [e["path"] for e in refused.json()["errors"]] == ["version.release_gate.high.unauthorized_actions"]
+    with pytest.raises(Forbidden):
+        run_start(version=version, input=body["input"], actor=SETUP)  # a pinned trigger's path
+    assert run_start(version=version, input=body["input"], actor=owner).version == version  # an owner's waiver
+    published = client_for(editor).post(f"/api/v1/workflows/{gated.name}/runs/", {"input": body["input"]},
+                                        format="json")
+    assert published.status_code == 202  # the published version runs as ever
+
+
+def test_a_draft_that_passes_its_gate_runs_when_named(gated, cases, editor):
+    from orchestrator.engine.services.runs import run_start
+
+    evaluated(gated.active_version, cases)
+    version = draft(gated, "v2")
+    evaluated(version, cases)
+    run = run_start(version=version, input={"order_id": "ORD-1300", "message": "hi"}, actor=editor)
+    assert run.version == version

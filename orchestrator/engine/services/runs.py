@@ -49,6 +49,7 @@ from .budget_gate import duration_denial, run_pause_for_budget
 from .gate_policies import url_params, version_gate_problems
 from .kinds import handler_for
 from .scheduling import run_advance, run_ended_notify, run_settle_cancel, steps_stop
+from .workflows import release_problems
 
 
 def input_problems(schema: dict, value: object) -> list[dict]:
@@ -130,7 +131,8 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
         existing = _idempotent_replay(team.id, idempotency_key, request_digest)
         if existing:
             return existing
-    if refusal := version_start_refusal(version, actor):
+    # A sandboxed run changes nothing in the world: any version may be evaluated, gates or not.
+    if sandbox is None and (refusal := version_start_refusal(version, actor)):
         raise refusal
     created_by = actor if is_person(actor) else created_by
     if parent_step is not None:
@@ -175,7 +177,10 @@ def version_start_refusal(version: WorkflowVersion, actor: Actor) -> ServiceErro
     that drops or weakens a mandatory gate of the published one, or any version that calls a
     tool a gate policy guards without a satisfying gate before it (and no owner waived that
     when publishing it), starts only for a person who may waive gates (Forbidden): no draft,
-    old version, pinned trigger or policy set after publishing runs around it.
+    old version, pinned trigger or policy set after publishing runs around it. Under a release
+    policy (`workflow_publish`'s publish checks), a version other than the published one starts
+    only when it would pass them, or for such a person: a draft its evaluation holds back does
+    not run live by being named.
     """
     workflow = version.workflow
     if workflow.archived_at is not None:
@@ -184,11 +189,13 @@ def version_start_refusal(version: WorkflowVersion, actor: Actor) -> ServiceErro
     active = workflow.active_version
     weakened = weakened_gates(active.normalized, version.normalized, url_params) \
         if active is not None and active.id != version.id else []
-    problems = weakened + version_gate_problems(version)
+    unguarded = version_gate_problems(version)
+    release = release_problems(workflow, version) if active is None or active.id != version.id else []
+    problems = weakened + unguarded + release
     if problems and not (is_person(actor) and may(actor, Action.WORKFLOW_WAIVE_GATE, team=workflow.team)):
         what = (f"drops or weakens a mandatory gate of the published version {active.number}"
                 if weakened else "calls a tool a gate policy guards without a gate that "
-                "satisfies it")
+                "satisfies it" if unguarded else "does not pass the workflow's release gate")
         return Forbidden(f"version {version.number} of '{workflow.name}' {what}; only an owner "
                          "may start it", [{"path": f"version.{p.path}", "message": p.message}
                                           for p in problems])
