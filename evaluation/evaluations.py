@@ -75,11 +75,7 @@ def evaluation_start(*, dataset: Dataset, version: int, actor: Actor, budget_usd
     if workflow_version is None:
         problems.append({"path": "version", "message": f"workflow '{dataset.workflow.name}' has no version {version}"})
     cases_of = _dataset_version(dataset, dataset_version, problems)
-    budget = _budget(budget_usd, problems)
-    if not (isinstance(concurrency, int) and 1 <= concurrency <= MAX_CONCURRENCY):
-        problems.append({"path": "concurrency", "message": f"at most 1 to {MAX_CONCURRENCY} runs at a time"})
-    if len(note) > 500:
-        problems.append({"path": "note", "message": "at most 500 characters"})
+    budget = _limits(budget_usd, concurrency, note, problems)
     if problems:
         raise InputInvalid("the evaluation is invalid", problems)
     with transaction.atomic():
@@ -174,11 +170,7 @@ def shadow_start(*, workflow: Workflow, version: int, actor: Actor, budget_usd, 
         problems.append({"path": "sample_percent", "message": "a sample is 1 to 100 percent of the live runs"})
     if not (isinstance(max_cases, int) and 1 <= max_cases <= MAX_CASES_PER_VERSION):
         problems.append({"path": "max_cases", "message": f"1 to {MAX_CASES_PER_VERSION:,} live runs"})
-    budget = _budget(budget_usd, problems)
-    if not (isinstance(concurrency, int) and 1 <= concurrency <= MAX_CONCURRENCY):
-        problems.append({"path": "concurrency", "message": f"at most 1 to {MAX_CONCURRENCY} runs at a time"})
-    if len(note) > 500:
-        problems.append({"path": "note", "message": "at most 500 characters"})
+    budget = _limits(budget_usd, concurrency, note, problems)
     if problems:
         raise InputInvalid("the shadow is invalid", problems)
     with transaction.atomic():
@@ -367,6 +359,17 @@ def _dataset_version(dataset: Dataset, number: int | None, problems: list) -> Da
         problems.append({"path": "dataset_version", "message": f"version {found.number} of dataset "
                          f"'{dataset.name}' has no case"})
     return found
+
+
+def _limits(budget_usd, concurrency, note: str, problems: list) -> Decimal | None:
+    """The budget as an amount, after adding to `problems` what is wrong with it, the
+    concurrency or the note."""
+    budget = _budget(budget_usd, problems)
+    if not (isinstance(concurrency, int) and not isinstance(concurrency, bool) and 1 <= concurrency <= MAX_CONCURRENCY):
+        problems.append({"path": "concurrency", "message": f"at most 1 to {MAX_CONCURRENCY} runs at a time"})
+    if not isinstance(note, str) or len(note) > 500:
+        problems.append({"path": "note", "message": "a note is a text of at most 500 characters"})
+    return budget
 
 
 def _budget(value, problems: list) -> Decimal | None:
