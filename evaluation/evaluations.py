@@ -31,6 +31,7 @@ from orchestrator.engine.errors import InputInvalid, NotAllowed, ServiceError
 from orchestrator.engine.selectors import definition_of
 from orchestrator.engine.services.runs import run_cancel, run_start
 from orchestrator.engine.states import RUN_TERMINAL, RunState, StepState
+from orchestrator.integrations.connections import ConnectionRefused, connection_get, connection_kind
 from orchestrator.models import Run, RunSecret, Workflow, WorkflowVersion
 
 from .grading import case_grades
@@ -60,10 +61,13 @@ OPEN_RUN_STATES = [state for state in RunState.values if state not in RUN_TERMIN
 
 
 def evaluation_start(*, dataset: Dataset, version: int, actor: Actor, budget_usd, dataset_version: int | None = None,
-                     concurrency: int = DEFAULT_CONCURRENCY, note: str = "") -> Evaluation:
+                     concurrency: int = DEFAULT_CONCURRENCY, note: str = "",
+                     sandbox_connections: dict | None = None) -> Evaluation:
     """Evaluate version `version` of the dataset's workflow over the dataset's version
     `dataset_version` (default: its latest): an evaluation with one pending case per case of
-    that version, its first cases started once this commits. Audited.
+    that version, its first cases started once this commits. `sandbox_connections` names, for
+    a connection the workflow writes through, the connection of the same kind (granted to the
+    team) its side-effecting calls go to instead of being answered. Audited.
 
     Raises Forbidden without evaluation.run in the workflow's team; InputInvalid (every problem
     with its path) for a version or dataset version that does not exist, a dataset version
@@ -76,12 +80,13 @@ def evaluation_start(*, dataset: Dataset, version: int, actor: Actor, budget_usd
         problems.append({"path": "version", "message": f"workflow '{dataset.workflow.name}' has no version {version}"})
     cases_of = _dataset_version(dataset, dataset_version, problems)
     budget = _limits(budget_usd, concurrency, note, problems)
+    problems += _connections_problems(sandbox_connections, team=dataset.team.slug)
     if problems:
         raise InputInvalid("the evaluation is invalid", problems)
     with transaction.atomic():
         evaluation = Evaluation(team=dataset.team, workflow=dataset.workflow, version=workflow_version,
                                 dataset_version=cases_of, budget_usd=budget, concurrency=concurrency,
-                                note=note, created_by=person(actor))
+                                note=note, created_by=person(actor), sandbox_connections=sandbox_connections or {})
         evaluation.save()
         EvaluationCase.objects.bulk_create(
             [EvaluationCase(evaluation=evaluation, case=case, key=case.key, risk_tier=case.risk_tier)
@@ -143,7 +148,8 @@ def evaluation_cancel(*, evaluation_id: int, actor: Actor, reason: str = "") -> 
 
 
 def shadow_start(*, workflow: Workflow, version: int, actor: Actor, budget_usd, sample_percent: int = 10,
-                 max_cases: int = 100, concurrency: int = DEFAULT_CONCURRENCY, note: str = "") -> Evaluation:
+                 max_cases: int = 100, concurrency: int = DEFAULT_CONCURRENCY, note: str = "",
+                 sandbox_connections: dict | None = None) -> Evaluation:
     """Run version `version` (a draft) in shadow: from now on, `sample_percent` of the live runs
     of the published version that end (chosen by their id) are run again on the draft with
     the same input, sandboxed, each scored against what the live run did, until `max_cases`
@@ -171,13 +177,15 @@ def shadow_start(*, workflow: Workflow, version: int, actor: Actor, budget_usd, 
     if not (isinstance(max_cases, int) and 1 <= max_cases <= MAX_CASES_PER_VERSION):
         problems.append({"path": "max_cases", "message": f"1 to {MAX_CASES_PER_VERSION:,} live runs"})
     budget = _limits(budget_usd, concurrency, note, problems)
+    problems += _connections_problems(sandbox_connections, team=workflow.team.slug)
     if problems:
         raise InputInvalid("the shadow is invalid", problems)
     with transaction.atomic():
         evaluation = Evaluation(team=workflow.team, workflow=workflow, version=draft, purpose=Purpose.SHADOW,
                                 baseline=workflow.active_version, sample_percent=sample_percent,
                                 max_cases=max_cases, examined_until=now(), budget_usd=budget,
-                                concurrency=concurrency, note=note, created_by=person(actor))
+                                concurrency=concurrency, note=note, created_by=person(actor),
+                                sandbox_connections=sandbox_connections or {})
         evaluation.save()
         _audit(evaluation, actor, "evaluation.started", "started",
                {"shadow_of": workflow.active_version.number, "sample_percent": sample_percent,
@@ -196,27 +204,30 @@ def evaluations_sweep() -> int:
 # --- one case ------------------------------------------------------------------------------------
 
 
-def sandbox_of(case, definition: dict) -> dict:
-    """How a case's run is sandboxed: its declared responses, and each human gate decided as the
-    case expects (`expected.steps.<gate>.decision`), else approved."""
-    return _sandbox("evaluation", case.expected, case.responses, definition)
+def sandbox_of(case, definition: dict, *, connections: dict | None = None) -> dict:
+    """How a case's run is sandboxed: its declared responses, each human gate decided as the
+    case expects (`expected.steps.<gate>.decision`), else approved, and the evaluation's
+    sandbox connections."""
+    return _sandbox("evaluation", case.expected, case.responses, definition, connections)
 
 
-def _sandbox(purpose: str, expected: dict, responses: dict, definition: dict) -> dict:
+def _sandbox(purpose: str, expected: dict, responses: dict, definition: dict, connections: dict | None) -> dict:
     expected_steps = (expected or {}).get("steps") or {}
     decisions = {spec["name"]: (expected_steps.get(spec["name"]) or {}).get("decision", "approve")
                  for spec in definition.get("steps", []) if spec.get("type") == "human_gate"}
-    return {"purpose": purpose, "responses": dict(responses or {}), "decisions": decisions}
+    return {"purpose": purpose, "responses": dict(responses or {}), "decisions": decisions,
+            **({"connections": dict(connections)} if connections else {})}
 
 
 def _start_case(evaluation: Evaluation, row: EvaluationCase) -> None:
     definition = evaluation.version.normalized
+    connections = evaluation.sandbox_connections
     if row.case is not None:
-        input, sandbox = row.case.input, sandbox_of(row.case, definition)
+        input, sandbox = row.case.input, sandbox_of(row.case, definition, connections=connections)
     else:  # shadow: the live run's input, its gates decided and its effects answered as they were
         input = row.live_run.input if row.live_run else {}
         sandbox = _sandbox("shadow", row.expected, responses_of_run(row.live_run) if row.live_run else {},
-                           definition)
+                           definition, connections)
     try:
         with transaction.atomic():
             run = run_start(version=evaluation.version, input=input, actor=EVALUATOR,
@@ -370,6 +381,30 @@ def _limits(budget_usd, concurrency, note: str, problems: list) -> Decimal | Non
     if not isinstance(note, str) or len(note) > 500:
         problems.append({"path": "note", "message": "a note is a text of at most 500 characters"})
     return budget
+
+
+def _connections_problems(connections: object, *, team: str) -> list[dict]:
+    """Every way `connections` is not a map from connections to sandbox connections of the same
+    kind that `team` may use."""
+    if connections is None or connections == {}:
+        return []
+    if not isinstance(connections, dict):
+        return [{"path": "sandbox_connections", "message": "an object: connection -> the sandbox connection "
+                 "its side-effecting calls go to instead"}]
+    problems = []
+    for name, instead in connections.items():
+        where = f"sandbox_connections.{name}"
+        kind = connection_kind(name)
+        if kind is None:
+            problems.append({"path": where, "message": f"no connection named '{name}' is configured"})
+        elif not isinstance(instead, str) or instead == name:
+            problems.append({"path": where, "message": "name another connection, of the same kind"})
+        else:
+            try:
+                connection_get(instead, kind=kind, team=team)
+            except ConnectionRefused as refused:
+                problems.append({"path": where, "message": str(refused)})
+    return problems
 
 
 def _budget(value, problems: list) -> Decimal | None:

@@ -147,6 +147,9 @@ class Evaluation(ConcurrentTransitionMixin, models.Model):
                                      help_text="No case starts once the runs have cost this much.")
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
     concurrency = models.PositiveIntegerField(help_text="At most this many of its runs at a time.")
+    sandbox_connections = models.JSONField(default=dict, blank=True, help_text=(
+        "Named connections whose side-effecting calls go, in its runs, to the sandbox connection "
+        "named beside each (an operator's test account), instead of being answered."))
     note = models.CharField(max_length=500, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                    on_delete=models.SET_NULL, related_name="+")

@@ -6,7 +6,8 @@ side-effecting tool, no person and no callback. Its sandbox says what answers in
     {"purpose": "evaluation" | "shadow",
      "responses": {"<step>": <output>},           # a side-effecting tool step's (or a map's
                                                   # items'), or a human_input step's answer
-     "decisions": {"<gate>": "approve" | "reject"}}   # a human_gate's; default approve
+     "decisions": {"<gate>": "approve" | "reject"},   # a human_gate's; default approve
+     "connections": {"<connection>": "<sandbox connection>"}}   # sent there instead
 
 Each step kind asks here once, at the one place it would reach the world: the tool executor
 (`executors.tool.prepared_call`, which tool steps, map items and compensations share), the
@@ -23,7 +24,7 @@ from .retry import StepError
 
 PURPOSES = ("evaluation", "shadow")
 DECISIONS = ("approve", "reject")
-KEYS = ("purpose", "responses", "decisions")
+KEYS = ("purpose", "responses", "decisions", "connections")
 
 
 def sandbox_problems(sandbox: object) -> list[dict]:
@@ -48,6 +49,11 @@ def sandbox_problems(sandbox: object) -> list[dict]:
     for key in ("responses", "decisions"):
         if not isinstance(sandbox.get(key, {}), dict):
             problems.append({"path": f"sandbox.{key}", "message": "an object keyed by step name"})
+    connections = sandbox.get("connections", {})
+    if not isinstance(connections, dict) or not all(
+            isinstance(v, str) and v and v != k for k, v in connections.items()):
+        problems.append({"path": "sandbox.connections", "message": "an object naming, for a connection, "
+                         "another connection its side-effecting calls go to instead"})
     for gate, decision in (sandbox.get("decisions") if isinstance(sandbox.get("decisions"), dict)
                            else {}).items():
         if decision not in DECISIONS:
@@ -95,3 +101,10 @@ def gate_decision(sandbox: dict, gate: str) -> str:
 def declared_answer(sandbox: dict, step: str) -> object:
     """The declared answer of human_input step `step`, or None when the sandbox has none."""
     return (sandbox.get("responses") or {}).get(step)
+
+
+def connection_instead(sandbox: dict, *, connection: object) -> str | None:
+    """The sandbox connection a side-effecting call through `connection` is sent to instead
+    (an operator's test account of the same kind), or None: the call is answered, not sent."""
+    connections = sandbox.get("connections") or {}
+    return connections.get(connection) if isinstance(connection, str) else None

@@ -159,6 +159,12 @@ def connection_get(name: object, *, kind: str, team: str) -> Connection:
     return connection
 
 
+def connection_kind(name: object) -> str | None:
+    """The kind of the configured connection `name`, or None when there is none."""
+    raw = _configured().get(name) if isinstance(name, str) else None
+    return raw.get("kind") if isinstance(raw, dict) else None
+
+
 def connections_for(*, kind: str, teams: set[str] | None) -> list[str]:
     """Names of the well-formed connections of `kind` any of `teams` may use (None: all)."""
     names = []

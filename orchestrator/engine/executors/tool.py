@@ -17,7 +17,7 @@ from orchestrator.models import Run
 from ..definitions import TemplateError, render_value
 from ..output_schemas import validate_output
 from ..retry import StepError
-from ..sandbox import tool_answer
+from ..sandbox import connection_instead, tool_answer
 from .base import ExecContext, Result
 
 
@@ -60,12 +60,24 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext, *,
                            timeout_s=spec.get("timeout_s"), team_lookup=partial(_team_of, ctx.run_id),
                            fencing_token=ctx.fencing_token)
 
+    if ctx.sandbox is not None and spec.get("side_effect") and tool.connection and isinstance(params, dict) \
+            and (instead := connection_instead(ctx.sandbox, connection=params.get("connection"))):
+        # Sent for real, to the sandbox connection the operator named for this one: the
+        # ledger records it as sandboxed, with where it went.
+        params = {**params, "connection": instead}
+        return PreparedCall(tool, params, _live_call(tool, spec, step_input, ctx, params, tool_ctx),
+                            sandboxed={"tool": tool.name, "params": params, "response_declared": False,
+                                       "sent_to": instead})
     if ctx.sandbox is not None and spec.get("side_effect"):
         answer = tool_answer(ctx.sandbox, step=ctx.step_name, tool=tool.name, params=params,
                              output_schema=spec.get("output_schema") or tool.output_schema,
                              action=action)
         return PreparedCall(tool, params, lambda: answer.output,
                             sandboxed=answer.recorded(tool.name, params))
+    return PreparedCall(tool, params, _live_call(tool, spec, step_input, ctx, params, tool_ctx))
+
+
+def _live_call(tool: Tool, spec: dict, step_input: dict, ctx: ExecContext, params, tool_ctx: ToolContext):
     external = not tool.in_process or bool(spec.get("side_effect"))
 
     def call():
@@ -78,7 +90,7 @@ def prepared_call(spec: dict, step_input: dict, ctx: ExecContext, *,
                           target=tool.name, request=params)
         return _call(tool, params, tool_ctx)
 
-    return PreparedCall(tool, params, call)
+    return call
 
 
 def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
@@ -88,7 +100,7 @@ def run(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
         if ctx.effects is None:  # a side effect outside the ledger could happen twice
             raise StepError("permanent", "a side-effecting call needs the effect ledger")
         output = ctx.effects(tool=tool, call=prepared.call, sandboxed=prepared.sandboxed)
-        if prepared.sandboxed is not None:
+        if prepared.sandboxed is not None and "sent_to" not in prepared.sandboxed:
             # The sandbox's answer: a declared one was checked as it was chosen; the default
             # one says what would have been called, and is not the tool's output to check.
             return Result(output)
