@@ -1,10 +1,18 @@
-"""Evaluation datasets in the API (`/api/v1/datasets/`): list and create a workflow's
-datasets, read one with its versions and a version's cases, and change its cases — add (a JSON
-body), upload (a JSON lines or CSV file), add a finished run, remove.
+"""Evaluation in the API.
 
-Entry points only: they parse, find the objects the caller may see (a dataset of another team
-is a 404), call one service and serialize. The services check who may change what.
+- `/api/v1/datasets/`: list and create a workflow's datasets, read one with its versions and a
+  version's cases, and change its cases — add (a JSON body), upload (a JSON lines or CSV file),
+  add a finished run, remove.
+- `/api/v1/evaluations/`: list and start evaluations of a version over a dataset, read one with
+  its results by risk tier and its cases, cancel one, compare two of the same dataset version.
+- `/api/v1/workflows/<name>/release-policy/`: read, set and remove a workflow's release policy
+  (a route of its own here: the workflow routes are the engine's, which imports nothing of this
+  app).
+
+Entry points only: they parse, find the objects the caller may see (one of another team is a
+404), call one service and serialize. The services check who may change what.
 """
+import django_filters
 from django import forms
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
@@ -12,6 +20,7 @@ from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
+    extend_schema_field,
     extend_schema_view,
 )
 from rest_framework import mixins, status, viewsets
@@ -19,18 +28,36 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from orchestrator.engine.authz import visible
-from orchestrator.models import Run
+from orchestrator.engine.definitions.format import WORKFLOW_NAME_PATTERN
+from orchestrator.models import Run, Workflow
 from orchestrator.web.api.errors import ServiceErrorsMixin, error_body, valid_data
-from orchestrator.web.api.filters import QueryForm
+from orchestrator.web.api.filters import FilterSet, QueryForm
 from orchestrator.web.api.parsers import JSONBodyParser, MultiPartBodyParser, read_body
 from orchestrator.web.api.permissions import team_and_workflow_for_write
 from orchestrator.web.api.serializers import ErrorsSerializer
 
 from . import serializers as s
-from .models import Case, Dataset, DatasetVersion, RiskTier
-from .selectors import datasets_visible_to
+from .evaluations import evaluation_cancel, evaluation_start
+from .gate import release_policy_set
+from .models import (
+    Case,
+    CaseRunState,
+    Dataset,
+    DatasetVersion,
+    Evaluation,
+    EvaluationState,
+    RiskTier,
+)
+from .selectors import (
+    cases_of,
+    comparison,
+    datasets_visible_to,
+    evaluations_visible_to,
+    release_policy_of,
+)
 from .services import (
     dataset_case_from_run,
     dataset_cases_add,
@@ -198,3 +225,207 @@ class DatasetViewSet(ServiceErrorsMixin, mixins.ListModelMixin, viewsets.Generic
             raise ValidationError(error_body("no run of yours has this id", "run"))
         version = dataset_case_from_run(dataset=dataset, run=run, actor=request.user, **body)
         return Response(s.DatasetVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+
+# --- evaluations ---------------------------------------------------------------------------------
+
+
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": s.MAX_ID})
+class WholeNumberFilter(django_filters.NumberFilter):
+    """A whole number in the range an id or a version number has: anything else is a 400."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, min_value=1, max_value=s.MAX_ID, **kwargs)
+
+
+class NameFilter(django_filters.CharFilter):
+    """A workflow's name: empty or not a name is a 400 (a name that no workflow has matches none)."""
+
+    field_class = forms.RegexField
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, regex=WORKFLOW_NAME_PATTERN, max_length=100, **kwargs)
+
+
+class EvaluationFilter(FilterSet):
+    workflow = NameFilter(field_name="workflow__name", help_text="A workflow's name.")
+    dataset = WholeNumberFilter(field_name="dataset_version__dataset_id", help_text="A dataset's id.")
+    state = django_filters.ChoiceFilter(choices=EvaluationState.choices)
+    version = WholeNumberFilter(field_name="version__number", help_text="A workflow version's number.")
+
+    class Meta(FilterSet.Meta):
+        model = Evaluation
+        fields = ["workflow", "dataset", "state", "version"]
+
+
+class EvaluationCaseQueryForm(QueryForm):
+    """An evaluation's case list's filters (`serializers.EvaluationCaseQuerySerializer`)."""
+
+    risk_tier = forms.ChoiceField(choices=RiskTier.choices, required=False)
+    passed = forms.TypedChoiceField(choices=[("true", "true"), ("false", "false")], coerce=lambda v: v == "true",
+                                    required=False, empty_value=None)
+    state = forms.ChoiceField(choices=CaseRunState.choices, required=False)
+
+
+class CompareQueryForm(QueryForm):
+    base = forms.IntegerField(min_value=1, max_value=s.MAX_ID)
+    new = forms.IntegerField(min_value=1, max_value=s.MAX_ID)
+
+
+class TeamQueryForm(QueryForm):
+    team = forms.CharField(max_length=100, required=False)
+
+
+def _query(form_class, params) -> dict:
+    form = form_class(params)
+    if not form.is_valid():  # an empty or repeated parameter, or one that does not parse
+        raise ValidationError(form.errors)
+    return form.cleaned_data
+
+
+@extend_schema_view(list=extend_schema(
+    description="The evaluations of your teams' workflows, newest first, each with its counts of cases "
+                "and its pass rate."))
+class EvaluationViewSet(ServiceErrorsMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Evaluations: a workflow version run over a dataset version, sandboxed, scored and summarised
+    by risk tier (docs/evaluation.md)."""
+
+    serializer_class = s.EvaluationSerializer
+    filterset_class = EvaluationFilter
+    parser_classes = [JSONBodyParser]
+
+    def get_queryset(self):
+        return evaluations_visible_to(self.request.user).order_by("-created_at", "-id")
+
+    def get_object(self) -> Evaluation:
+        return self._visible(self.kwargs["pk"])
+
+    def _visible(self, pk, path: str = "") -> Evaluation:
+        found = evaluations_visible_to(self.request.user).filter(pk=pk).first() if str(pk).isdigit() else None
+        if found is None:
+            raise NotFound(error_body(f"evaluation {pk} not found", path))
+        return found
+
+    @extend_schema(request=s.EvaluationStartSerializer,
+                   responses={201: s.EvaluationDetailSerializer, 400: _ERRORS, 403: _ERRORS},
+                   description="Evaluate a version of the dataset's workflow over a version of the dataset "
+                               "(default: its latest): every case becomes a sandboxed run on the evaluation "
+                               "capacity, at most `concurrency` at a time, until the budget is spent. "
+                               "Editors and owners (evaluation.run); audited.")
+    def create(self, request):
+        body = dict(valid_data(s.EvaluationStartSerializer(data=request.data)))
+        dataset = datasets_visible_to(request.user).filter(pk=body.pop("dataset")).first()
+        if dataset is None:
+            raise ValidationError(error_body("no dataset of yours has this id", "dataset"))
+        started = evaluation_start(dataset=dataset, actor=request.user, **body)
+        return Response(s.EvaluationDetailSerializer(self._visible(started.id)).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={200: s.EvaluationDetailSerializer, 404: _ERRORS},
+                   description="An evaluation with its cases by state and, once it ended, its summary: "
+                               "every metric per risk tier and overall with its 95% interval.")
+    def retrieve(self, request, pk=None):
+        return Response(s.EvaluationDetailSerializer(self.get_object()).data)
+
+    @extend_schema(parameters=[s.EvaluationCaseQuerySerializer],
+                   responses={200: s.EvaluationCaseSerializer(many=True), 404: _ERRORS},
+                   description="Its cases by key: each one's state, scores, whether it passed and its run.")
+    @action(detail=True, methods=["get"], filterset_class=None)
+    def cases(self, request, pk=None):
+        evaluation = self.get_object()
+        query = _query(EvaluationCaseQueryForm, request.query_params)
+        rows = cases_of(evaluation)
+        if tier := query.get("risk_tier"):
+            rows = rows.filter(risk_tier=tier)
+        if query.get("passed") is not None:
+            rows = rows.filter(state=CaseRunState.SCORED, passed=query["passed"])
+        if state := query.get("state"):
+            rows = rows.filter(state=state)
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(s.EvaluationCaseSerializer(page, many=True).data)
+
+    @extend_schema(request=s.EvaluationCancelSerializer,
+                   responses={200: s.EvaluationDetailSerializer, 403: _ERRORS, 404: _ERRORS, 409: _ERRORS},
+                   description="Cancel a running evaluation: its unfinished runs are cancelled, the cases "
+                               "not started are not run, what was scored is summarised. evaluation.run; "
+                               "audited. 409 when it has ended.")
+    @action(detail=True, methods=["post"], filterset_class=None)
+    def cancel(self, request, pk=None):
+        evaluation = self.get_object()
+        body = valid_data(s.EvaluationCancelSerializer(data=request.data))
+        evaluation_cancel(evaluation_id=evaluation.id, actor=request.user, reason=body["reason"])
+        return Response(s.EvaluationDetailSerializer(self._visible(evaluation.id)).data)
+
+    @extend_schema(parameters=[s.CompareQuerySerializer],
+                   responses={200: s.ComparisonSerializer, 400: _ERRORS, 404: _ERRORS},
+                   description="Two evaluations of the same dataset version compared: each tier's metrics "
+                               "side by side with their delta, and each case whose outcome changed and how.")
+    @action(detail=False, methods=["get"], filterset_class=None)
+    def compare(self, request):
+        query = _query(CompareQueryForm, request.query_params)
+        base, new = self._visible(query["base"], "base"), self._visible(query["new"], "new")
+        if base.dataset_version_id != new.dataset_version_id:
+            raise ValidationError(error_body(
+                f"evaluation {new.id} ran dataset '{new.dataset_version.dataset.name}' version "
+                f"{new.dataset_version.number}, evaluation {base.id} dataset '{base.dataset_version.dataset.name}' "
+                f"version {base.dataset_version.number}: compare evaluations of the same dataset version", "new"))
+        result = comparison(base, new)
+        return Response(s.ComparisonSerializer({**result, "base": base, "new": new}).data)
+
+
+# --- a workflow's release policy -----------------------------------------------------------------
+
+
+class ReleasePolicyView(ServiceErrorsMixin, APIView):
+    """A workflow's release policy (docs/evaluation.md#the-release-gate): the dataset a version is
+    evaluated over before it is published and what each risk tier must show there."""
+
+    parser_classes = [JSONBodyParser]
+
+    def _workflow(self, request, name: str) -> Workflow:
+        team = _query(TeamQueryForm, request.query_params).get("team")
+        found = visible(Workflow.objects.select_related("team"), request.user).filter(name=name)
+        if team:
+            found = found.filter(team__slug=team)
+        found = list(found.order_by("team__slug")[:10])
+        if not found:
+            raise NotFound(f"workflow '{name}' not found")
+        if len(found) > 1:
+            raise ValidationError(error_body(f"workflow '{name}' exists in several of your teams "
+                                             f"({', '.join(w.team.slug for w in found)}); add ?team=<slug>", "team"))
+        return found[0]
+
+    @extend_schema(operation_id="workflows_release_policy_retrieve", parameters=[s.TeamQuerySerializer],
+                   responses={200: s.ReleasePolicySerializer, 404: _ERRORS},
+                   description="The workflow's release policy; 404 when it has none.")
+    def get(self, request, name: str):
+        policy = release_policy_of(self._workflow(request, name))
+        if policy is None:
+            raise NotFound(f"workflow '{name}' has no release policy")
+        return Response(s.ReleasePolicySerializer(policy).data)
+
+    @extend_schema(operation_id="workflows_release_policy_update", parameters=[s.TeamQuerySerializer],
+                   request=s.ReleasePolicySetSerializer,
+                   responses={200: s.ReleasePolicySerializer, 400: _ERRORS, 403: _ERRORS, 404: _ERRORS},
+                   description="Set the workflow's release policy: from now on a version is published only "
+                               "after a completed evaluation over the dataset's latest version meets the "
+                               "thresholds (an owner's publish overrides, audited). Owners (workflow.policy); "
+                               "audited.")
+    def put(self, request, name: str):
+        workflow = self._workflow(request, name)
+        body = valid_data(s.ReleasePolicySetSerializer(data=request.data))
+        dataset = datasets_visible_to(request.user).filter(pk=body["dataset"]).first()
+        if dataset is None:
+            raise ValidationError(error_body("no dataset of yours has this id", "dataset"))
+        release_policy_set(workflow=workflow, dataset=dataset, thresholds=body["thresholds"], actor=request.user)
+        return Response(s.ReleasePolicySerializer(release_policy_of(workflow)).data)
+
+    @extend_schema(operation_id="workflows_release_policy_destroy", parameters=[s.TeamQuerySerializer],
+                   responses={204: None, 403: _ERRORS, 404: _ERRORS},
+                   description="Remove the workflow's release policy: versions publish without an evaluation. "
+                               "Owners (workflow.policy); audited.")
+    def delete(self, request, name: str):
+        release_policy_set(workflow=self._workflow(request, name), dataset=None, thresholds=None,
+                           actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,16 +1,18 @@
-"""Reads of evaluation datasets: which a person may see, a version's cases, and the expected
-outcome a finished run shows (what an operator corrects before adding the run as a case).
+"""Reads of evaluation datasets and evaluations: which a person may see, a version's cases, the
+expected outcome a finished run shows (what an operator corrects before adding the run as a
+case), an evaluation's results so far and two evaluations compared.
 
-Reads only; who may change a dataset is the services' check.
+Reads only; who may change a dataset or start an evaluation is the services' check.
 """
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet
 
 from orchestrator.engine.authz import Actor, visible
 from orchestrator.engine.selectors import definition_of
 from orchestrator.engine.states import RUN_TERMINAL, StepKind, StepState
 from orchestrator.models import Run
 
-from .models import Dataset, DatasetVersion
+from .models import CaseRunState, Dataset, DatasetVersion, Evaluation, EvaluationCase, ReleasePolicy
+from .summary import compare, summarize
 
 
 def datasets_visible_to(user: Actor) -> QuerySet[Dataset]:
@@ -130,3 +132,66 @@ def risk_tier_of(run: Run) -> str:
              for output in run.steps.filter(state=StepState.COMPLETED).values_list("output", flat=True)
              if isinstance(output, dict) and isinstance(output.get("risk"), dict)]
     return max(tiers, key=order.index, default="low")
+
+
+# --- evaluations ---------------------------------------------------------------------------------
+
+
+def evaluations_visible_to(user: Actor) -> QuerySet[Evaluation]:
+    """The evaluations of the teams `user` may see, with what a list shows of each: its workflow,
+    version and dataset version, and how many of its cases there are (`case_total`), were
+    scored (`case_scored`) and passed (`case_passed`), counted in the same query."""
+    return visible(Evaluation.objects.select_related(
+        "team", "workflow", "version", "dataset_version__dataset", "created_by"), user).annotate(
+        case_total=Count("cases"),
+        case_scored=Count("cases", filter=Q(cases__state=CaseRunState.SCORED)),
+        case_passed=Count("cases", filter=Q(cases__passed=True)))
+
+
+def pass_rate(evaluation: Evaluation) -> float | None:
+    """The share of its scored cases that passed (None before one is scored); needs the counts
+    `evaluations_visible_to` annotates."""
+    return evaluation.case_passed / evaluation.case_scored if evaluation.case_scored else None
+
+
+def cases_by_state(evaluation: Evaluation) -> dict[str, int]:
+    """How many of its cases are in each state, every state named (0 when none)."""
+    counts = dict(evaluation.cases.order_by().values("state").annotate(n=Count("id")).values_list("state", "n"))
+    return {state: counts.get(state, 0) for state in CaseRunState.values}
+
+
+def scored_results(evaluation: Evaluation) -> list[dict]:
+    """Its scored cases in the shape `scoring.summarize` and `scoring.compare` read."""
+    rows = evaluation.cases.filter(state=CaseRunState.SCORED).order_by("key").values(
+        "key", "risk_tier", "scores", "passed")
+    return [{"case": r["key"], "risk_tier": r["risk_tier"], "scores": r["scores"] or {},
+             "passed": bool(r["passed"])} for r in rows]
+
+
+def results_of(evaluation: Evaluation) -> dict | None:
+    """Its results by risk tier: the summary written when it ended, or while it runs the same
+    summary over the cases scored so far (None before the first is scored)."""
+    if evaluation.is_finished:
+        return evaluation.summary
+    results = scored_results(evaluation)
+    return summarize(results) if results else None
+
+
+def comparison(base: Evaluation, new: Evaluation) -> dict:
+    """`scoring.compare` over the scored cases of two evaluations of the same dataset version:
+    the cases that changed outcome and each tier's metrics side by side."""
+    return compare(scored_results(base), scored_results(new))
+
+
+def comparable_with(evaluation: Evaluation, user: Actor) -> QuerySet[Evaluation]:
+    """The other evaluations `user` sees over the same dataset version, newest first."""
+    return evaluations_visible_to(user).filter(dataset_version=evaluation.dataset_version).exclude(
+        pk=evaluation.pk).order_by("-created_at", "-id")
+
+
+def release_policy_of(workflow) -> ReleasePolicy | None:
+    return ReleasePolicy.objects.select_related("dataset", "updated_by").filter(workflow=workflow).first()
+
+
+def cases_of(evaluation: Evaluation) -> QuerySet[EvaluationCase]:
+    return evaluation.cases.select_related("run").order_by("key")

@@ -1,15 +1,30 @@
-"""The shapes datasets take in the API (responses and request bodies); no logic. What a case
-must be is checked by the services, which report every problem with its path."""
+"""The shapes datasets, evaluations and release policies take in the API (responses and request
+bodies); no logic. What a case, an evaluation or a policy must be is checked by the services,
+which report every problem with its path."""
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from orchestrator.engine.definitions.format import WORKFLOW_NAME_PATTERN
 
+from .evaluations import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from .expected import SCHEMA as EXPECTED_SCHEMA
 from .limits import MAX_CASES_PER_CHANGE
-from .models import Case, Dataset, DatasetVersion, RiskTier
-from .selectors import latest_of
+from .models import (
+    Case,
+    CaseRunState,
+    Dataset,
+    DatasetVersion,
+    Evaluation,
+    EvaluationCase,
+    EvaluationState,
+    ReleasePolicy,
+    RiskTier,
+)
+from .scoring import POLICY_SCHEMA
+from .selectors import cases_by_state, latest_of, pass_rate
 from .services import MODES
+
+MAX_ID = 2**31 - 1
 
 
 class DatasetVersionSerializer(serializers.ModelSerializer):
@@ -130,3 +145,166 @@ class CaseQuerySerializer(serializers.Serializer):
     risk_tier = serializers.ChoiceField(choices=RiskTier.choices, required=False)
     tag = serializers.CharField(max_length=50, required=False, allow_blank=True,
                                 help_text="Cases carrying this tag (empty: every case).")
+
+
+# --- evaluations ---------------------------------------------------------------------------------
+
+_METRIC = {"type": "object", "description": "One metric over a tier's cases.",
+           "properties": {"n": {"type": "integer", "description": "Cases it applies to."},
+                          "value": {"type": "number", "nullable": True,
+                                    "description": "A share of cases (0 to 1) or a mean per case."},
+                          "ci": {"type": "array", "minItems": 2, "maxItems": 2,
+                                 "items": {"type": "number", "nullable": True},
+                                 "description": "The 95% interval [low, high]."}}}
+_TIER = {"type": "object", "additionalProperties": _METRIC, "description": "Every metric, by name."}
+SUMMARY_SCHEMA = {
+    "type": "object", "nullable": True,
+    "description": "Every metric per risk tier and overall (`scoring.summarize`), and the cases by "
+                   "state; written when the evaluation ends (null while it runs).",
+    "properties": {**{tier: _TIER for tier in ("overall", "low", "medium", "high")},
+                   "cases": {"type": "object", "additionalProperties": {"type": "integer"}}},
+}
+
+
+@extend_schema_field(SUMMARY_SCHEMA)
+class SummaryField(serializers.JSONField):
+    """An evaluation's summary, published with its shape."""
+
+
+class CaseCountsSerializer(serializers.Serializer):
+    total = serializers.IntegerField(source="case_total")
+    scored = serializers.IntegerField(source="case_scored")
+    passed = serializers.IntegerField(source="case_passed")
+
+
+class EvaluationSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    workflow = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    version = serializers.SlugRelatedField(slug_field="number", read_only=True,
+                                           help_text="The workflow version evaluated.")
+    dataset = serializers.IntegerField(source="dataset_version.dataset_id", read_only=True)
+    dataset_name = serializers.CharField(source="dataset_version.dataset.name", read_only=True)
+    dataset_version = serializers.SlugRelatedField(slug_field="number", read_only=True,
+                                                   help_text="The dataset version whose cases are run.")
+    state = serializers.ChoiceField(choices=EvaluationState.choices, read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    cases = CaseCountsSerializer(source="*", read_only=True, help_text="Its cases: all, scored, passed.")
+    pass_rate = serializers.SerializerMethodField(help_text="Passed / scored (null before one is scored).")
+
+    class Meta:
+        model = Evaluation
+        fields = ["id", "team", "workflow", "version", "dataset", "dataset_name", "dataset_version", "state",
+                  "budget_usd", "cost_usd", "concurrency", "note", "created_by", "created_at", "finished_at",
+                  "stop_reason", "cases", "pass_rate"]
+
+    @extend_schema_field({"type": "number", "nullable": True, "minimum": 0, "maximum": 1})
+    def get_pass_rate(self, evaluation: Evaluation) -> float | None:
+        return pass_rate(evaluation)
+
+
+class EvaluationDetailSerializer(EvaluationSerializer):
+    by_state = serializers.SerializerMethodField(help_text="Its cases by state.")
+    summary = SummaryField(read_only=True)
+
+    class Meta(EvaluationSerializer.Meta):
+        fields = [*EvaluationSerializer.Meta.fields, "by_state", "summary"]
+
+    @extend_schema_field({"type": "object", "properties": {s: {"type": "integer"} for s in CaseRunState.values}})
+    def get_by_state(self, evaluation: Evaluation) -> dict:
+        return cases_by_state(evaluation)
+
+
+class EvaluationStartSerializer(serializers.Serializer):
+    dataset = serializers.IntegerField(min_value=1, max_value=MAX_ID, help_text="The dataset's id.")
+    version = serializers.IntegerField(min_value=1, max_value=MAX_ID,
+                                       help_text="The number of the workflow version to evaluate.")
+    dataset_version = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False, allow_null=True,
+                                               help_text="The dataset version to run (default: its latest).")
+    budget_usd = serializers.DecimalField(max_digits=12, decimal_places=6, coerce_to_string=False,
+                                          help_text="No case starts once its runs have cost this much (USD).")
+    concurrency = serializers.IntegerField(min_value=1, max_value=MAX_CONCURRENCY, default=DEFAULT_CONCURRENCY,
+                                           help_text="At most this many of its runs at a time.")
+    note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class EvaluationCancelSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class EvaluationCaseSerializer(serializers.ModelSerializer):
+    run = serializers.UUIDField(source="run_id", allow_null=True, read_only=True)
+    scores = serializers.JSONField(read_only=True, allow_null=True,
+                                   help_text="Each metric's value for the case: true/false, a number, "
+                                             "or absent where it does not apply.")
+    outcome = serializers.JSONField(read_only=True, allow_null=True,
+                                    help_text="What the run did, as the scorers read it.")
+
+    class Meta:
+        model = EvaluationCase
+        fields = ["key", "risk_tier", "state", "passed", "scores", "error", "run", "outcome"]
+
+
+class EvaluationCaseQuerySerializer(serializers.Serializer):
+    """An evaluation's case list's query parameters, as published; `api.EvaluationCaseQueryForm`
+    reads them."""
+
+    risk_tier = serializers.ChoiceField(choices=RiskTier.choices, required=False)
+    passed = serializers.BooleanField(required=False, help_text="true: the cases that passed; false: the "
+                                      "scored cases that did not.")
+    state = serializers.ChoiceField(choices=CaseRunState.choices, required=False)
+
+
+class CompareQuerySerializer(serializers.Serializer):
+    base = serializers.IntegerField(min_value=1, max_value=MAX_ID, help_text="The evaluation compared against.")
+    new = serializers.IntegerField(min_value=1, max_value=MAX_ID,
+                                   help_text="The evaluation compared; of the same dataset version.")
+
+
+class ChangedCaseSerializer(serializers.Serializer):
+    case = serializers.CharField()
+    risk_tier = serializers.CharField()
+    metric = serializers.CharField()
+    base = serializers.JSONField(allow_null=True)
+    new = serializers.JSONField(allow_null=True)
+    direction = serializers.CharField(help_text="Whether the new evaluation did better or worse there.")
+
+
+class ComparisonSerializer(serializers.Serializer):
+    base = EvaluationSerializer()
+    new = EvaluationSerializer()
+    changed = ChangedCaseSerializer(many=True, help_text="Each case and metric whose outcome changed.")
+    tiers = serializers.DictField(child=serializers.DictField(child=serializers.JSONField()),
+                                  help_text="Per tier, per metric: {base, new, delta}.")
+    only_in_base = serializers.ListField(child=serializers.CharField(), help_text="Cases scored in base only.")
+    only_in_new = serializers.ListField(child=serializers.CharField(), help_text="Cases scored in new only.")
+
+
+@extend_schema_field(POLICY_SCHEMA)
+class ThresholdsField(serializers.JSONField):
+    """A release policy's thresholds per risk tier; their shape is published and checked by the
+    service."""
+
+
+class ReleasePolicySerializer(serializers.ModelSerializer):
+    workflow = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    team = serializers.SlugField(source="workflow.team.slug", read_only=True)
+    dataset = serializers.IntegerField(source="dataset_id", read_only=True)
+    dataset_name = serializers.CharField(source="dataset.name", read_only=True)
+    thresholds = ThresholdsField(read_only=True)
+    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+
+    class Meta:
+        model = ReleasePolicy
+        fields = ["workflow", "team", "dataset", "dataset_name", "thresholds", "updated_by", "updated_at"]
+
+
+class ReleasePolicySetSerializer(serializers.Serializer):
+    dataset = serializers.IntegerField(min_value=1, max_value=MAX_ID,
+                                       help_text="The id of one of the workflow's datasets: a version is "
+                                                 "evaluated over its latest version.")
+    thresholds = ThresholdsField(help_text="What each tier must show (docs/evaluation.md#the-release-gate).")
+
+
+class TeamQuerySerializer(serializers.Serializer):
+    team = serializers.CharField(required=False, max_length=100,
+                                 help_text="The team's slug, when two of your teams have a workflow of this name.")

@@ -545,6 +545,8 @@ SPECTACULAR_SETTINGS = {
         "TriggerKindEnum": "triggers.models.TriggerKind",
         "RiskTierEnum": "orchestrator.engine.definitions.format.RISK_TIERS",
         "CaseRiskTierEnum": "evaluation.models.RiskTier",
+        "EvaluationStateEnum": "evaluation.models.EvaluationState",
+        "EvaluationCaseStateEnum": "evaluation.models.CaseRunState",
     },
 }
 

@@ -1,5 +1,5 @@
 """Routes of the API, mounted at /api/v1/ under the `api` namespace."""
-from django.urls import path
+from django.urls import path, re_path
 from drf_spectacular.views import (
     SpectacularAPIView,
     SpectacularSwaggerSplitView,
@@ -7,7 +7,7 @@ from drf_spectacular.views import (
 from rest_framework.routers import DefaultRouter
 
 from budgets.api import BudgetLimitViewSet, CostsView, ModelPriceViewSet
-from evaluation.api import DatasetViewSet
+from evaluation.api import DatasetViewSet, EvaluationViewSet, ReleasePolicyView
 from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 
 from .docs import RedocView, redoc_bundle
@@ -39,6 +39,7 @@ router.register("model-prices", ModelPriceViewSet, basename="modelprice")
 router.register("templates", TemplateViewSet, basename="template")
 router.register("gate-policies", GatePolicyViewSet, basename="gatepolicy")
 router.register("datasets", DatasetViewSet, basename="dataset")
+router.register("evaluations", EvaluationViewSet, basename="evaluation")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),
@@ -51,5 +52,7 @@ urlpatterns = [
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
     path("redoc/", RedocView.as_view(url_name="api:schema"), name="redoc"),
     path("redoc/redoc.standalone.js", redoc_bundle, name="redoc-bundle"),
+    re_path(r"^workflows/(?P<name>[a-z][a-z0-9_-]*)/release-policy/$", ReleasePolicyView.as_view(),
+            name="workflow-release-policy"),
     *router.urls,
 ]
