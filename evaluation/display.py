@@ -103,7 +103,9 @@ def ci_bar(metric: str, entries, scale: float, *, tones=("base",)) -> SafeString
     (a comparison draws the base and the new one)."""
     rows = len(entries)
     height = BAR_HEIGHT * rows
-    x = lambda v: PAD + (BAR_WIDTH - 2 * PAD) * max(0.0, min(1.0, v / scale if scale else 0))  # noqa: E731
+    def x(v: float) -> str:
+        return f"{PAD + (BAR_WIDTH - 2 * PAD) * max(0.0, min(1.0, v / scale if scale else 0)):.1f}"
+
     parts = [format_html('<line class="axis" x1="{}" x2="{}" y1="{}" y2="{}"/>', PAD, BAR_WIDTH - PAD,
                          height - 1, height - 1)]
     titles = []
@@ -112,13 +114,13 @@ def ci_bar(metric: str, entries, scale: float, *, tones=("base",)) -> SafeString
         mid = BAR_HEIGHT * row + BAR_HEIGHT // 2
         if low is not None and high is not None:
             parts.append(format_html(
-                '<line class="ci {}" x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}"/>'
-                '<line class="ci {}" x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}"/>'
-                '<line class="ci {}" x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}"/>',
+                '<line class="ci {}" x1="{}" x2="{}" y1="{}" y2="{}"/>'
+                '<line class="ci {}" x1="{}" x2="{}" y1="{}" y2="{}"/>'
+                '<line class="ci {}" x1="{}" x2="{}" y1="{}" y2="{}"/>',
                 kind, x(low), x(high), mid, mid, kind, x(low), x(low), mid - 4, mid + 4,
                 kind, x(high), x(high), mid - 4, mid + 4))
         if value is not None:
-            parts.append(format_html('<circle class="value {}" cx="{:.1f}" cy="{}" r="3"/>', kind, x(value), mid))
+            parts.append(format_html('<circle class="value {}" cx="{}" cy="{}" r="3"/>', kind, x(value), mid))
         interval = f", 95% interval {show(metric, low)} to {show(metric, high)}" if low is not None else ""
         titles.append(f"{label(metric)}: {show(metric, value)}{interval}" + (f", n={n}" if n is not None else ""))
     return format_html('<svg class="ci-bar" width="{}" height="{}" viewBox="0 0 {} {}" role="img" '

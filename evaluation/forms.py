@@ -1,9 +1,12 @@
-"""The admin's dataset forms: what an editor or operator submits, read for shape only. What a
-case must be, and who may change what, is the services' to say."""
+"""The admin's forms of datasets, evaluations and release policies: what a person submits, read
+for shape only. What a case, an evaluation or a policy must be, and who may change what, is the
+services' to say."""
 import json
+from decimal import Decimal
 
 from django import forms
 
+from .evaluations import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from .limits import MAX_UPLOAD_BYTES
 from .models import RiskTier
 from .services import MODES
@@ -62,5 +65,47 @@ class FromRunForm(forms.Form):
     def clean_expected(self) -> object:
         try:
             return json.loads(self.cleaned_data["expected"])
+        except ValueError as exc:
+            raise forms.ValidationError(f"not JSON: {exc}") from None
+
+
+class EvaluateForm(forms.Form):
+    """Evaluate a version of the dataset's workflow over one of the dataset's versions."""
+
+    version = forms.TypedChoiceField(coerce=int, help_text="The workflow version to evaluate.")
+    dataset_version = forms.TypedChoiceField(coerce=int, label="Cases of dataset version")
+    budget_usd = forms.DecimalField(label="Budget (USD)", min_value=Decimal("0.000001"), max_digits=12,
+                                    decimal_places=6, initial=Decimal("5.00"),
+                                    help_text="No case starts once its runs have cost this much.")
+    concurrency = forms.IntegerField(min_value=1, max_value=MAX_CONCURRENCY, initial=DEFAULT_CONCURRENCY,
+                                     help_text=f"At most this many of its runs at a time (1 to {MAX_CONCURRENCY}).")
+    note = forms.CharField(max_length=500, required=False)
+
+    def __init__(self, *args, versions, dataset_versions, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["version"].choices = versions
+        self.fields["dataset_version"].choices = dataset_versions
+
+
+class ReleasePolicyForm(forms.Form):
+    """A workflow's release policy: the dataset and the thresholds, as JSON."""
+
+    dataset = forms.ModelChoiceField(queryset=None, required=False, empty_label="— no release policy —",
+                                     help_text="A version is evaluated over this dataset's latest version "
+                                               "before it is published.")
+    thresholds = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 14, "cols": 80, "class": "vLargeTextField"}),
+        help_text="What each risk tier must show, as JSON (docs/evaluation.md#the-release-gate).")
+
+    def __init__(self, *args, datasets, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["dataset"].queryset = datasets
+
+    def clean_thresholds(self) -> object:
+        text = self.cleaned_data["thresholds"].strip()
+        if not text:
+            return None
+        try:
+            return json.loads(text)
         except ValueError as exc:
             raise forms.ValidationError(f"not JSON: {exc}") from None

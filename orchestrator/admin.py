@@ -12,6 +12,7 @@ from datetime import UTC
 from functools import partial
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Max, QuerySet
@@ -20,6 +21,8 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.module_loading import import_string
+from django.utils.safestring import mark_safe
 
 from budgets.selectors import run_budget
 
@@ -161,6 +164,15 @@ class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
         return [builder_link if column == "builder_link" else column
                 for column in self.list_display if column != "builder_link" or saving]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        # What other apps show on a workflow's page (settings.STEPWISE_WORKFLOW_ADMIN_PANELS: the
+        # evaluation app's release policy), each a function (request, workflow) -> HTML; named
+        # in settings so that this module imports none of them.
+        workflow = self.get_queryset(request).filter(pk=object_id).first() if str(object_id).isdigit() else None
+        panels = [mark_safe(import_string(panel)(request, workflow))  # noqa: S308 - rendered by a template
+                  for panel in settings.STEPWISE_WORKFLOW_ADMIN_PANELS] if workflow is not None else []
+        return super().change_view(request, object_id, form_url, {**(extra_context or {}), "panels": panels})
 
     def changelist_view(self, request, extra_context=None):
         may_save = teams_where(request.user, Action.WORKFLOW_SAVE).exists()

@@ -371,6 +371,9 @@ STEPWISE_EVALUATION_SCORERS = [
 # (workflow=, version=) -> [{"path", "message"}]. The evaluation app's release gate
 # (docs/evaluation.md#the-release-gate) checks the workflow's release policy.
 STEPWISE_PUBLISH_CHECKS = ["evaluation.gate.release_problems"]
+# What a workflow's admin page shows beside its own fields: each a function (request, workflow)
+# -> HTML. The evaluation app's release policy, with the gate's verdict on the latest version.
+STEPWISE_WORKFLOW_ADMIN_PANELS = ["evaluation.admin.release_policy_panel"]
 
 # Python modules whose @tool functions are registered at start-up (comma separated).
 STEPWISE_TOOL_MODULES = [
