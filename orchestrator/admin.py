@@ -170,7 +170,7 @@ class WorkflowAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         # evaluation app's release policy), each a function (request, workflow) -> HTML; named
         # in settings so that this module imports none of them.
         workflow = self.get_queryset(request).filter(pk=object_id).first() if str(object_id).isdigit() else None
-        panels = [mark_safe(import_string(panel)(request, workflow))  # noqa: S308 - rendered by a template
+        panels = [mark_safe(import_string(panel)(request, workflow))
                   for panel in settings.STEPWISE_WORKFLOW_ADMIN_PANELS] if workflow is not None else []
         return super().change_view(request, object_id, form_url, {**(extra_context or {}), "panels": panels})
 
