@@ -5,6 +5,7 @@ through the REST API and, where the admin offers the action, through the admin; 
 with the matrix. The personas are staff accounts (so the admin lets them in), which also shows
 that being staff grants nothing by itself.
 """
+import json
 import re
 from pathlib import Path
 
@@ -417,6 +418,77 @@ def test_adding_a_finished_run_to_a_dataset(team, starter, who, surface):
         admin_client(user).post(f"/admin/evaluation/dataset/from-run/{run.id}/", {
             "dataset": dataset.id, "risk_tier": "high", "expected": '{"run": {"state": "completed"}}'})
     assert (dataset.versions.count() == 2) is allowed("dataset.add_run", who)
+
+
+def _evaluated_dataset(team):
+    from evaluation.services import dataset_cases_add, dataset_create
+    from tests.evaluation.conftest import sample_cases
+
+    version, _ = workflow_save(team=team, definition=example_definition("refund-proposal"), actor=SETUP)
+    dataset = dataset_create(workflow=version.workflow, name="golden", actor=SETUP)
+    dataset_cases_add(dataset=dataset, cases=sample_cases(), actor=SETUP)
+    return dataset
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_starting_an_evaluation(team, who, surface):
+    from evaluation.models import Evaluation
+
+    dataset, user = _evaluated_dataset(team), persona(team, who)
+    if surface == "api":
+        response = client_for(user).post("/api/v1/evaluations/", {"dataset": dataset.id, "version": 1,
+                                                                  "budget_usd": "1"}, format="json")
+        # A dataset named in the body that the person does not see is a 400 at its path.
+        assert response.status_code == (201 if allowed("evaluation.run", who) else
+                                         403 if who in ("member", "operator") else 400), response.json()
+    else:
+        admin_client(user).post(f"/admin/evaluation/dataset/{dataset.id}/evaluate/", {
+            "version": "1", "dataset_version": "2", "budget_usd": "1", "concurrency": "4"})
+    assert Evaluation.objects.filter(dataset_version__dataset=dataset).exists() is allowed("evaluation.run", who)
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_cancelling_an_evaluation(team, who, surface, monkeypatch):
+    from evaluation.evaluations import evaluation_start
+    from evaluation.models import Evaluation
+
+    monkeypatch.setattr("evaluation.evaluations.summarize", lambda results: {})  # the scorers are not under test
+    evaluation = evaluation_start(dataset=_evaluated_dataset(team), version=1, actor=SETUP, budget_usd="1")
+    user = persona(team, who)
+    if surface == "api":
+        response = client_for(user).post(f"/api/v1/evaluations/{evaluation.id}/cancel/", {}, format="json")
+        assert response.status_code == (200 if allowed("evaluation.run", who) else refused_code(who))
+    else:
+        admin_client(user).post(f"/admin/evaluation/evaluation/{evaluation.id}/cancel/", {"reason": "no"})
+    cancelled = Evaluation.objects.get(pk=evaluation.pk).state == "cancelled"
+    assert cancelled is allowed("evaluation.run", who)
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_setting_and_removing_a_release_policy(team, who, surface):
+    from evaluation.gate import release_policy_set
+    from evaluation.models import ReleasePolicy
+
+    dataset, user = _evaluated_dataset(team), persona(team, who)
+    workflow, thresholds = dataset.workflow, {"tiers": {"high": {"unauthorized_actions": {"max": 0}}}}
+    url = "/api/v1/workflows/refund-proposal/release-policy/"
+    if surface == "api":
+        response = client_for(user).put(url, {"dataset": dataset.id, "thresholds": thresholds}, format="json")
+        assert response.status_code == (200 if allowed("workflow.policy", who) else refused_code(who))
+    else:
+        admin_client(user).post(f"/admin/evaluation/releasepolicy/workflow/{workflow.id}/", {
+            "dataset": dataset.id, "thresholds": json.dumps(thresholds)})
+    assert ReleasePolicy.objects.filter(workflow=workflow).exists() is allowed("workflow.policy", who)
+    release_policy_set(workflow=workflow, dataset=dataset, thresholds=thresholds, actor=SETUP)
+    if surface == "api":
+        client_for(user).delete(url)
+    else:
+        admin_client(user).post(f"/admin/evaluation/releasepolicy/workflow/{workflow.id}/",
+                                {"dataset": "", "thresholds": ""})
+    assert ReleasePolicy.objects.filter(workflow=workflow).exists() is not allowed("workflow.policy", who)
 
 
 @pytest.mark.parametrize("who", PERSONAS)
