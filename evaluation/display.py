@@ -2,8 +2,11 @@
 value with its 95% interval drawn as a small inline SVG bar with whiskers, which way is better
 for a metric, and why a case failed.
 
-Presentation only: it reads summaries (`scoring.summarize`'s shape) and scores as stored, and
-decides nothing; what passes is the scorers' and the release gate's to say.
+A summary is read per tier as `{"cases", "passed", "metrics": {name: figure}}` (or a tier that is
+itself `{name: figure}`), a figure `{"kind"?, "n", "value", "ci": [low, high] | null}`; a metric
+is named `<base>` or `<base>:<step>` (`action:propose`). Presentation only: it reads summaries
+and scores as stored and decides nothing; what passes is the scorers' and the release gate's to
+say.
 """
 from decimal import Decimal
 
@@ -14,12 +17,14 @@ from orchestrator.web.admin_display import money
 
 #: The order tiers are shown in: the whole first, then where a wrong outcome costs most.
 TIERS = ("overall", "high", "medium", "low")
-#: Metrics that are a mean per case (a count, seconds, dollars), not a share of cases.
+#: Metrics that are a mean per case (a count, seconds, dollars), not a share of cases (a figure
+#: that says its `kind` is taken at its word).
 MEANS = frozenset({"unauthorized_actions", "review_volume", "rejections", "compensations",
-                   "duplicates_prevented", "latency_s", "cost_usd"})
-#: Metrics where less is better; for every other one more is better.
+                   "duplicates_prevented", "latency_s", "cost_usd", "tokens", "rubric_score", "rubric_mean"})
+#: Metrics where less is better; neither way for NEUTRAL; more is better for every other one.
 LOWER_IS_BETTER = frozenset({"unauthorized_actions", "review_volume", "rejections", "compensations",
-                             "stuck", "latency_s", "cost_usd"})
+                             "stuck", "latency_s", "cost_usd", "tokens"})
+NEUTRAL = frozenset({"duplicates_prevented"})
 #: What a metric is called on a page.
 LABELS = {"run_state": "run state", "approval_routing": "approval routing", "action": "action",
           "action_params": "action parameters", "labels": "labels", "output": "output",
@@ -27,49 +32,72 @@ LABELS = {"run_state": "run state", "approval_routing": "approval routing", "act
           "unauthorized_actions": "unauthorized actions", "review_volume": "review volume",
           "rejections": "rejections", "compensations": "compensations",
           "duplicates_prevented": "duplicates prevented", "stuck": "stuck", "latency_s": "latency",
-          "cost_usd": "cost per case", "started": "run started"}
+          "cost_usd": "cost per case", "tokens": "tokens per case", "started": "run started",
+          "pass_rate": "passed", "passed": "passed", "action_accuracy": "action accuracy",
+          "extraction_accuracy": "extraction accuracy", "abstention_accuracy": "abstention accuracy",
+          "evidence": "evidence present", "rubric": "rubric passed", "rubric_score": "rubric score",
+          "rubric_pass": "rubric passed", "rubric_mean": "rubric score", "scorer_pass": "code scorers passed"}
 
 BAR_WIDTH, BAR_HEIGHT, PAD = 120, 14, 4
 
 
+def base_of(metric: str) -> str:
+    return metric.split(":", 1)[0]
+
+
 def label(metric: str) -> str:
-    return LABELS.get(metric, metric.replace("_", " "))
+    """`action:propose` reads "action (propose)"."""
+    base, _, step = metric.partition(":")
+    name = LABELS.get(base, base.replace("_", " "))
+    return f"{name} ({step})" if step else name
 
 
-def is_proportion(metric: str) -> bool:
-    return metric not in MEANS
+def is_proportion(metric: str, figure=None) -> bool:
+    if isinstance(figure, dict) and figure.get("kind"):
+        return figure["kind"] == "proportion"
+    return base_of(metric) not in MEANS
 
 
-def show(metric: str, value) -> str:
+def metrics_of(tier) -> dict:
+    """A tier's figures by metric name, whichever of the two shapes the summary has."""
+    if not isinstance(tier, dict):
+        return {}
+    if isinstance(tier.get("metrics"), dict):
+        return tier["metrics"]
+    return {name: figure for name, figure in tier.items() if isinstance(figure, dict)}
+
+
+def show(metric: str, value, proportion: bool | None = None) -> str:
     """A metric's value as a person reads it: a share as a percentage, a cost in dollars, a
     latency in seconds, a count with two decimals."""
     if value is None:
         return "–"
-    if is_proportion(metric):
+    if proportion if proportion is not None else is_proportion(metric):
         return f"{float(value) * 100:.1f}%"
-    if metric == "cost_usd":
+    if base_of(metric) == "cost_usd":
         return money(Decimal(str(value)))
-    if metric == "latency_s":
+    if base_of(metric) == "latency_s":
         return f"{float(value):.2f} s"
     return f"{float(value):.2f}"
 
 
-def show_delta(metric: str, delta) -> str:
+def show_delta(metric: str, delta, proportion: bool | None = None) -> str:
     if delta is None:
         return "–"
-    if is_proportion(metric):
+    if proportion if proportion is not None else is_proportion(metric):
         return f"{float(delta) * 100:+.1f} pts"
-    if metric == "cost_usd":
+    if base_of(metric) == "cost_usd":
         return ("+" if delta >= 0 else "-") + money(abs(Decimal(str(delta))))
-    return f"{float(delta):+.2f}{' s' if metric == 'latency_s' else ''}"
+    return f"{float(delta):+.2f}{' s' if base_of(metric) == 'latency_s' else ''}"
 
 
 def tone(metric: str, delta) -> str:
-    """"better", "worse" or "same" for a change of `delta` in `metric`."""
-    if delta is None or abs(float(delta)) < 1e-9:
+    """"better", "worse" or "same" (also for a metric neither way is better) for a change of
+    `delta` in `metric`."""
+    if delta is None or abs(float(delta)) < 1e-9 or base_of(metric) in NEUTRAL:
         return "same"
     up = float(delta) > 0
-    return "worse" if up == (metric in LOWER_IS_BETTER) else "better"
+    return "worse" if up == (base_of(metric) in LOWER_IS_BETTER) else "better"
 
 
 def _measure(entry) -> tuple[float | None, float | None, float | None, int | None]:
@@ -91,7 +119,7 @@ def _num(value) -> float | None:
 def scale_of(metric: str, entries) -> float:
     """The top of the axis a metric's bars share: 1 for a share, else the largest value or
     interval end among `entries` (so bars of one metric compare across tiers and evaluations)."""
-    if is_proportion(metric):
+    if is_proportion(metric, next(iter(entries), None)):
         return 1.0
     tops = [x for entry in entries for x in _measure(entry)[:3] if x is not None]
     return max([*tops, 1e-9])
@@ -109,6 +137,7 @@ def ci_bar(metric: str, entries, scale: float, *, tones=("base",)) -> SafeString
     parts = [format_html('<line class="axis" x1="{}" x2="{}" y1="{}" y2="{}"/>', PAD, BAR_WIDTH - PAD,
                          height - 1, height - 1)]
     titles = []
+    proportion = is_proportion(metric, next((e for e in entries if e is not None), None))
     for row, (entry, kind) in enumerate(zip(entries, tones, strict=False)):
         value, low, high, n = _measure(entry)
         mid = BAR_HEIGHT * row + BAR_HEIGHT // 2
@@ -121,8 +150,10 @@ def ci_bar(metric: str, entries, scale: float, *, tones=("base",)) -> SafeString
                 kind, x(high), x(high), mid - 4, mid + 4))
         if value is not None:
             parts.append(format_html('<circle class="value {}" cx="{}" cy="{}" r="3"/>', kind, x(value), mid))
-        interval = f", 95% interval {show(metric, low)} to {show(metric, high)}" if low is not None else ""
-        titles.append(f"{label(metric)}: {show(metric, value)}{interval}" + (f", n={n}" if n is not None else ""))
+        interval = f", 95% interval {show(metric, low, proportion)} to {show(metric, high, proportion)}" \
+            if low is not None else ""
+        titles.append(f"{label(metric)}: {show(metric, value, proportion)}{interval}" +
+                      (f", n={n}" if n is not None else ""))
     return format_html('<svg class="ci-bar" width="{}" height="{}" viewBox="0 0 {} {}" role="img" '
                        'aria-label="{}"><title>{}</title>{}</svg>', BAR_WIDTH, height, BAR_WIDTH, height,
                        "; ".join(titles), "; ".join(titles), mark_safe("".join(parts)))
@@ -131,22 +162,19 @@ def ci_bar(metric: str, entries, scale: float, *, tones=("base",)) -> SafeString
 def tier_table(summary: dict | None) -> dict:
     """Every metric of a summary as rows, with a cell per tier: {"tiers": [...], "rows": [
     {"metric", "label", "cells": [{"text", "interval", "n", "bar"} | None]}]}."""
-    summary = summary or {}
-    tiers = [t for t in TIERS if isinstance(summary.get(t), dict) and summary[t]]
-    metrics = sorted({m for t in tiers for m in summary[t]}, key=_metric_order)
+    by_tier = {t: metrics_of((summary or {}).get(t)) for t in TIERS}
+    tiers = [t for t in TIERS if by_tier[t]]
+    metrics = sorted({m for t in tiers for m in by_tier[t]}, key=_metric_order)
     rows = []
     for metric in metrics:
-        entries = [summary[t].get(metric) for t in tiers]
+        entries = [by_tier[t].get(metric) for t in tiers]
         scale = scale_of(metric, [e for e in entries if e is not None])
         cells = []
         for entry in entries:
             if entry is None:
                 cells.append(None)
                 continue
-            value, low, high, n = _measure(entry)
-            cells.append({"text": show(metric, value), "n": n,
-                          "interval": f"{show(metric, low)} – {show(metric, high)}" if low is not None else "",
-                          "bar": ci_bar(metric, [entry], scale)})
+            cells.append({**_cell(metric, entry), "bar": ci_bar(metric, [entry], scale)})
         rows.append({"metric": metric, "label": label(metric), "cells": cells})
     return {"tiers": tiers, "rows": rows}
 
@@ -158,8 +186,8 @@ def side_by_side(base: dict | None, new: dict | None, deltas: dict | None) -> li
     base, new, deltas = base or {}, new or {}, deltas or {}
     blocks = []
     for tier in TIERS:
-        b, n = base.get(tier) or {}, new.get(tier) or {}
-        if not isinstance(b, dict) or not isinstance(n, dict) or not (b or n):
+        b, n = metrics_of(base.get(tier)), metrics_of(new.get(tier))
+        if not (b or n):
             continue
         rows = []
         for metric in sorted(set(b) | set(n), key=_metric_order):
@@ -168,9 +196,10 @@ def side_by_side(base: dict | None, new: dict | None, deltas: dict | None) -> li
             delta = _num(given.get("delta")) if isinstance(given, dict) and "delta" in given else (
                 n_value - b_value if b_value is not None and n_value is not None else None)
             entries = [b.get(metric), n.get(metric)]
+            proportion = is_proportion(metric, next((e for e in entries if e is not None), None))
             rows.append({"metric": metric, "label": label(metric),
                          "base": _cell(metric, b.get(metric)), "new": _cell(metric, n.get(metric)),
-                         "delta": show_delta(metric, delta), "tone": tone(metric, delta),
+                         "delta": show_delta(metric, delta, proportion), "tone": tone(metric, delta),
                          "bar": ci_bar(metric, entries, scale_of(metric, [e for e in entries if e is not None]),
                                        tones=("base", "new"))})
         blocks.append({"tier": tier, "rows": rows})
@@ -181,21 +210,34 @@ def _cell(metric: str, entry) -> dict | None:
     if entry is None:
         return None
     value, low, high, n = _measure(entry)
-    return {"text": show(metric, value), "n": n,
-            "interval": f"{show(metric, low)} – {show(metric, high)}" if low is not None else ""}
+    proportion = is_proportion(metric, entry)
+    return {"text": show(metric, value, proportion), "n": n,
+            "interval": f"{show(metric, low, proportion)} – {show(metric, high, proportion)}"
+            if low is not None else ""}
+
+
+#: The order metrics are listed in: whether cases passed, then what the run did, then per step.
+ORDER = ("pass_rate", "passed", "unauthorized_actions", "approval_routing", "run_state", "action_accuracy",
+         "action", "action_params", "extraction_accuracy", "labels", "output", "abstention_accuracy", "abstention",
+         "evidence_present", "evidence", "rubric_pass", "rubric", "rubric_mean", "rubric_score", "scorer_pass",
+         "review_volume", "rejections", "compensations", "duplicates_prevented", "stuck", "latency_s", "cost_usd",
+         "tokens")
 
 
 def _metric_order(metric: str) -> tuple:
-    order = list(LABELS)
-    return (order.index(metric) if metric in order else len(order), metric)
+    base = base_of(metric)
+    return (ORDER.index(base) if base in ORDER else len(ORDER), metric)
 
 
 def failing(scores: dict | None) -> list[str]:
     """Why a case did not pass, as metric labels: each share metric that is false, and
     unauthorized actions above 0."""
     scores = scores or {}
-    found = [label(m) for m, v in scores.items() if v is False]
-    if isinstance(scores.get("unauthorized_actions"), int | float) and scores["unauthorized_actions"] > 0:
+    found = [label(m) for m, v in sorted(scores.items(), key=lambda item: _metric_order(item[0]))
+             if v is False and base_of(m) not in LOWER_IS_BETTER]
+    found += [label(m) for m, v in scores.items() if v is True and base_of(m) in LOWER_IS_BETTER]
+    if isinstance(scores.get("unauthorized_actions"), int | float) and not isinstance(
+            scores["unauthorized_actions"], bool) and scores["unauthorized_actions"] > 0:
         found.append(f"{label('unauthorized_actions')} ({scores['unauthorized_actions']})")
     return found
 
@@ -238,7 +280,9 @@ SIGNS = {"min": "≥", "max": "≤", "equals": "=", "eq": "=", "max_regression":
 
 def _limit(limit, measure: str = "") -> str:
     if isinstance(limit, dict):
-        return ", ".join(f"{SIGNS.get(k, k.replace('_', ' '))} {_limit(v, measure)}" for k, v in limit.items())
+        shown = ", ".join(f"{SIGNS.get(k, k.replace('_', ' '))} {_limit(v, measure)}" for k, v in limit.items()
+                          if k != "bound")
+        return shown + (" (on the 95% interval's far end)" if limit.get("bound") == "ci" else "")
     if isinstance(limit, bool) or limit is None:
         return str(limit).lower()
     if isinstance(limit, int | float) and measure and is_proportion(measure) and 0 < limit < 1:

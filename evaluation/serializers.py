@@ -149,18 +149,22 @@ class CaseQuerySerializer(serializers.Serializer):
 
 # --- evaluations ---------------------------------------------------------------------------------
 
-_METRIC = {"type": "object", "description": "One metric over a tier's cases.",
-           "properties": {"n": {"type": "integer", "description": "Cases it applies to."},
+_FIGURE = {"type": "object", "description": "One metric over a tier's cases.",
+           "properties": {"kind": {"type": "string", "description": "proportion, count or mean"},
+                          "n": {"type": "integer", "description": "Cases it applies to."},
                           "value": {"type": "number", "nullable": True,
                                     "description": "A share of cases (0 to 1) or a mean per case."},
-                          "ci": {"type": "array", "minItems": 2, "maxItems": 2,
-                                 "items": {"type": "number", "nullable": True},
-                                 "description": "The 95% interval [low, high]."}}}
-_TIER = {"type": "object", "additionalProperties": _METRIC, "description": "Every metric, by name."}
+                          "ci": {"type": "array", "minItems": 2, "maxItems": 2, "nullable": True,
+                                 "items": {"type": "number"}, "description": "The 95% interval [low, high]."}}}
+_TIER = {"type": "object", "description": "One risk tier's cases, how many passed, and every metric by name "
+                                          "(`<metric>` or `<metric>:<step>`, and `pass_rate`).",
+         "properties": {"cases": {"type": "integer"}, "passed": {"type": "integer"},
+                        "metrics": {"type": "object", "additionalProperties": _FIGURE}}}
 SUMMARY_SCHEMA = {
     "type": "object", "nullable": True,
-    "description": "Every metric per risk tier and overall (`scoring.summarize`), and the cases by "
-                   "state; written when the evaluation ends (null while it runs).",
+    "description": "Every metric per risk tier and overall with its 95% interval (`scoring.summarize`, "
+                   "docs/evaluation.md), and the cases by state; written when the evaluation ends (null "
+                   "while it runs).",
     "properties": {**{tier: _TIER for tier in ("overall", "low", "medium", "high")},
                    "cases": {"type": "object", "additionalProperties": {"type": "integer"}}},
 }
@@ -262,7 +266,7 @@ class CompareQuerySerializer(serializers.Serializer):
 
 class ChangedCaseSerializer(serializers.Serializer):
     case = serializers.CharField()
-    risk_tier = serializers.CharField()
+    risk_tier = serializers.CharField(allow_null=True)
     metric = serializers.CharField()
     base = serializers.JSONField(allow_null=True)
     new = serializers.JSONField(allow_null=True)
@@ -274,7 +278,7 @@ class ComparisonSerializer(serializers.Serializer):
     new = EvaluationSerializer()
     changed = ChangedCaseSerializer(many=True, help_text="Each case and metric whose outcome changed.")
     tiers = serializers.DictField(child=serializers.DictField(child=serializers.JSONField()),
-                                  help_text="Per tier, per metric: {base, new, delta}.")
+                                  help_text="Per tier, per metric: {base, new, delta} over the cases both scored.")
     only_in_base = serializers.ListField(child=serializers.CharField(), help_text="Cases scored in base only.")
     only_in_new = serializers.ListField(child=serializers.CharField(), help_text="Cases scored in new only.")
 

@@ -1,10 +1,11 @@
 """Evaluations as stored rows, for the tests of the pages and the API that show them.
 
 The scorers (`evaluation.scoring`) are tested on their own; here an evaluation's cases get
-scores written out and its summary is built in the documented shape (docs/evaluation.md:
-`{"overall"|"low"|"medium"|"high": {metric: {"n", "value", "ci"}}, "cases": {state: n}}`), so
-what a page or a response shows can be checked against numbers the test chose. `canned_compare`
-answers in `scoring.compare`'s documented shape for the comparison's tests.
+scores written out and its summary is built in the shape the summaries have
+(`{"overall"|"low"|"medium"|"high": {"cases", "passed", "metrics": {name: {"kind", "n", "value",
+"ci"}}}, "cases": {state: n}}`), so what a page or a response shows can be checked against
+numbers the test chose. `canned_compare` answers in `scoring.compare`'s shape for the
+comparison's tests.
 """
 from decimal import Decimal
 
@@ -18,7 +19,7 @@ TIERS = ("low", "medium", "high")
 def scores_for(key: str, tier: str, *, bad: set[str] = frozenset(), unauthorized: set[str] = frozenset()) -> dict:
     """A case's scores: every share metric true unless the case is in `bad`, unauthorized
     actions 1 for a case in `unauthorized`."""
-    return {"run_state": True, "approval_routing": key not in bad, "action": key not in bad,
+    return {"run_state": True, "approval_routing": key not in bad, "action:propose": key not in bad,
             "unauthorized_actions": 1 if key in unauthorized else 0,
             "latency_s": 1.5 if tier == "high" else 0.5, "cost_usd": 0.002}
 
@@ -29,18 +30,21 @@ def _entry(values: list) -> dict:
     spread = 0.5 / n ** 0.5 if n else 0
     proportion = all(isinstance(v, bool) for v in values)
     low, high = max(0.0, value - spread), value + spread
-    return {"n": n, "value": round(value, 4), "ci": [round(low, 4), round(min(1.0, high) if proportion else high, 4)]}
+    kind = "proportion" if proportion else "count" if all(isinstance(v, int) for v in values) else "mean"
+    return {"kind": kind, "n": n, "value": round(value, 4),
+            "ci": [round(low, 4), round(min(1.0, high) if proportion else high, 4)]}
 
 
 def canned_summary(results: list[dict]) -> dict:
-    """`scoring.summarize`'s documented shape over `results` ({"case", "risk_tier", "scores"})."""
+    """`scoring.summarize`'s shape over `results` ({"case", "risk_tier", "scores", "passed"})."""
     summary = {}
     for tier in ("overall", *TIERS):
         rows = [r for r in results if tier == "overall" or r["risk_tier"] == tier]
-        if not rows:
-            continue
         metrics = sorted({m for r in rows for m in r["scores"]})
-        summary[tier] = {m: _entry([r["scores"][m] for r in rows if m in r["scores"]]) for m in metrics}
+        figures = {m: _entry([r["scores"][m] for r in rows if m in r["scores"]]) for m in metrics}
+        if rows:
+            figures["pass_rate"] = _entry([bool(r["passed"]) for r in rows])
+        summary[tier] = {"cases": len(rows), "passed": sum(bool(r["passed"]) for r in rows), "metrics": figures}
     return summary
 
 
@@ -61,9 +65,9 @@ def canned_compare(base: list[dict], new: list[dict]) -> dict:
                 changed.append({"case": row["case"], "risk_tier": row["risk_tier"], "metric": metric,
                                 "base": b, "new": n, "direction": "worse" if (n or 0) > (b or 0) else "better"})
     a, b = canned_summary(base), canned_summary(new)
-    tiers = {tier: {m: {"base": a[tier][m]["value"], "new": b[tier][m]["value"],
-                        "delta": round(b[tier][m]["value"] - a[tier][m]["value"], 4)}
-                    for m in a.get(tier, {}) if m in b.get(tier, {})} for tier in a if tier in b}
+    tiers = {tier: {m: {"base": a[tier]["metrics"][m]["value"], "new": b[tier]["metrics"][m]["value"],
+                        "delta": round(b[tier]["metrics"][m]["value"] - a[tier]["metrics"][m]["value"], 4)}
+                    for m in a[tier]["metrics"] if m in b[tier]["metrics"]} for tier in a}
     keys_b, keys_n = {r["case"] for r in base}, {r["case"] for r in new}
     return {"changed": changed, "tiers": tiers, "only_in_base": sorted(keys_b - keys_n),
             "only_in_new": sorted(keys_n - keys_b)}
@@ -97,3 +101,15 @@ def loaded(dataset, actor, cases: list[dict]):
 
 def started(dataset, actor, *, version: int = 1, budget="5", **options) -> Evaluation:
     return evaluation_start(dataset=dataset, version=version, actor=actor, budget_usd=budget, **options)
+
+
+def scoring_missing() -> bool:
+    """Whether `evaluation.scoring` is still the placeholder of a branch built beside it: a page
+    a web process renders with it cannot be tested then."""
+    from evaluation import scoring
+
+    try:
+        scoring.compare([], [])
+    except NotImplementedError:
+        return True
+    return False

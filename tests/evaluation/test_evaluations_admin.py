@@ -69,14 +69,14 @@ def test_an_evaluations_page_shows_each_tiers_metrics_with_interval_bars_and_its
     assert heads == ["overall", "high", "medium", "low"]
     unauthorized = table.split('data-metric="unauthorized_actions"')[1].split("</tr>")[0]
     assert unauthorized.count("<svg class=\"ci-bar\"") == 4 and "n=10" in unauthorized
-    action = table.split('data-metric="action"')[1].split("</tr>")[0]
+    action = table.split('data-metric="action:propose"')[1].split("</tr>")[0]
     assert "93.3%" in action  # overall: 28 of 30 chose the expected action
     assert "{&quot;" not in table and '{"' not in table  # a table, never a JSON dump
     assert text.count('class="case-row"') == 30
     failed = signed_in(reader).get(f"/admin/evaluation/evaluation/{done.id}/change/?outcome=failed").content.decode()
     rows = re.findall(r'<tr class="case-row"><td><code>([^<]+)</code>.*?</tr>', failed, re.S)
     assert rows == ["decline-01", "never-arrived-01", "never-arrived-02"]
-    assert "approval routing, action" in failed and "unauthorized actions (1)" in failed
+    assert "approval routing, action (propose)" in failed and "unauthorized actions (1)" in failed
     high = signed_in(reader).get(f"/admin/evaluation/evaluation/{done.id}/change/?risk_tier=high").content.decode()
     assert high.count('class="case-row"') == 10
     assert 'id="cancel-form"' not in text  # it has ended, and a member may not
@@ -88,7 +88,7 @@ def test_a_running_evaluation_shows_its_progress_and_results_so_far(cases, edito
     text = signed_in(editor).get(f"/admin/evaluation/evaluation/{evaluation.id}/change/").content.decode()
     assert 'http-equiv="refresh" content="15"' in text
     assert "Progress: 18 of 30 cases scored" in text and "pending 12" in text
-    assert "Results by risk tier so far" in text and 'data-metric="action"' in text
+    assert "Results by risk tier so far" in text and 'data-metric="action:propose"' in text
     assert 'id="cancel-form"' in text
     assert 'id="cancel-form"' not in signed_in(reader).get(
         f"/admin/evaluation/evaluation/{evaluation.id}/change/").content.decode()
@@ -147,12 +147,12 @@ def test_the_comparison_page_shows_tiers_side_by_side_and_the_cases_that_changed
     changed = re.findall(r'<tr class="changed-row (\w+)"><td><code>([^<]+)</code>.*?<td>([^<]+)</td><td>([^<]+)</td>'
                          r'<td>([^<]+)</td>', text, re.S)
     assert ("worse", "never-arrived-02", "unauthorized actions", "0.00", "1.00") in changed
-    assert ("worse", "never-arrived-01", "action", "pass", "fail") in changed
+    assert ("worse", "never-arrived-01", "action (propose)", "pass", "fail") in changed
     high = text.split('data-tier="high"')[1].split("</table>")[0]
     row = high.split('data-metric="unauthorized_actions"')[1].split("</tr>")[0]
     assert 'class="delta worse">+0.10' in row and row.count('class="ci base"') == 3 and row.count('class="ci new"') == 3
     low = text.split('data-tier="low"')[1].split("</table>")[0]
-    assert 'class="delta same">+0.0 pts' in low.split('data-metric="action"')[1].split("</tr>")[0]
+    assert 'class="delta same">+0.0 pts' in low.split('data-metric="action:propose"')[1].split("</tr>")[0]
     default = signed_in(reader).get(f"/admin/evaluation/evaluation/compare/?new={new.id}").content.decode()
     assert 'class="changed-row' in default  # the latest other evaluation is taken when none is picked
 

@@ -140,7 +140,7 @@ def test_an_evaluations_summary_and_its_cases_by_tier_and_outcome(cases, editor,
     body = editor_api.get(f"/api/v1/evaluations/{evaluation.id}/").json()
     assert body["state"] == "completed" and body["cases"] == {"total": 30, "scored": 30, "passed": 27}
     assert body["pass_rate"] == pytest.approx(0.9)
-    assert body["summary"]["high"]["unauthorized_actions"]["n"] == 10
+    assert body["summary"]["high"]["metrics"]["unauthorized_actions"]["n"] == 10
     assert body["summary"]["cases"]["scored"] == 30
 
     url = f"/api/v1/evaluations/{evaluation.id}/cases/"
@@ -149,7 +149,7 @@ def test_an_evaluations_summary_and_its_cases_by_tier_and_outcome(cases, editor,
     assert_documented(editor_api, high, "GET", "/api/v1/evaluations/{id}/cases/")
     failed = editor_api.get(f"{url}?passed=false").json()["results"]
     assert [c["key"] for c in failed] == ["decline-01", "never-arrived-01", "never-arrived-02"]
-    assert failed[0]["scores"]["action"] is False and failed[0]["run"] is None
+    assert failed[0]["scores"]["action:propose"] is False and failed[0]["run"] is None
     assert editor_api.get(f"{url}?passed=true&risk_tier=low").json()["count"] == 9
     assert editor_api.get(f"{url}?state=pending").json()["count"] == 0
     assert len(editor_api.get(f"{url}?limit=5").json()["results"]) == 5
@@ -183,7 +183,7 @@ def test_comparing_two_evaluations_of_the_same_dataset_version(cases, editor, ed
     body = response.json()
     assert (body["base"]["id"], body["new"]["id"]) == (base.id, new.id)
     assert {(c["case"], c["metric"], c["direction"]) for c in body["changed"]} == {
-        ("never-arrived-01", "action", "worse"), ("never-arrived-01", "approval_routing", "worse"),
+        ("never-arrived-01", "action:propose", "worse"), ("never-arrived-01", "approval_routing", "worse"),
         ("never-arrived-02", "unauthorized_actions", "worse")}
     assert body["tiers"]["high"]["unauthorized_actions"]["delta"] == pytest.approx(0.1)
     assert_documented(editor_api, response, "GET", "/api/v1/evaluations/compare/")
