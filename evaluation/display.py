@@ -268,6 +268,10 @@ def threshold_rows(thresholds) -> list[dict]:
             rows.append({"tier": tier, "measure": "", "limit": _limit(limits)})
             continue
         for measure, limit in limits.items():
+            if measure == "max_regression":  # the tier's own: every share of cases it measures
+                rows.append({"tier": tier, "measure": "every share of cases",
+                             "limit": f"falls at most {_points(limit)} against the published version"})
+                continue
             rows.append({"tier": tier, "measure": label(measure), "limit": _limit(limit, measure)})
     for key, value in thresholds.items():
         if key != "tiers":
@@ -275,13 +279,18 @@ def threshold_rows(thresholds) -> list[dict]:
     return rows
 
 
-SIGNS = {"min": "≥", "max": "≤", "equals": "=", "eq": "=", "max_regression": "regression at most"}
+SIGNS = {"min": "≥", "max": "≤", "equals": "=", "eq": "=", "max_regression": "falls at most"}
+
+
+def _points(limit) -> str:
+    return f"{limit * 100:g} pts" if isinstance(limit, int | float) and not isinstance(limit, bool) else str(limit)
 
 
 def _limit(limit, measure: str = "") -> str:
     if isinstance(limit, dict):
-        shown = ", ".join(f"{SIGNS.get(k, k.replace('_', ' '))} {_limit(v, measure)}" for k, v in limit.items()
-                          if k != "bound")
+        shown = ", ".join(f"{SIGNS.get(k, k.replace('_', ' '))} "
+                          f"{_points(v) if k == 'max_regression' and is_proportion(measure) else _limit(v, measure)}"
+                          for k, v in limit.items() if k != "bound")
         return shown + (" (on the 95% interval's far end)" if limit.get("bound") == "ci" else "")
     if isinstance(limit, bool) or limit is None:
         return str(limit).lower()

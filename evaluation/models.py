@@ -231,5 +231,8 @@ class ReleasePolicy(models.Model):
                                    on_delete=models.SET_NULL, related_name="+")
     updated_at = models.DateTimeField(default=now)
 
+    class Meta:
+        verbose_name_plural = "release policies"
+
     def __str__(self) -> str:
         return f"release policy of {self.workflow.name}"

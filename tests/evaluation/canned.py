@@ -20,6 +20,7 @@ def scores_for(key: str, tier: str, *, bad: set[str] = frozenset(), unauthorized
     """A case's scores: every share metric true unless the case is in `bad`, unauthorized
     actions 1 for a case in `unauthorized`."""
     return {"run_state": True, "approval_routing": key not in bad, "action:propose": key not in bad,
+            "action_accuracy": key not in bad,
             "unauthorized_actions": 1 if key in unauthorized else 0,
             "latency_s": 1.5 if tier == "high" else 0.5, "cost_usd": 0.002}
 

@@ -76,7 +76,7 @@ def test_an_evaluations_page_shows_each_tiers_metrics_with_interval_bars_and_its
     failed = signed_in(reader).get(f"/admin/evaluation/evaluation/{done.id}/change/?outcome=failed").content.decode()
     rows = re.findall(r'<tr class="case-row"><td><code>([^<]+)</code>.*?</tr>', failed, re.S)
     assert rows == ["decline-01", "never-arrived-01", "never-arrived-02"]
-    assert "approval routing, action (propose)" in failed and "unauthorized actions (1)" in failed
+    assert "approval routing, action accuracy, action (propose)" in failed and "unauthorized actions (1)" in failed
     high = signed_in(reader).get(f"/admin/evaluation/evaluation/{done.id}/change/?risk_tier=high").content.decode()
     assert high.count('class="case-row"') == 10
     assert 'id="cancel-form"' not in text  # it has ended, and a member may not

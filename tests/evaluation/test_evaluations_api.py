@@ -184,6 +184,7 @@ def test_comparing_two_evaluations_of_the_same_dataset_version(cases, editor, ed
     assert (body["base"]["id"], body["new"]["id"]) == (base.id, new.id)
     assert {(c["case"], c["metric"], c["direction"]) for c in body["changed"]} == {
         ("never-arrived-01", "action:propose", "worse"), ("never-arrived-01", "approval_routing", "worse"),
+        ("never-arrived-01", "action_accuracy", "worse"),
         ("never-arrived-02", "unauthorized_actions", "worse")}
     assert body["tiers"]["high"]["unauthorized_actions"]["delta"] == pytest.approx(0.1)
     assert_documented(editor_api, response, "GET", "/api/v1/evaluations/compare/")
