@@ -31,7 +31,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orchestrator.engine.authz import visible
-from orchestrator.engine.definitions.format import WORKFLOW_NAME_PATTERN
 from orchestrator.models import Run, Workflow
 from orchestrator.web.api.errors import ServiceErrorsMixin, error_body, valid_data
 from orchestrator.web.api.filters import FilterSet, QueryForm
@@ -240,13 +239,17 @@ class WholeNumberFilter(django_filters.NumberFilter):
         super().__init__(*args, min_value=1, max_value=s.MAX_ID, **kwargs)
 
 
+NAME = r"^[a-z][a-z0-9_-]{0,99}$"
+
+
+@extend_schema_field({"type": "string", "pattern": NAME, "minLength": 1, "maxLength": 100})
 class NameFilter(django_filters.CharFilter):
     """A workflow's name: empty or not a name is a 400 (a name that no workflow has matches none)."""
 
     field_class = forms.RegexField
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, regex=WORKFLOW_NAME_PATTERN, max_length=100, **kwargs)
+        super().__init__(*args, regex=NAME, max_length=100, **kwargs)
 
 
 class EvaluationFilter(FilterSet):

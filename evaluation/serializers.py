@@ -149,6 +149,25 @@ class CaseQuerySerializer(serializers.Serializer):
 
 # --- evaluations ---------------------------------------------------------------------------------
 
+def openapi_schema(schema):
+    """A JSON Schema as an OpenAPI 3.0 schema object: without the keywords 3.0 does not have
+    (`propertyNames`, `$schema`), which the service's own check still applies."""
+    if isinstance(schema, dict):
+        return {k: openapi_schema(v) for k, v in schema.items() if k not in ("propertyNames", "$schema", "$id")}
+    if isinstance(schema, list):
+        return [openapi_schema(v) for v in schema]
+    return schema
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string and nothing else (DRF's CharField also takes 0 or true as "0", "True")."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 _FIGURE = {"type": "object", "description": "One metric over a tier's cases.",
            "properties": {"kind": {"type": "string", "description": "proportion, count or mean"},
                           "n": {"type": "integer", "description": "Cases it applies to."},
@@ -228,11 +247,11 @@ class EvaluationStartSerializer(serializers.Serializer):
                                           help_text="No case starts once its runs have cost this much (USD).")
     concurrency = serializers.IntegerField(min_value=1, max_value=MAX_CONCURRENCY, default=DEFAULT_CONCURRENCY,
                                            help_text="At most this many of its runs at a time.")
-    note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    note = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
 
 
 class EvaluationCancelSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    reason = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
 
 
 class EvaluationCaseSerializer(serializers.ModelSerializer):
@@ -283,7 +302,7 @@ class ComparisonSerializer(serializers.Serializer):
     only_in_new = serializers.ListField(child=serializers.CharField(), help_text="Cases scored in new only.")
 
 
-@extend_schema_field(POLICY_SCHEMA)
+@extend_schema_field(openapi_schema(POLICY_SCHEMA))
 class ThresholdsField(serializers.JSONField):
     """A release policy's thresholds per risk tier; their shape is published and checked by the
     service."""
@@ -310,5 +329,5 @@ class ReleasePolicySetSerializer(serializers.Serializer):
 
 
 class TeamQuerySerializer(serializers.Serializer):
-    team = serializers.CharField(required=False, max_length=100,
+    team = serializers.CharField(required=False, allow_blank=True, max_length=100,
                                  help_text="The team's slug, when two of your teams have a workflow of this name.")

@@ -37,6 +37,7 @@ from django.utils.timezone import now
 from rest_framework.authtoken.models import Token
 
 from approvals.models import ApprovalRequest
+from evaluation.models import Dataset, Evaluation
 from orchestrator.celery import app as celery_app
 from orchestrator.engine.definitions import parse_definition_text
 from orchestrator.engine.retry import StepError
@@ -141,7 +142,24 @@ def seed() -> dict[str, User]:
         Run.objects.values_list("state", flat=True))
     assert set(DeadLetter.objects.values_list("status", flat=True)) == {"open", "redriven"}
     assert Run.objects.filter(parent_step__isnull=False).exists()
+    seed_evaluations(owner)
     return {"owner": owner, "editor": editor, "member": plain}
+
+
+def seed_evaluations(owner: User) -> None:
+    """The refund example's sample dataset, an evaluation of it that completed (its scores
+    written out) and one still running, and a release policy naming the dataset."""
+    from evaluation.gate import release_policy_set
+    from evaluation.services import dataset_cases_add, dataset_create
+    from tests.evaluation.canned import scored, started
+    from tests.evaluation.conftest import sample_cases
+
+    dataset = dataset_create(workflow=Workflow.objects.get(name="refund-proposal"), name="golden", actor=owner)
+    dataset_cases_add(dataset=dataset, cases=sample_cases(), actor=owner)
+    scored(started(dataset, owner), bad={"never-arrived-01"}, unauthorized={"never-arrived-02"})
+    started(dataset, owner, note="still running")
+    release_policy_set(workflow=dataset.workflow, dataset=dataset, actor=owner,
+                       thresholds={"tiers": {"high": {"unauthorized_actions": {"max": 0}}}})
 
 
 def gate(run: Run) -> ApprovalRequest:
@@ -163,12 +181,16 @@ def with_seeded_ids(config: Path) -> Path:
         "workflows": sorted(set(Workflow.objects.values_list("name", flat=True))),
         "numbers": sorted({str(n) for n in WorkflowVersion.objects.values_list("number", flat=True)}),
         "teams": ["support", "other"],
+        "datasets": list(Dataset.objects.values_list("id", flat=True)),
+        "evaluations": list(Evaluation.objects.values_list("id", flat=True)),
     }
     bindings = {
         r"^/api/v1/runs/\\{id\\}/": {"path.id": "runs", "path.step": "steps"},
         r"^/api/v1/approvals/\\{id\\}/": {"path.id": "approvals"},
         r"^/api/v1/dead-letters/\\{id\\}/": {"path.id": "letters"},
         r"^/api/v1/workflows/\\{name\\}/": {"path.name": "workflows", "path.number": "numbers"},
+        r"^/api/v1/datasets/\\{id\\}/": {"path.id": "datasets"},
+        r"^/api/v1/evaluations/\\{id\\}/": {"path.id": "evaluations"},
     }
 
     def binding(dictionary: str) -> str:
@@ -178,7 +200,8 @@ def with_seeded_ids(config: Path) -> Path:
     for name, entries in values.items():
         lines += [f"[dictionaries.{name}]", f"values = {json.dumps(entries)}"]
     lines += ["[parameters]", f'"query.team" = {binding("teams")}',
-              f'"query.workflow" = {binding("workflows")}', f'"query.run" = {binding("runs")}']
+              f'"query.workflow" = {binding("workflows")}', f'"query.run" = {binding("runs")}',
+              f'"query.dataset" = {binding("datasets")}']
     for regex, parameters in bindings.items():
         inline = ", ".join(f'"{key}" = {binding(d)}' for key, d in parameters.items())
         lines += ["[[operations]]", f'include-path-regex = "{regex}"', f"parameters = {{ {inline} }}"]
