@@ -285,8 +285,9 @@ def _evaluation_row(evaluation: Evaluation) -> dict:
 
 @admin.register(Evaluation)
 class EvaluationAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["__str__", "workflow_name", "version_number", "dataset_at", "state_column", "progress",
+    list_display = ["name", "workflow_name", "version_number", "dataset_at", "state_column", "progress",
                     "pass_rate_column", "cost", "created_at"]
+    list_display_links = ["name"]
     list_filter = ["state", "team", "workflow__name"]
     search_fields = ["workflow__name", "dataset_version__dataset__name", "note"]
 
@@ -300,6 +301,10 @@ class EvaluationAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin
 
     def get_queryset(self, request) -> QuerySet[Evaluation]:
         return evaluations_visible_to(request.user)
+
+    @admin.display(description="evaluation", ordering="id")
+    def name(self, evaluation: Evaluation) -> str:
+        return f"{evaluation.id} · {evaluation.note}" if evaluation.note else str(evaluation.id)
 
     @admin.display(description="workflow", ordering="workflow__name")
     def workflow_name(self, evaluation: Evaluation) -> str:

@@ -51,10 +51,10 @@ def done(cases, editor) -> Evaluation:
 
 def test_the_list_shows_ones_teams_evaluations_with_progress_pass_rate_and_cost(done, cases, editor, elsewhere):
     page = signed_in(editor).get("/admin/evaluation/evaluation/").content.decode()
-    assert f"evaluation {done.id} of refund-proposal v1" in page
-    assert "golden v2" in page and "30 / 30" in page and "90.0%" in page and "$0.06 / $5.00" in page
+    assert f'/admin/evaluation/evaluation/{done.id}/change/">{done.id} · baseline</a>' in page
+    assert "refund-proposal" in page and "v1" in page and "golden v2" in page and "30 / 30" in page and "90.0%" in page and "$0.06 / $5.00" in page
     page = signed_in(elsewhere).get("/admin/evaluation/evaluation/").content.decode()
-    assert f"evaluation {done.id} of" not in page
+    assert f"/admin/evaluation/evaluation/{done.id}/change/" not in page
     assert signed_in(elsewhere).get(f"/admin/evaluation/evaluation/{done.id}/change/").status_code == 404
 
 
