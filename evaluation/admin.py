@@ -275,9 +275,16 @@ def _evaluate_form(dataset: Dataset, versions: list, data=None) -> EvaluateForm:
                                  "dataset_version": cases[0][0] if cases else None})
 
 
+def cases_text(evaluation: Evaluation) -> str:
+    """What its cases are: a dataset version, or in shadow the live runs of the published version."""
+    if evaluation.dataset_version is None:
+        return f"shadow of v{evaluation.baseline.number}'s live runs" if evaluation.baseline else "shadow"
+    return f"{evaluation.dataset_version.dataset.name} v{evaluation.dataset_version.number}"
+
+
 def _evaluation_row(evaluation: Evaluation) -> dict:
     rate = pass_rate(evaluation)
-    return {"evaluation": evaluation, "state": state_badge(evaluation.state),
+    return {"evaluation": evaluation, "state": state_badge(evaluation.state), "cases_of": cases_text(evaluation),
             "progress": f"{evaluation.case_scored} / {evaluation.case_total}",
             "pass_rate": "–" if rate is None else f"{rate * 100:.1f}%",
             "cost": f"{money(evaluation.cost_usd)} / {money(evaluation.budget_usd)}"}
@@ -314,9 +321,9 @@ class EvaluationAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin
     def version_number(self, evaluation: Evaluation) -> str:
         return f"v{evaluation.version.number}"
 
-    @admin.display(description="dataset")
+    @admin.display(description="cases of")
     def dataset_at(self, evaluation: Evaluation) -> str:
-        return f"{evaluation.dataset_version.dataset.name} v{evaluation.dataset_version.number}"
+        return cases_text(evaluation)
 
     @admin.display(description="state", ordering="state")
     def state_column(self, evaluation: Evaluation) -> str:
@@ -388,7 +395,7 @@ class EvaluationAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin
         base_id = request.GET.get("base", "")
         base = self._evaluation(request, base_id) if base_id else (others[0] if others else None)
         problems = []
-        if base is not None and base.dataset_version_id != new.dataset_version_id:
+        if base is not None and (base.dataset_version_id is None or base.dataset_version_id != new.dataset_version_id):
             problems = [{"path": "base", "message": f"evaluation {base.id} ran another dataset version: compare "
                          "evaluations of the same dataset version"}]
             base = None

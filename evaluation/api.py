@@ -368,13 +368,19 @@ class EvaluationViewSet(ServiceErrorsMixin, mixins.ListModelMixin, viewsets.Gene
     def compare(self, request):
         query = _query(CompareQueryForm, request.query_params)
         base, new = self._visible(query["base"], "base"), self._visible(query["new"], "new")
-        if base.dataset_version_id != new.dataset_version_id:
+        if base.dataset_version_id is None or base.dataset_version_id != new.dataset_version_id:
             raise ValidationError(error_body(
-                f"evaluation {new.id} ran dataset '{new.dataset_version.dataset.name}' version "
-                f"{new.dataset_version.number}, evaluation {base.id} dataset '{base.dataset_version.dataset.name}' "
-                f"version {base.dataset_version.number}: compare evaluations of the same dataset version", "new"))
+                f"evaluations {base.id} and {new.id} did not run the same dataset version ({_cases(base)}; "
+                f"{_cases(new)}): compare evaluations of the same dataset version", "new"))
         result = comparison(base, new)
         return Response(s.ComparisonSerializer({**result, "base": base, "new": new}).data)
+
+
+def _cases(evaluation: Evaluation) -> str:
+    if evaluation.dataset_version is None:
+        return f"{evaluation.id} is a shadow of live runs"
+    return f"{evaluation.id} ran dataset '{evaluation.dataset_version.dataset.name}' version " \
+           f"{evaluation.dataset_version.number}"
 
 
 # --- a workflow's release policy -----------------------------------------------------------------

@@ -4,9 +4,9 @@ for a metric, and why a case failed.
 
 A summary is read per tier as `{"cases", "passed", "metrics": {name: figure}}` (or a tier that is
 itself `{name: figure}`), a figure `{"kind"?, "n", "value", "ci": [low, high] | null}`; a metric
-is named `<base>` or `<base>:<step>` (`action:propose`). Presentation only: it reads summaries
-and scores as stored and decides nothing; what passes is the scorers' and the release gate's to
-say.
+is named `<base>` or `<base>:<step>` (`action:propose`), and what it is (a share or a mean,
+which way is better) is `evaluation.metrics`'. Presentation only: it reads summaries and scores
+as stored and decides nothing; what passes is the scorers' and the release gate's to say.
 """
 from decimal import Decimal
 
@@ -15,16 +15,11 @@ from django.utils.safestring import SafeString, mark_safe
 
 from orchestrator.web.admin_display import money
 
+from .metrics import LOWER, NEUTRAL, PROPORTION, metric_of
+
 #: The order tiers are shown in: the whole first, then where a wrong outcome costs most.
 TIERS = ("overall", "high", "medium", "low")
-#: Metrics that are a mean per case (a count, seconds, dollars), not a share of cases (a figure
-#: that says its `kind` is taken at its word).
-MEANS = frozenset({"unauthorized_actions", "review_volume", "rejections", "compensations",
-                   "duplicates_prevented", "latency_s", "cost_usd", "tokens", "rubric_score", "rubric_mean"})
-#: Metrics where less is better; neither way for NEUTRAL; more is better for every other one.
-LOWER_IS_BETTER = frozenset({"unauthorized_actions", "review_volume", "rejections", "compensations",
-                             "stuck", "latency_s", "cost_usd", "tokens"})
-NEUTRAL = frozenset({"duplicates_prevented"})
+
 #: What a metric is called on a page.
 LABELS = {"run_state": "run state", "approval_routing": "approval routing", "action": "action",
           "action_params": "action parameters", "labels": "labels", "output": "output",
@@ -53,9 +48,14 @@ def label(metric: str) -> str:
 
 
 def is_proportion(metric: str, figure=None) -> bool:
+    """A share of cases (else a count or a mean): as the figure says, else as `metrics` knows it."""
     if isinstance(figure, dict) and figure.get("kind"):
-        return figure["kind"] == "proportion"
-    return base_of(metric) not in MEANS
+        return figure["kind"] == PROPORTION
+    return metric_of(metric).kind == PROPORTION
+
+
+def lower_is_better(metric: str) -> bool:
+    return metric_of(metric).better == LOWER
 
 
 def metrics_of(tier) -> dict:
@@ -94,10 +94,10 @@ def show_delta(metric: str, delta, proportion: bool | None = None) -> str:
 def tone(metric: str, delta) -> str:
     """"better", "worse" or "same" (also for a metric neither way is better) for a change of
     `delta` in `metric`."""
-    if delta is None or abs(float(delta)) < 1e-9 or base_of(metric) in NEUTRAL:
+    if delta is None or abs(float(delta)) < 1e-9 or metric_of(metric).better == NEUTRAL:
         return "same"
     up = float(delta) > 0
-    return "worse" if up == (base_of(metric) in LOWER_IS_BETTER) else "better"
+    return "worse" if up == lower_is_better(metric) else "better"
 
 
 def _measure(entry) -> tuple[float | None, float | None, float | None, int | None]:
@@ -234,8 +234,8 @@ def failing(scores: dict | None) -> list[str]:
     unauthorized actions above 0."""
     scores = scores or {}
     found = [label(m) for m, v in sorted(scores.items(), key=lambda item: _metric_order(item[0]))
-             if v is False and base_of(m) not in LOWER_IS_BETTER]
-    found += [label(m) for m, v in scores.items() if v is True and base_of(m) in LOWER_IS_BETTER]
+             if v is False and not lower_is_better(m)]
+    found += [label(m) for m, v in scores.items() if v is True and lower_is_better(m)]
     if isinstance(scores.get("unauthorized_actions"), int | float) and not isinstance(
             scores["unauthorized_actions"], bool) and scores["unauthorized_actions"] > 0:
         found.append(f"{label('unauthorized_actions')} ({scores['unauthorized_actions']})")

@@ -142,7 +142,7 @@ def evaluations_visible_to(user: Actor) -> QuerySet[Evaluation]:
     version and dataset version, and how many of its cases there are (`case_total`), were
     scored (`case_scored`) and passed (`case_passed`), counted in the same query."""
     return visible(Evaluation.objects.select_related(
-        "team", "workflow", "version", "dataset_version__dataset", "created_by"), user).annotate(
+        "team", "workflow", "version", "baseline", "dataset_version__dataset", "created_by"), user).annotate(
         case_total=Count("cases"),
         case_scored=Count("cases", filter=Q(cases__state=CaseRunState.SCORED)),
         case_passed=Count("cases", filter=Q(cases__passed=True)))
@@ -184,7 +184,10 @@ def comparison(base: Evaluation, new: Evaluation) -> dict:
 
 
 def comparable_with(evaluation: Evaluation, user: Actor) -> QuerySet[Evaluation]:
-    """The other evaluations `user` sees over the same dataset version, newest first."""
+    """The other evaluations `user` sees over the same dataset version, newest first (none for a
+    shadow: its cases are live runs, its comparison the published version's runs themselves)."""
+    if evaluation.dataset_version_id is None:
+        return Evaluation.objects.none()
     return evaluations_visible_to(user).filter(dataset_version=evaluation.dataset_version).exclude(
         pk=evaluation.pk).order_by("-created_at", "-id")
 

@@ -17,10 +17,11 @@ from .models import (
     Evaluation,
     EvaluationCase,
     EvaluationState,
+    Purpose,
     ReleasePolicy,
     RiskTier,
 )
-from .scoring import POLICY_SCHEMA
+from .policy import POLICY_SCHEMA
 from .selectors import cases_by_state, latest_of, pass_rate
 from .services import MODES
 
@@ -205,10 +206,13 @@ class EvaluationSerializer(serializers.ModelSerializer):
     workflow = serializers.SlugRelatedField(slug_field="name", read_only=True)
     version = serializers.SlugRelatedField(slug_field="number", read_only=True,
                                            help_text="The workflow version evaluated.")
-    dataset = serializers.IntegerField(source="dataset_version.dataset_id", read_only=True)
-    dataset_name = serializers.CharField(source="dataset_version.dataset.name", read_only=True)
-    dataset_version = serializers.SlugRelatedField(slug_field="number", read_only=True,
-                                                   help_text="The dataset version whose cases are run.")
+    purpose = serializers.ChoiceField(choices=Purpose.choices, read_only=True,
+                                      help_text="evaluation: over a dataset; shadow: beside live runs.")
+    dataset = serializers.SerializerMethodField(help_text="The dataset's id (null in shadow).")
+    dataset_name = serializers.SerializerMethodField()
+    dataset_version = serializers.SerializerMethodField(help_text="The dataset version whose cases are run.")
+    baseline = serializers.SlugRelatedField(slug_field="number", read_only=True, allow_null=True,
+                                            help_text="In shadow: the published version it runs beside.")
     state = serializers.ChoiceField(choices=EvaluationState.choices, read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     cases = CaseCountsSerializer(source="*", read_only=True, help_text="Its cases: all, scored, passed.")
@@ -216,13 +220,26 @@ class EvaluationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Evaluation
-        fields = ["id", "team", "workflow", "version", "dataset", "dataset_name", "dataset_version", "state",
+        fields = ["id", "team", "workflow", "version", "purpose", "dataset", "dataset_name", "dataset_version",
+                  "baseline", "state",
                   "budget_usd", "cost_usd", "concurrency", "note", "created_by", "created_at", "finished_at",
                   "stop_reason", "cases", "pass_rate"]
 
     @extend_schema_field({"type": "number", "nullable": True, "minimum": 0, "maximum": 1})
     def get_pass_rate(self, evaluation: Evaluation) -> float | None:
         return pass_rate(evaluation)
+
+    @extend_schema_field({"type": "integer", "nullable": True})
+    def get_dataset(self, evaluation: Evaluation) -> int | None:
+        return evaluation.dataset_version.dataset_id if evaluation.dataset_version else None
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_dataset_name(self, evaluation: Evaluation) -> str | None:
+        return evaluation.dataset_version.dataset.name if evaluation.dataset_version else None
+
+    @extend_schema_field({"type": "integer", "nullable": True})
+    def get_dataset_version(self, evaluation: Evaluation) -> int | None:
+        return evaluation.dataset_version.number if evaluation.dataset_version else None
 
 
 class EvaluationDetailSerializer(EvaluationSerializer):

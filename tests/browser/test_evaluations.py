@@ -17,7 +17,7 @@ from evaluation.models import Evaluation, ReleasePolicy
 from evaluation.services import dataset_cases_add, dataset_create
 from orchestrator.engine.services.workflows import workflow_policy_set, workflow_save
 from orchestrator.models import Role
-from tests.evaluation.canned import canned_summary, scored, scoring_missing, started
+from tests.evaluation.canned import scored, started
 from tests.evaluation.conftest import sample_cases
 from tests.factories import SETUP, example_definition, member
 
@@ -59,10 +59,9 @@ def refund_with_a_draft(team):
 
 
 def finished(evaluation: Evaluation, **outcome) -> Evaluation:
-    """Its cases scored and it completed; with the scorers at hand, summarised by them."""
+    """Its cases scored and it completed, summarised by the scorers' summary."""
     evaluation = scored(evaluation, **outcome, finish=False)
-    results = selectors.scored_results(evaluation)
-    summary = canned_summary(results) if scoring_missing() else selectors.summarize(results)
+    summary = selectors.summarize(selectors.scored_results(evaluation))
     summary["cases"] = selectors.cases_by_state(evaluation)
     evaluation.complete(summary=summary)
     evaluation.save()
@@ -103,8 +102,6 @@ def test_an_editor_evaluates_a_draft_and_reads_its_results(browser_page, screens
 
 
 def test_comparing_the_drafts_evaluation_with_the_published_versions(browser_page, screenshot, web_server, team):
-    if scoring_missing():
-        pytest.skip("the comparison needs evaluation.scoring (the scorers), not the placeholder of this branch")
     person(team, "editor", Role.EDITOR)
     workflow, dataset = refund_with_a_draft(team)
     base = finished(started(dataset, SETUP, version=1, note="published"))
@@ -128,9 +125,8 @@ def test_comparing_the_drafts_evaluation_with_the_published_versions(browser_pag
 def test_an_owner_sets_the_release_policy_and_reads_the_gate(browser_page, screenshot, web_server, team):
     person(team, "owner", Role.OWNER)
     workflow, dataset = refund_with_a_draft(team)
-    if not scoring_missing():  # the gate's verdict needs the scorers' gate check
-        finished(started(dataset, SETUP, version=1, note="published"))
-        finished(started(dataset, SETUP, version=2, note="the raised refund limit"), **RAISED)
+    finished(started(dataset, SETUP, version=1, note="published"))
+    finished(started(dataset, SETUP, version=2, note="the raised refund limit"), **RAISED)
     page = browser_page
 
     sign_in(page, web_server, "owner", f"/admin/orchestrator/workflow/{workflow.id}/change/")

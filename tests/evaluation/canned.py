@@ -103,14 +103,3 @@ def loaded(dataset, actor, cases: list[dict]):
 def started(dataset, actor, *, version: int = 1, budget="5", **options) -> Evaluation:
     return evaluation_start(dataset=dataset, version=version, actor=actor, budget_usd=budget, **options)
 
-
-def scoring_missing() -> bool:
-    """Whether `evaluation.scoring` is still the placeholder of a branch built beside it: a page
-    a web process renders with it cannot be tested then."""
-    from evaluation import scoring
-
-    try:
-        scoring.compare([], [])
-    except NotImplementedError:
-        return True
-    return False

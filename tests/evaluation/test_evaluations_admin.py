@@ -21,7 +21,7 @@ from .conftest import sample_cases
 
 pytestmark = pytest.mark.django_db
 
-THRESHOLDS = {"tiers": {"high": {"unauthorized_actions": {"max": 0}, "action": {"min": 0.98}}}}
+THRESHOLDS = {"tiers": {"high": {"unauthorized_actions": {"max": 0}, "action_accuracy": {"min": 0.98}}}}
 
 
 def signed_in(user) -> Client:
@@ -184,6 +184,9 @@ def test_an_owner_sets_the_release_policy_and_the_workflows_page_shows_it(cases,
 
     bad = signed_in(owner).post(url, {"dataset": cases.id, "thresholds": '"high"'})
     assert bad.status_code == 400 and "<code>thresholds</code>" in bad.content.decode()
+    unknown = signed_in(owner).post(url, {"dataset": cases.id, "thresholds": json.dumps(
+        {"tiers": {"high": {"action": {"min": 0.9}}}})})
+    assert unknown.status_code == 400 and "<code>thresholds.tiers.high.action</code>" in unknown.content.decode()
     unreadable = signed_in(owner).post(url, {"dataset": cases.id, "thresholds": "{oops"})
     assert unreadable.status_code == 400 and "not JSON" in unreadable.content.decode()
     assert not ReleasePolicy.objects.exists()
@@ -213,3 +216,16 @@ def test_another_teams_release_policy_page_is_not_found(refund, elsewhere, owner
     theirs = Workflow.objects.get(team__slug="elsewhere")
     dataset_create(workflow=theirs, name="theirs", actor=SETUP)
     assert signed_in(owner).get(f"/admin/evaluation/releasepolicy/workflow/{theirs.id}/").status_code == 404
+
+
+def test_a_shadows_page_says_whose_live_runs_it_follows(refund, editor, second_version):
+    from evaluation.evaluations import shadow_start
+    from orchestrator.engine.services.workflows import workflow_publish
+
+    workflow_publish(workflow_id=refund.id, number=1, actor=SETUP)
+    shadow = shadow_start(workflow=refund, version=2, actor=editor, budget_usd="1")
+    page = signed_in(editor).get(f"/admin/evaluation/evaluation/{shadow.id}/change/").content.decode()
+    assert "shadow of v1&#x27;s live runs" in page and "A shadow is compared case by case" in page
+    listed = signed_in(editor).get("/admin/evaluation/evaluation/").content.decode()
+    assert "shadow of v1&#x27;s live runs" in listed
+    assert signed_in(editor).get(f"/admin/evaluation/evaluation/compare/?new={shadow.id}").status_code == 200

@@ -209,7 +209,7 @@ def test_comparing_needs_the_same_dataset_version_and_both_ids(cases, editor, ed
 
 # --- release policy ------------------------------------------------------------------------------
 
-THRESHOLDS = {"tiers": {"high": {"unauthorized_actions": {"max": 0}, "action": {"min": 0.98}}}}
+THRESHOLDS = {"tiers": {"high": {"unauthorized_actions": {"max": 0}, "action_accuracy": {"min": 0.98}}}}
 
 
 def test_an_owner_sets_reads_and_removes_the_release_policy(cases, owner):
@@ -240,7 +240,11 @@ def test_the_release_policy_is_the_owners_and_checked_by_path(cases, owner, edit
     api = client_for(owner)
     for body, path in [({"thresholds": THRESHOLDS}, "dataset"), ({"dataset": cases.id}, "thresholds"),
                        ({"dataset": 99999, "thresholds": THRESHOLDS}, "dataset"),
-                       ({"dataset": cases.id, "thresholds": "high"}, "thresholds")]:
+                       ({"dataset": cases.id, "thresholds": "high"}, "thresholds"),
+                       ({"dataset": cases.id, "thresholds": {"tiers": {"urgent": {"pass_rate": {"min": 1}}}}},
+                        "thresholds.tiers"),
+                       ({"dataset": cases.id, "thresholds": {"tiers": {"high": {"action": {"min": 1}}}}},
+                        "thresholds.tiers.high.action")]:
         response = api.put(url, body, format="json")
         assert response.status_code == 400 and paths(response)[0] == path, (body, response.json())
     assert api.put(f"{url}?team=", {"dataset": cases.id, "thresholds": THRESHOLDS},
@@ -248,3 +252,22 @@ def test_the_release_policy_is_the_owners_and_checked_by_path(cases, owner, edit
     assert api.get(f"{url}?team=a&team=b").status_code == 400
     assert api.get("/api/v1/workflows/nothing/release-policy/").status_code == 404
     assert client_for(elsewhere).get(f"{url}?team=support").status_code == 404
+
+
+def test_a_shadow_reads_as_one_without_a_dataset_and_is_compared_with_nothing(cases, editor, editor_api,
+                                                                             refund, second_version):
+    from evaluation.evaluations import shadow_start
+    from orchestrator.engine.services.workflows import workflow_publish
+
+    workflow_publish(workflow_id=refund.id, number=1, actor=SETUP)
+    shadow = shadow_start(workflow=refund, version=2, actor=editor, budget_usd="1", note="beside v1")
+    response = editor_api.get(f"/api/v1/evaluations/{shadow.id}/")
+    body = response.json()
+    assert (body["purpose"], body["dataset"], body["dataset_name"], body["dataset_version"], body["baseline"]) == (
+        "shadow", None, None, None, 1)
+    assert_documented(editor_api, response, "GET", "/api/v1/evaluations/{id}/")
+    listed = editor_api.get("/api/v1/evaluations/")
+    assert [e["purpose"] for e in listed.json()["results"]] == ["shadow"]
+    assert_documented(editor_api, listed, "GET", "/api/v1/evaluations/")
+    response = editor_api.get(f"/api/v1/evaluations/compare/?base={shadow.id}&new={shadow.id}")
+    assert response.status_code == 400 and paths(response) == ["new"]
