@@ -39,7 +39,7 @@ from orchestrator.web.api.permissions import team_and_workflow_for_write
 from orchestrator.web.api.serializers import ErrorsSerializer
 
 from . import serializers as s
-from .evaluations import evaluation_cancel, evaluation_start
+from .evaluations import evaluation_cancel, evaluation_start, shadow_start
 from .gate import release_policy_set
 from .models import (
     Case,
@@ -323,6 +323,18 @@ class EvaluationViewSet(ServiceErrorsMixin, mixins.ListModelMixin, viewsets.Gene
         if dataset is None:
             raise ValidationError(error_body("no dataset of yours has this id", "dataset"))
         started = evaluation_start(dataset=dataset, actor=request.user, **body)
+        return Response(s.EvaluationDetailSerializer(self._visible(started.id)).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.ShadowStartSerializer,
+                   responses={201: s.EvaluationDetailSerializer, 400: _ERRORS, 403: _ERRORS},
+                   description="Run a draft in shadow: a sample of the published version's live runs that end "
+                               "from now on are run again on the draft, sandboxed, and scored against what the "
+                               "live run did (docs/evaluation.md#shadow). evaluation.run; audited.")
+    @action(detail=False, methods=["post"], filterset_class=None)
+    def shadow(self, request):
+        body = dict(valid_data(s.ShadowStartSerializer(data=request.data)))
+        _, workflow = team_and_workflow_for_write(request.user, body)
+        started = shadow_start(workflow=workflow, actor=request.user, **body)
         return Response(s.EvaluationDetailSerializer(self._visible(started.id)).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses={200: s.EvaluationDetailSerializer, 404: _ERRORS},

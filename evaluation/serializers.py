@@ -8,7 +8,7 @@ from orchestrator.engine.definitions.format import WORKFLOW_NAME_PATTERN
 
 from .evaluations import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from .expected import SCHEMA as EXPECTED_SCHEMA
-from .limits import MAX_CASES_PER_CHANGE
+from .limits import MAX_CASES_PER_CHANGE, MAX_CASES_PER_VERSION
 from .models import (
     Case,
     CaseRunState,
@@ -265,6 +265,27 @@ class EvaluationStartSerializer(serializers.Serializer):
     concurrency = serializers.IntegerField(min_value=1, max_value=MAX_CONCURRENCY, default=DEFAULT_CONCURRENCY,
                                            help_text="At most this many of its runs at a time.")
     note = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
+    sandbox_connections = serializers.DictField(
+        child=StrictCharField(max_length=100), required=False, allow_empty=True,
+        help_text="For a connection the workflow writes through, the connection (same kind, granted to the "
+                  "team) its side-effecting calls go to instead of being answered.")
+
+
+class ShadowStartSerializer(serializers.Serializer):
+    team = serializers.SlugField(required=False, help_text="Needed when you belong to several teams.")
+    workflow = serializers.RegexField(WORKFLOW_NAME_PATTERN, max_length=100)
+    version = serializers.IntegerField(min_value=1, max_value=MAX_ID,
+                                       help_text="The draft to run beside the published version.")
+    budget_usd = serializers.DecimalField(max_digits=12, decimal_places=6, coerce_to_string=False,
+                                          help_text="No case starts once its runs have cost this much (USD).")
+    sample_percent = serializers.IntegerField(min_value=1, max_value=100, default=10,
+                                              help_text="The share of the published version's live runs run again.")
+    max_cases = serializers.IntegerField(min_value=1, max_value=MAX_CASES_PER_VERSION, default=100,
+                                         help_text="It ends after scoring this many live runs.")
+    concurrency = serializers.IntegerField(min_value=1, max_value=MAX_CONCURRENCY, default=DEFAULT_CONCURRENCY)
+    note = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
+    sandbox_connections = serializers.DictField(child=StrictCharField(max_length=100), required=False,
+                                                allow_empty=True)
 
 
 class EvaluationCancelSerializer(serializers.Serializer):

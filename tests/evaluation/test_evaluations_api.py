@@ -271,3 +271,22 @@ def test_a_shadow_reads_as_one_without_a_dataset_and_is_compared_with_nothing(ca
     assert_documented(editor_api, listed, "GET", "/api/v1/evaluations/")
     response = editor_api.get(f"/api/v1/evaluations/compare/?base={shadow.id}&new={shadow.id}")
     assert response.status_code == 400 and paths(response) == ["new"]
+
+
+def test_starting_a_shadow_through_the_api(refund, editor, editor_api, reader, second_version):
+    from orchestrator.engine.services.workflows import workflow_publish
+
+    workflow_publish(workflow_id=refund.id, number=1, actor=SETUP)
+    body = {"workflow": "refund-proposal", "version": 2, "budget_usd": "1", "sample_percent": 20}
+    refused = client_for(reader).post("/api/v1/evaluations/shadow/", body, format="json")
+    assert refused.status_code == 403
+    response = editor_api.post("/api/v1/evaluations/shadow/", body, format="json")
+    assert response.status_code == 201, response.json()
+    assert (response.json()["purpose"], response.json()["baseline"], response.json()["version"]) == ("shadow", 1, 2)
+    assert_documented(editor_api, response, "POST", "/api/v1/evaluations/shadow/")
+    again = editor_api.post("/api/v1/evaluations/shadow/", {**body, "version": 1, "sample_percent": 0},
+                            format="json")
+    assert again.status_code == 400 and paths(again) == ["sample_percent"]
+    again = editor_api.post("/api/v1/evaluations/shadow/", {**body, "version": 1}, format="json")
+    assert again.status_code == 400 and set(paths(again)) == {"version", "workflow"}
+    assert_documented(editor_api, again, "POST", "/api/v1/evaluations/shadow/")
