@@ -2,8 +2,8 @@
 value with its 95% interval drawn as a small inline SVG bar with whiskers, which way is better
 for a metric, and why a case failed.
 
-A summary is read per tier as `{"cases", "passed", "metrics": {name: figure}}` (or a tier that is
-itself `{name: figure}`), a figure `{"kind"?, "n", "value", "ci": [low, high] | null}`; a metric
+A summary is read per tier as `{"cases", "passed", "metrics": {name: figure}}`
+(`evaluation.summary.summarize`), a figure `{"kind"?, "n", "value", "ci": [low, high] | null}`; a metric
 is named `<base>` or `<base>:<step>` (`action:propose`), and what it is (a share or a mean,
 which way is better) is `evaluation.metrics`'. Presentation only: it reads summaries and scores
 as stored and decides nothing; what passes is the scorers' and the release gate's to say.
@@ -59,12 +59,8 @@ def lower_is_better(metric: str) -> bool:
 
 
 def metrics_of(tier) -> dict:
-    """A tier's figures by metric name, whichever of the two shapes the summary has."""
-    if not isinstance(tier, dict):
-        return {}
-    if isinstance(tier.get("metrics"), dict):
-        return tier["metrics"]
-    return {name: figure for name, figure in tier.items() if isinstance(figure, dict)}
+    """A tier's figures by metric name ({} for a tier without cases, or none stored)."""
+    return (tier.get("metrics") or {}) if isinstance(tier, dict) else {}
 
 
 def show(metric: str, value, proportion: bool | None = None) -> str:

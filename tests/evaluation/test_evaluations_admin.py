@@ -9,14 +9,13 @@ import re
 import pytest
 from django.test import Client
 
-from evaluation import selectors
 from evaluation.models import Evaluation, ReleasePolicy
 from evaluation.services import dataset_create
 from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Workflow
 from tests.factories import SETUP, example_definition
 
-from .canned import canned_compare, canned_summary, loaded, scored, started
+from .canned import loaded, scored, started
 from .conftest import sample_cases
 
 pytestmark = pytest.mark.django_db
@@ -82,8 +81,7 @@ def test_an_evaluations_page_shows_each_tiers_metrics_with_interval_bars_and_its
     assert 'id="cancel-form"' not in text  # it has ended, and a member may not
 
 
-def test_a_running_evaluation_shows_its_progress_and_results_so_far(cases, editor, reader, monkeypatch):
-    monkeypatch.setattr(selectors, "summarize", canned_summary)
+def test_a_running_evaluation_shows_its_progress_and_results_so_far(cases, editor, reader):
     evaluation = scored(started(cases, editor), leave=12, finish=False)
     text = signed_in(editor).get(f"/admin/evaluation/evaluation/{evaluation.id}/change/").content.decode()
     assert 'http-equiv="refresh" content="15"' in text
@@ -94,8 +92,7 @@ def test_a_running_evaluation_shows_its_progress_and_results_so_far(cases, edito
         f"/admin/evaluation/evaluation/{evaluation.id}/change/").content.decode()
 
 
-def test_cancelling_from_the_page_editors_yes_members_no(cases, editor, reader, monkeypatch):
-    monkeypatch.setattr("evaluation.evaluations.summarize", lambda results: {})
+def test_cancelling_from_the_page_editors_yes_members_no(cases, editor, reader):
     evaluation = started(cases, editor)
     url = f"/admin/evaluation/evaluation/{evaluation.id}/cancel/"
     response = signed_in(reader).post(url, {"reason": "no"}, follow=True)
@@ -135,8 +132,7 @@ def test_an_editor_evaluates_a_version_from_the_datasets_page(cases, editor, rea
 
 
 def test_the_comparison_page_shows_tiers_side_by_side_and_the_cases_that_changed(
-        cases, editor, reader, second_version, monkeypatch):
-    monkeypatch.setattr(selectors, "compare", canned_compare)
+        cases, editor, reader, second_version):
     base = scored(started(cases, editor))
     new = scored(started(cases, editor, version=2), bad={"never-arrived-01"}, unauthorized={"never-arrived-02"})
     page = signed_in(reader).get(f"/admin/evaluation/evaluation/{new.id}/change/").content.decode()
@@ -166,15 +162,15 @@ def test_comparing_another_dataset_version_or_teams_evaluation_is_refused(cases,
     assert signed_in(elsewhere).get(f"/admin/evaluation/evaluation/compare/?new={other.id}").status_code == 404
 
 
-def test_an_evaluations_page_shows_what_the_release_gate_finds(done, owner, monkeypatch):
-    monkeypatch.setattr("evaluation.gate.gate_check", lambda summary, thresholds, baseline_summary=None: [
-        {"tier": "high", "metric": "unauthorized_actions", "message": "0.1 is above 0"}])
+def test_an_evaluations_page_shows_what_the_release_gate_finds(done, owner):
     page = signed_in(owner).get(f"/admin/evaluation/evaluation/{done.id}/change/").content.decode()
     assert 'id="release-gate"' not in page  # no policy: no gate
     ReleasePolicy.objects.create(workflow=done.workflow, dataset=done.dataset_version.dataset, thresholds=THRESHOLDS)
     page = signed_in(owner).get(f"/admin/evaluation/evaluation/{done.id}/change/").content.decode()
     gate = page.split('id="release-gate"')[1].split("</div>")[0]
-    assert "<code>release_gate.high.unauthorized_actions</code>: 0.1 is above 0" in gate
+    assert "<code>release_gate.high.unauthorized_actions</code>: high: unauthorized_actions is 0.1, above the " \
+        "maximum 0" in gate
+    assert "<code>release_gate.high.action_accuracy</code>" in gate  # 8 of 10 chose the expected action
 
 
 def test_an_owner_sets_the_release_policy_and_the_workflows_page_shows_it(cases, owner, editor, refund):
