@@ -450,11 +450,10 @@ def test_starting_an_evaluation(team, who, surface):
 
 @pytest.mark.parametrize("surface", ["api", "admin"])
 @pytest.mark.parametrize("who", PERSONAS)
-def test_cancelling_an_evaluation(team, who, surface, monkeypatch):
+def test_cancelling_an_evaluation(team, who, surface):
     from evaluation.evaluations import evaluation_start
     from evaluation.models import Evaluation
 
-    monkeypatch.setattr("evaluation.evaluations.summarize", lambda results: {})  # the scorers are not under test
     evaluation = evaluation_start(dataset=_evaluated_dataset(team), version=1, actor=SETUP, budget_usd="1")
     user = persona(team, who)
     if surface == "api":
@@ -464,6 +463,23 @@ def test_cancelling_an_evaluation(team, who, surface, monkeypatch):
         admin_client(user).post(f"/admin/evaluation/evaluation/{evaluation.id}/cancel/", {"reason": "no"})
     cancelled = Evaluation.objects.get(pk=evaluation.pk).state == "cancelled"
     assert cancelled is allowed("evaluation.run", who)
+
+
+@pytest.mark.parametrize("who", PERSONAS)
+def test_starting_a_shadow(team, who):
+    from evaluation.models import Evaluation
+    from orchestrator.engine.services.workflows import workflow_policy_set
+
+    workflow = _evaluated_dataset(team).workflow
+    workflow_policy_set(workflow_id=workflow.id, publish_on_save=False, actor=SETUP)
+    workflow_save(team=team, definition={**example_definition("refund-proposal"), "description": "a draft"},
+                  actor=SETUP)
+    response = client_for(persona(team, who)).post("/api/v1/evaluations/shadow/", {
+        "workflow": workflow.name, "team": team.slug, "version": 2, "budget_usd": "1"}, format="json")
+    # A team named in the body that the person is not a member of is a 400 at its path.
+    assert response.status_code == (201 if allowed("evaluation.run", who) else
+                                    403 if who in ("member", "operator") else 400), response.json()
+    assert Evaluation.objects.filter(workflow=workflow, purpose="shadow").exists() is allowed("evaluation.run", who)
 
 
 @pytest.mark.parametrize("surface", ["api", "admin"])
