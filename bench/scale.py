@@ -648,9 +648,9 @@ def evaluation_beside_live(version, *, owner, cases: int, concurrency: int, budg
     The evaluation is driven by the workers alone (each run's end advances it); this process
     only starts it and reads rows. Reported: its end (state, stop reason), its cost as it
     recorded it and as its runs spent in the end, against its budget (the overshoot: what the
-    runs in flight when the budget was reached spent), the
-    cases by state, how long it ran and the rate of case runs ended, the side effects answered
-    by the sandbox against the emails that reached the outbox, and `live`'s figures.
+    runs in flight when the budget was reached spent), the cases by state, how long it ran and
+    the rate of case runs ended, the side effects answered by the sandbox against the emails
+    that reached the outbox, and `live`'s figures.
     """
     from decimal import Decimal
 
