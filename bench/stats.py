@@ -237,14 +237,14 @@ def evaluation_rows(b: str, r: dict, row, lines: list[str]) -> None:
     ev = r["evaluation"]
     live = ev.get("live") or {}
     idle = r.get("start") or {}
+    control = ev.get("control") or {}
     row(b, "idle step-to-step (ms)", idle.get("step_latency_ms"))
-    row(b, f"  live, beside a {ev['cases']}-case evaluation (ms)", live.get("step_latency_ms"))
+    row(b, "  live, beside the evaluation (ms)", live.get("step_latency_ms"))
+    row(b, f"  control, {ev.get('control_s'):g} s before it (ms)", control.get("step_latency_ms"))
     row(b, "idle start latency (ms)", idle.get("latency_ms"))
     row(b, "  live, beside the evaluation (ms)", live.get("latency_ms"))
     row(b, "  idle: the first step's wait (ms)", idle.get("first_step_wait_ms"))
     row(b, "  live: the first step's wait (ms)", live.get("first_step_wait_ms"))
-    control = ev.get("control") or {}
-    row(b, f"  control, {_fmt(ev.get('control_s'))} s just before (ms)", control.get("step_latency_ms"))
     for label, versus in (("idle", ev.get("live_vs_idle") or {}), ("control", ev.get("live_vs_control") or {})):
         lines.append(f"{b:<10}live / {label:<8} step gap p50 {_fmt(versus.get('step_latency_ms', {}).get('p50'))} x, "
                      f"p99 {_fmt(versus.get('step_latency_ms', {}).get('p99'))} x; start latency p50 "
