@@ -13,9 +13,9 @@ writes one JSON document. Phases, in order:
 4. in process, no worker (bench.inprocess): SQL statements per step, the engine's service
    time per step, the price of a fresh database connection;
 5. with `--live-runs N` (after 1): commit-to-screen latency of the live pages (bench.live);
-6. with `--api-clients`, `--fanout-items`, `--held-runs`, `--sleeping-runs` or `--signalled-runs`
-   (after 5, before 2): the scale phases of bench.scale (the sleeping one with `celery beat`
-   running).
+6. with `--api-clients`, `--fanout-items`, `--held-runs`, `--sleeping-runs`, `--signalled-runs`
+   or `--evaluation-cases` (after 5, before 2): the scale phases of bench.scale (the sleeping
+   one with `celery beat` running).
 
 It reads Stepwise's state only through its models and drives it only through its services
 and API; it changes nothing in the engine.
@@ -32,7 +32,17 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from .procs import ROOT, Deadline, WorkerDied, api_server, celery_beat, celery_worker
+from .procs import (
+    EVALUATION_QUEUES,
+    LIVE_QUEUES,
+    QUEUES,
+    ROOT,
+    Deadline,
+    WorkerDied,
+    api_server,
+    celery_beat,
+    celery_worker,
+)
 from .stats import chain_latencies_ms, ratio, say, summary
 
 POLL_S = 0.01
@@ -88,21 +98,26 @@ def make_fixtures(steps: int) -> dict:
 
 
 def idle_runs(base_url: str, token: str, workflow: str, *, runs: int, steps: int, warmup: int,
-              deadline: float, check) -> dict:
+              deadline: float, check, stop=lambda: False) -> dict:
     """POST one run at a time through the API; the next starts after the previous ended.
 
     start latency = the first step's started_at (written by the worker's claim) - the instant
     before the POST. With no other run in flight, every consecutive pair of steps gives the
-    unloaded step-to-step latency: the engine's own overhead, with no queueing in it.
+    unloaded step-to-step latency: the engine's own overhead, with no queueing in it. `stop()`
+    ends the series early, before the next run (the evaluation phase measures live runs this
+    way for as long as its evaluation runs); `runs` is how many at most.
     """
     import httpx
 
     from orchestrator.models import Run, StepRun
 
     starts, api, stamps, to_queued, to_started, died = [], [], [], [], [], None
+    first_wait = []  # the first step's queued -> started: its message's wait for a worker
     with httpx.Client(base_url=base_url, timeout=30,
                       headers={"Authorization": f"Token {token}"}) as http:
         for i in range(warmup + runs):
+            if i >= warmup and stop():
+                break
             t0 = time.time()
             response = http.post(f"/api/v1/workflows/{workflow}/runs/", json={"input": {}})
             t1 = time.time()
@@ -124,6 +139,7 @@ def idle_runs(base_url: str, token: str, workflow: str, *, runs: int, steps: int
                 continue
             starts.append((rows[0][2].timestamp() - t0) * 1000)
             api.append((t1 - t0) * 1000)
+            first_wait.append((rows[0][2] - rows[0][4]).total_seconds() * 1000)
             stamps += [(r[0], r[1], _ts(r[2]), _ts(r[3])) for r in rows]
             for previous, step in zip(rows, rows[1:], strict=False):
                 to_queued.append((step[4] - previous[3]).total_seconds() * 1000)
@@ -134,7 +150,8 @@ def idle_runs(base_url: str, token: str, workflow: str, *, runs: int, steps: int
             # finishing transaction, then commit + broker + worker pickup + claim
             "finished_to_queued_ms": summary(to_queued),
             "queued_to_started_ms": summary(to_started),
-            "warmup_runs": warmup, "worker_died": died}
+            "first_step_wait_ms": summary(first_wait),
+            "runs": len(starts), "warmup_runs": warmup, "worker_died": died}
 
 
 # --- 2. step-to-step latency and throughput ------------------------------------------------
@@ -233,7 +250,9 @@ def measure(args, result: dict) -> None:
         settings' default."""
         return celery_worker("stepwise", "orchestrator", concurrency=args.workers_concurrency,
                              env=env if store is None else dict(env, STEPWISE_STORE=store),
-                             var_dir=var_dir, deadline=args.deadline)
+                             var_dir=var_dir, deadline=args.deadline,
+                             # Evaluations on workers of their own leave it the live queues.
+                             queues=LIVE_QUEUES if args.evaluation_workers else QUEUES)
 
     say("starting the API server (uvicorn) and a Stepwise worker")
     with ExitStack() as stack:
@@ -260,7 +279,7 @@ def measure(args, result: dict) -> None:
                                                    runs=args.live_runs, deadline=args.deadline)
             checkpoint()
         if (args.api_clients or args.held_runs or args.fanout_items or args.sleeping_runs
-                or args.signalled_runs):
+                or args.signalled_runs or args.evaluation_cases):
             scale_phases(args, result, base_url=base_url, token=fixtures["token"],
                          server=server, workers=workers, checkpoint=checkpoint, env=env,
                          var_dir=var_dir)
@@ -433,6 +452,56 @@ def scale_phases(args, result: dict, *, base_url: str, token: str, server, worke
             rate=args.signal_rate, idle=idle, deadline=until(), check=workers.check,
             processes={"api": server.proc.pid, "worker": workers.proc.pid})
         checkpoint()
+    if args.evaluation_cases:
+        evaluation_phase(args, result, base_url=base_url, token=token, workers=workers,
+                         version=fixtures["versions"]["bench-eval"], owner=fixtures["owner"],
+                         env=env, var_dir=var_dir, deadline=until())
+        checkpoint()
+
+
+def evaluation_phase(args, result: dict, *, base_url: str, token: str, workers, version, owner,
+                     env: dict, var_dir: Path, deadline: float) -> None:
+    """bench.scale's evaluation beside live runs; the live runs are the idle phase's, started
+    for as long as the evaluation runs. With `--evaluation-workers` (the default, as the
+    Procfile runs them) the evaluation runs on a worker of its own, started for the phase, and
+    the Stepwise worker serves the live queues alone (docs/operations.md, "Queues")."""
+    from . import scale
+
+    def live(stop) -> dict:
+        return idle_runs(base_url, token, "bench-chain", runs=1_000_000, steps=args.steps,
+                         warmup=0, deadline=args.deadline, check=workers.check, stop=stop)
+
+    evaluators = None
+    if args.evaluation_workers:
+        say(f"evaluation: a worker of {args.evaluation_workers} process(es) on the evaluation queues"
+            f"{f', at nice {args.evaluation_nice}' if args.evaluation_nice else ''}")
+        evaluators = celery_worker("evaluation", "orchestrator", concurrency=args.evaluation_workers,
+                                   env=env, var_dir=var_dir, deadline=args.deadline,
+                                   queues=EVALUATION_QUEUES, nice=args.evaluation_nice)
+
+    def check() -> None:
+        workers.check()
+        if evaluators is not None:
+            evaluators.check()
+
+    say(f"evaluation: {args.evaluation_cases} cases beside live runs")
+    try:
+        phase = result["evaluation"] = scale.evaluation_beside_live(
+            version, owner=owner, cases=args.evaluation_cases, concurrency=args.evaluation_concurrency,
+            budget_share=args.evaluation_budget_share, live=live, deadline=deadline, check=check)
+    finally:
+        if evaluators is not None:
+            rss = evaluators.peak_rss()
+            evaluators.stop()
+    phase["evaluation_workers"] = args.evaluation_workers
+    phase["evaluation_nice"] = args.evaluation_nice if evaluators is not None else 0
+    if evaluators is not None:
+        phase["evaluation_worker_rss"] = rss
+    for name, baseline in (("live_vs_idle", result["start"]), ("live_vs_control", phase["control"])):
+        if baseline:
+            phase[name] = {figure: {q: ratio(phase["live"][figure][q], baseline[figure][q])
+                                    for q in ("p50", "p99")}
+                           for figure in ("step_latency_ms", "latency_ms", "first_step_wait_ms")}
 
 
 def _terminate(signum, frame):
@@ -458,6 +527,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sleep-window", type=float, default=0)
     parser.add_argument("--fanout-items", type=int, default=0)
     parser.add_argument("--fanout-probes", type=int, default=30)
+    parser.add_argument("--evaluation-cases", type=int, default=0)
+    parser.add_argument("--evaluation-concurrency", type=int, default=4)
+    parser.add_argument("--evaluation-budget-share", type=float, default=0.65)
+    parser.add_argument("--evaluation-workers", type=int, default=1)
+    parser.add_argument("--evaluation-nice", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deadline", type=float, required=True, help="epoch seconds")
     args = parser.parse_args(argv)

@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-QUEUES = ("orchestrator,tools,tools.batch,agent.fast,agent.fast.batch,agent.deep,agent.deep.batch,"
-          "orchestrator.evaluation,tools.evaluation,agent.fast.evaluation,agent.deep.evaluation")
+# The live queues, and the evaluation runs' (`manage.py stepwise_queues evaluation`).
+LIVE_QUEUES = "orchestrator,tools,tools.batch,agent.fast,agent.fast.batch,agent.deep,agent.deep.batch"
+EVALUATION_QUEUES = "orchestrator.evaluation,tools.evaluation,agent.fast.evaluation,agent.deep.evaluation"
+QUEUES = f"{LIVE_QUEUES},{EVALUATION_QUEUES}"
 LEDGER = "bench-pgids"
 
 
@@ -80,9 +82,11 @@ class Group:
 
 
 def celery_worker(name: str, app: str, *, concurrency: int, env: dict, var_dir: Path,
-                  deadline: float) -> Group:
-    """A real prefork worker on every Stepwise queue, returned once it logged "ready."."""
-    cmd = [sys.executable, "-m", "celery", "-A", app, "worker", "-Q", QUEUES,
+                  deadline: float, queues: str = QUEUES, nice: int = 0) -> Group:
+    """A real prefork worker on `queues` (default: every Stepwise queue), at CPU priority
+    `nice` (`nice -n`), returned once it logged "ready."."""
+    cmd = [*(["nice", "-n", str(nice)] if nice else []),
+           sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queues,
            "-c", str(concurrency), "-P", "prefork", "--without-mingle", "--without-gossip",
            "-n", f"{name}@%h", "-l", "info"]
     group = Group(name, cmd, env, var_dir)

@@ -47,7 +47,13 @@ def run_backend(backend: str, args, deadline: float) -> dict:
                    "--sleep-window", str(args.sleep_window),
                    "--signalled-runs", str(args.signalled_runs),
                    "--signal-rate", str(args.signal_rate),
-                   "--fanout-probes", str(args.fanout_probes), "--rounds", str(args.rounds),
+                   "--fanout-probes", str(args.fanout_probes),
+                   "--evaluation-cases", str(args.evaluation_cases),
+                   "--evaluation-concurrency", str(args.evaluation_concurrency),
+                   "--evaluation-budget-share", str(args.evaluation_budget_share),
+                   "--evaluation-workers", str(args.evaluation_workers),
+                   "--evaluation-nice", str(args.evaluation_nice),
+                   "--rounds", str(args.rounds),
                    "--deadline", str(deadline)]
             child = subprocess.Popen(cmd, cwd=ROOT, env=env)
             try:
@@ -112,6 +118,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="map items of one run while single steps are probed (default 0: skip)")
     parser.add_argument("--fanout-probes", type=int, default=30,
                         help="single-step runs started one at a time during the fan-out (default 30)")
+    parser.add_argument("--evaluation-cases", type=int, default=0,
+                        help="cases of an evaluation run while live runs are started one at a "
+                        "time (default 0: skip; the target is 1000)")
+    parser.add_argument("--evaluation-concurrency", type=int, default=4,
+                        help="the evaluation's runs at a time (default 4, the engine's default)")
+    parser.add_argument("--evaluation-budget-share", type=float, default=0.65,
+                        help="the evaluation's budget as a share of what all its cases would cost "
+                        "(default 0.65: it stops at its budget after about 65%% of them)")
+    parser.add_argument("--evaluation-workers", type=int, default=1,
+                        help="processes of a worker of the evaluation queues alone, the Stepwise "
+                        "worker on the live queues alone, as the Procfile runs them (default 1; "
+                        "0: one worker on every queue)")
+    parser.add_argument("--evaluation-nice", type=int, default=0,
+                        help="the CPU priority (nice -n) of the evaluation worker (default 0)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="loaded throughput rounds, Stepwise then the floor in each; the "
                         "table gives each round's ratio and their median (default 3)")

@@ -18,6 +18,12 @@ runs held at once, and a fan-out competing with single steps for the same worker
 - `fanout`: one run maps over M items of `core.echo` while single-step runs are started one
   at a time; each probe's step wait (queued -> started) while the map is still in flight is
   what a fan-out costs other runs.
+- `evaluation_beside_live`: an evaluation of N cases (issue 45) of a workflow whose runs cost
+  a known amount (a scripted agent step declaring its tokens, two echo steps, a side-effecting
+  email answered by the sandbox), its budget spent after a share of them, while runs of the
+  bench's chain are started one at a time through the API, as in the idle phase. Reports the
+  evaluation's end (state, cost against budget, cases run, rate) and the live runs' step gap
+  and start latency while it ran.
 
 Like the rest of the bench, it drives Stepwise only through its API and services and reads
 its state through its models.
@@ -90,6 +96,59 @@ def fanout_definition(name: str) -> dict:
     }
 
 
+# The evaluation phase's agent step: the scripted model's reply declares its tokens, so every
+# case run costs the same known amount at the registry's prices (budgets.services.cost_of).
+EVAL_MODEL = "fast"
+EVAL_TOKENS_IN, EVAL_TOKENS_OUT = 2000, 400
+EVAL_OUTBOX = "bench@example.com"
+
+
+def evaluation_definition(name: str) -> dict:
+    """What each case of the evaluation phase runs: an agent step on the scripted model (its
+    cost), two pure tool steps, and a side-effecting email, which the sandbox answers in place
+    of the outbox (so no case reaches it)."""
+    return {
+        "name": name,
+        "input_schema": {"type": "object", "required": ["k"], "properties": {"k": {"type": "integer"}}},
+        "steps": [
+            {"name": "draft", "type": "agent", "model": EVAL_MODEL, "timeout_s": 30,
+             "prompt": "Label case {{ input.k }}.",
+             "output_schema": {"type": "object", "required": ["label"],
+                               "properties": {"label": {"type": "string"}}},
+             "script": [{"output": {"label": "ok"}, "tokens_in": EVAL_TOKENS_IN,
+                         "tokens_out": EVAL_TOKENS_OUT}]},
+            {"name": "check", "type": "tool", "tool": "core.echo", "after": ["draft"],
+             "params": {"label": "{{ steps.draft.output.label }}", "k": "{{ input.k }}"}},
+            {"name": "shape", "type": "tool", "tool": "core.echo", "after": ["check"],
+             "params": {"subject": "case {{ input.k }}: {{ steps.check.output.label }}"}},
+            {"name": "notify", "type": "tool", "tool": "email.send", "side_effect": True,
+             "after": ["shape"],
+             "params": {"to": EVAL_OUTBOX, "subject": "{{ steps.shape.output.subject }}",
+                        "body": "{{ steps.draft.output.label }}"}},
+        ],
+    }
+
+
+def evaluation_cases(keys: range) -> list[dict]:
+    """The cases keyed by `keys`, in three risk tiers; every other one declares what its email
+    step answers (the rest get the sandbox's default answer)."""
+    tiers = ("low", "medium", "high")
+    return [{"key": f"case-{k:05d}", "input": {"k": k}, "risk_tier": tiers[k % 3],
+             "expected": {"run": {"state": "completed"}, "steps": {"draft": {"output": {"label": "ok"}}}},
+             **({"responses": {"notify": {"message_id": f"bench-{k}", "duplicate": False}}}
+                if k % 2 == 0 else {})}
+            for k in keys]
+
+
+def evaluation_budget(cost_per_run, *, cases: int, share: float):
+    """A budget spent after `share` of `cases` runs costing `cost_per_run` each (Decimal, to the
+    cent's ten-thousandth, never below one run)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    budget = (Decimal(cost_per_run) * cases * Decimal(str(share))).quantize(Decimal("0.000001"), ROUND_HALF_UP)
+    return max(budget, Decimal(cost_per_run))
+
+
 def single_definition(name: str) -> dict:
     return {"name": name, "input_schema": {"type": "object"},
             "steps": [{"name": "only", "type": "tool", "tool": "core.echo", "params": {}}]}
@@ -114,9 +173,10 @@ def make_fixtures(team_slug: str = "bench") -> dict:
                              ("bench-sleep", sleep_definition("bench-sleep")),
                              ("bench-wait", wait_definition("bench-wait")),
                              ("bench-fanout", fanout_definition("bench-fanout")),
+                             ("bench-eval", evaluation_definition("bench-eval")),
                              ("bench-single", single_definition("bench-single"))):
         saved[name], _ = workflow_save(team=team, definition=definition, actor=owner)
-    return {"versions": saved, "approver": approver}
+    return {"versions": saved, "approver": approver, "owner": owner}
 
 
 # --- API submission under concurrent clients ------------------------------------------------
@@ -571,3 +631,107 @@ def fanout(base_url: str, token: str, *, items: int, probes: int, deadline: floa
             "probe_wait_ms": summary(waits), "probe_start_latency_ms": summary(starts),
             "fanout_state": run.state, "fanout_s": round(fan_s, 2) if fan_s else None,
             "fanout_items_per_s": round(items / fan_s, 1) if fan_s else None}
+
+
+# --- an evaluation beside live runs ------------------------------------------------------------
+
+
+def evaluation_beside_live(version, *, owner, cases: int, concurrency: int, budget_share: float,
+                           live, deadline: float, check, control_s: float = 15) -> dict:
+    """Evaluate `version` over a dataset of `cases` cases with a budget spent after
+    `budget_share` of them, and call `live(stop)` meanwhile: it starts live runs one at a time
+    until `stop()` (the evaluation ended, or the deadline is near) and returns their figures.
+    The same live runs are measured for `control_s` seconds just before, with nothing else in
+    flight (`control`): on a machine others share, the idle phase's short window can catch a
+    quieter or busier moment than the evaluation's, and the control is the same moment's.
+
+    The evaluation is driven by the workers alone (each run's end advances it); this process
+    only starts it and reads rows. Reported: its end (state, stop reason), its cost as it
+    recorded it and as its runs spent in the end, against its budget (the overshoot: what the
+    runs in flight when the budget was reached spent), the cases by state, how long it ran and
+    the rate of case runs ended, the side effects answered by the sandbox against the emails
+    that reached the outbox, and `live`'s figures.
+    """
+    from decimal import Decimal
+
+    from django.conf import settings
+    from django.db.models import Sum
+
+    from budgets.services import cost_of
+    from evaluation.evaluations import evaluation_cancel, evaluation_start
+    from evaluation.limits import MAX_CASES_PER_CHANGE
+    from evaluation.models import Evaluation, EvaluationCase
+    from evaluation.services import dataset_cases_add, dataset_create
+    from examples.tools import outbox_path
+    from orchestrator.models import Event, Run
+
+    t0 = time.time()
+    dataset = dataset_create(workflow=version.workflow, name=f"bench-{int(t0)}", actor=owner)
+    for first in range(0, cases, MAX_CASES_PER_CHANGE):
+        dataset_cases_add(dataset=dataset, actor=owner,
+                          cases=evaluation_cases(range(first, min(first + MAX_CASES_PER_CHANGE, cases))))
+    dataset_s = time.time() - t0
+    per_run = cost_of(settings.STEPWISE_MODELS[EVAL_MODEL], EVAL_TOKENS_IN, EVAL_TOKENS_OUT,
+                      model=EVAL_MODEL)
+    budget = evaluation_budget(per_run, cases=cases, share=budget_share)
+    outbox = outbox_path()
+    emails_before = _lines(outbox)
+    say(f"evaluation: {cases} cases ({dataset_s:.1f} s to write them), {per_run:.6f} USD a run, "
+        f"budget {budget} USD, {concurrency} at a time; live runs one at a time meanwhile")
+
+    control_until = time.time() + control_s
+    control = live(stop=lambda: time.time() > control_until) if control_s else None
+    started = time.time()
+    evaluation = evaluation_start(dataset=dataset, version=version.number, actor=owner, budget_usd=budget,
+                                  concurrency=concurrency, note="bench")
+    row = Evaluation.objects.filter(pk=evaluation.pk)
+    ended = row.exclude(state="running")
+    live_until = deadline - 0.25 * (deadline - started)  # the rest: the evaluation's end
+    figures = live(stop=lambda: ended.exists() or time.time() > live_until)
+    live_s = time.time() - started
+    last_report = 0.0
+    while not ended.exists() and time.time() < deadline:
+        check()
+        if time.time() - last_report > 10:
+            say(f"evaluation: {EvaluationCase.objects.filter(evaluation=evaluation).exclude(run=None).count()} "
+                f"cases started, {row.values_list('cost_usd', flat=True).first()} USD spent")
+            last_report = time.time()
+        time.sleep(0.2)
+    cancelled_at_deadline = not ended.exists()
+    if cancelled_at_deadline:
+        evaluation_cancel(evaluation_id=evaluation.pk, actor=owner, reason="bench: the deadline")
+    time.sleep(1)  # the model calls in flight when its runs were cancelled settle their cost
+    evaluation.refresh_from_db()
+    mine = EvaluationCase.objects.filter(evaluation=evaluation)
+    runs = Run.objects.filter(evaluation_case__evaluation=evaluation)
+    run_states = {state: runs.filter(state=state).count()
+                  for state in runs.values_list("state", flat=True).distinct()}
+    # What was spent in the end, read from the runs: a run cancelled at the stop whose model
+    # call was in flight records that call's cost after the evaluation's own figure was taken.
+    spent = ((runs.aggregate(total=Sum("cost_usd"))["total"] or Decimal("0"))
+             + (mine.aggregate(total=Sum("grading_cost_usd"))["total"] or Decimal("0")))
+    spent = spent.quantize(Decimal("0.000001"))
+    duration = ((evaluation.finished_at - evaluation.created_at).total_seconds()
+                if evaluation.finished_at else None)
+    ran = runs.count()
+    return {
+        "cases": cases, "concurrency": concurrency, "dataset_write_s": round(dataset_s, 2),
+        "cost_per_run_usd": str(per_run), "budget_share": budget_share, "budget_usd": str(budget),
+        "state": evaluation.state, "stop_reason": evaluation.stop_reason,
+        "cancelled_at_deadline": cancelled_at_deadline,
+        "cost_usd": str(evaluation.cost_usd), "spent_usd": str(spent),
+        "overshoot_usd": str(spent - budget),
+        "overshoot_runs": round(float((spent - budget) / per_run), 2) if per_run else None,
+        "case_states": {state: mine.filter(state=state).count()
+                        for state in mine.values_list("state", flat=True).distinct()},
+        "runs": ran, "run_states": run_states, "passed": mine.filter(passed=True).count(),
+        "duration_s": round(duration, 2) if duration else None,
+        "case_runs_per_s": round(ran / duration, 2) if duration else None,
+        "sandboxed_effects": Event.objects.filter(run__in=runs, kind="step.sandboxed").count(),
+        "emails_reaching_the_outbox": _lines(outbox) - emails_before,
+        "live_s": round(live_s, 2), "live": figures, "control_s": control_s, "control": control,
+    }
+
+
+def _lines(path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0

@@ -217,6 +217,8 @@ def scale_rows(b: str, r: dict, row, lines: list[str]) -> None:
                      f"before the measurement) at {_fmt(nap['wakes_per_s'])}/s, offered "
                      f"{nap['offered_wakes_per_s']}/s over {nap['window_s']:.0f} s; reaper every "
                      f"{nap['reap_interval_s']} s, {nap['reap_batch']} a sweep; {nap['ended']} ended")
+    if r.get("evaluation"):
+        evaluation_rows(b, r, row, lines)
     if r.get("signalled"):
         sig = r["signalled"]
         waiting_rows(b, r, sig, row, lines, count=sig["waiting"], word="waiting",
@@ -227,6 +229,39 @@ def scale_rows(b: str, r: dict, row, lines: list[str]) -> None:
         lines.append(f"{b:<10}signalled  {sig['sent']} at {_fmt(sig['signals_per_s'])}/s, offered "
                      f"{sig['offered_signals_per_s']}/s; {sig['ended']} ended"
                      + (f"; send failures {sig['send_failures']}" if sig["send_failures"] else ""))
+
+
+def evaluation_rows(b: str, r: dict, row, lines: list[str]) -> None:
+    """The rows of the evaluation phase: the live runs' figures during it beside the idle
+    phase's, then how the evaluation ended."""
+    ev = r["evaluation"]
+    live = ev.get("live") or {}
+    idle = r.get("start") or {}
+    control = ev.get("control") or {}
+    row(b, "idle step-to-step (ms)", idle.get("step_latency_ms"))
+    row(b, "  live, beside the evaluation (ms)", live.get("step_latency_ms"))
+    row(b, f"  control, {ev.get('control_s'):g} s before it (ms)", control.get("step_latency_ms"))
+    row(b, "idle start latency (ms)", idle.get("latency_ms"))
+    row(b, "  live, beside the evaluation (ms)", live.get("latency_ms"))
+    row(b, "  idle: the first step's wait (ms)", idle.get("first_step_wait_ms"))
+    row(b, "  live: the first step's wait (ms)", live.get("first_step_wait_ms"))
+    for label, versus in (("idle", ev.get("live_vs_idle") or {}), ("control", ev.get("live_vs_control") or {})):
+        lines.append(f"{b:<10}live / {label:<8} step gap p50 {_fmt(versus.get('step_latency_ms', {}).get('p50'))} x, "
+                     f"p99 {_fmt(versus.get('step_latency_ms', {}).get('p99'))} x; start latency p50 "
+                     f"{_fmt(versus.get('latency_ms', {}).get('p50'))} x, p99 "
+                     f"{_fmt(versus.get('latency_ms', {}).get('p99'))} x; first step's wait p50 "
+                     f"{_fmt(versus.get('first_step_wait_ms', {}).get('p50'))} x")
+    lines.append(f"{b:<10}live runs  {live.get('runs')} over {_fmt(ev.get('live_s'))} s beside the evaluation, "
+                 f"{control.get('runs')} in the control")
+    workers = (f"a worker of {ev['evaluation_workers']} on the evaluation queues" if ev.get("evaluation_workers")
+               else "the same worker as the live runs")
+    lines.append(f"{b:<10}evaluation  {ev['state']} after {ev['runs']} of {ev['cases']} cases run "
+                 f"({ev['concurrency']} at a time, on {workers}) in {_fmt(ev['duration_s'])} s, "
+                 f"{_fmt(ev['case_runs_per_s'])} cases/s; runs {ev['run_states']}")
+    lines.append(f"{b:<10}evaluation cost  {ev['spent_usd']} USD spent (recorded {ev['cost_usd']}) against "
+                 f"a budget of {ev['budget_usd']} ({ev['cost_per_run_usd']} a run): overshoot {ev['overshoot_usd']} USD "
+                 f"({_fmt(ev['overshoot_runs'])} runs); {ev['sandboxed_effects']} effects sandboxed, "
+                 f"{ev['emails_reaching_the_outbox']} reached the outbox")
 
 
 def waiting_rows(b: str, r: dict, phase: dict, row, lines: list[str], *, count: int, word: str,

@@ -8,6 +8,7 @@ Messages are read as they are sent (`current_app.send_task` and the chord record
 driven in this process as workers would.
 """
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
@@ -134,6 +135,35 @@ def test_every_family_consumes_its_evaluation_queue_after_its_own(settings):
                                     "agent.fast.evaluation", "agent.deep.evaluation"]
     assert set(queues("evaluation")) <= set(queues("all"))
     assert set(queues("evaluation")) <= set(known_queues())  # the operations page's depths
+
+
+def test_live_workers_beside_an_evaluation_worker_leave_the_evaluation_side_out(settings):
+    """The Procfile's families are started `--without-evaluation` beside a worker of the
+    `evaluation` family: between them every queue is consumed, each by one of them."""
+    settings.STEPWISE_MODELS = {"fast": {}, "deep": {}}
+
+    assert queues("orchestrator", with_evaluation=False) == ["orchestrator"]
+    assert queues("tools", with_evaluation=False) == ["tools", "tools.batch"]
+    assert queues("agent", with_evaluation=False) == ["agent.fast", "agent.deep", "agent.fast.batch",
+                                                      "agent.deep.batch"]
+    live = [q for family in ("orchestrator", "tools", "agent") for q in queues(family, with_evaluation=False)]
+    assert sorted(live + queues("evaluation")) == sorted(queues("all"))
+    assert not set(live) & set(queues("evaluation"))
+    assert queues("evaluation", with_evaluation=False) == queues("evaluation")
+
+
+def test_the_procfile_consumes_every_queue_once_and_the_evaluation_side_on_a_worker_of_its_own():
+    import re
+
+    procfile = (Path(__file__).resolve().parents[2] / "Procfile").read_text()
+    consumed = {}
+    for name, family, without in re.findall(r"^(\w+): .*stepwise_queues (\S+?)( --without-evaluation)?\)",
+                                            procfile, re.MULTILINE):
+        for queue in queues(family, with_evaluation=not without):
+            consumed.setdefault(queue, []).append(name)
+    assert set(consumed) == set(queues("all"))
+    assert all(len(names) == 1 for names in consumed.values()), consumed
+    assert {consumed[queue][0] for queue in queues("evaluation")} == {"evaluation"}
 
 
 def test_the_test_workers_consume_every_evaluation_queue():
