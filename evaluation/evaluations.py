@@ -104,15 +104,19 @@ def evaluation_advance(*, evaluation_id: int) -> Evaluation:
     _score_ended(evaluation_id)
     with transaction.atomic():
         evaluation = Evaluation.objects.select_for_update().select_related("version", "team").get(pk=evaluation_id)
-        if evaluation.is_finished:
-            return evaluation
         spent = _spent(evaluation)
+        if evaluation.is_finished:
+            # A run cancelled at the stop may settle a model call after it: its cost still counts.
+            if spent != evaluation.cost_usd:
+                evaluation.cost_usd = spent
+                evaluation.save(update_fields=["cost_usd"])
+            return evaluation
         evaluation.cost_usd = spent
         evaluation.save(update_fields=["cost_usd"])
         unfinished = evaluation.cases.filter(state=CaseRunState.RUNNING).count()
         if spent >= evaluation.budget_usd:
-            _stop(evaluation, reason=f"the budget of {evaluation.budget_usd:.2f} USD was spent "
-                  f"({spent:.4f} USD)", cancel_runs=True)
+            _stop(evaluation, reason=f"the budget of {_usd(evaluation.budget_usd)} USD was spent "
+                  f"({_usd(spent)} USD)", cancel_runs=True)
             return evaluation
         if evaluation.purpose == Purpose.SHADOW:
             _follow_live_runs(evaluation)
@@ -405,6 +409,13 @@ def _connections_problems(connections: object, *, team: str) -> list[dict]:
             except ConnectionRefused as refused:
                 problems.append({"path": where, "message": str(refused)})
     return problems
+
+
+def _usd(amount: Decimal) -> str:
+    """An amount as written, to the cent at least and no trailing zeros beyond: 0.0195, 2.00."""
+    text = f"{amount.normalize():f}"
+    whole, _, cents = text.partition(".")
+    return f"{whole}.{cents.ljust(2, '0')}"
 
 
 def _budget(value, problems: list) -> Decimal | None:

@@ -259,3 +259,13 @@ def test_what_a_shadow_is_refused_for(refund, draft, editor, reader):
     with pytest.raises(InputInvalid) as twice:
         shadow_start(workflow=refund, version=draft.number, actor=editor, budget_usd=1)
     assert paths(twice) == ["workflow"]
+
+
+def test_a_stopped_evaluation_counts_what_its_cancelled_runs_spend_after_the_stop(dataset, cases, editor):
+    evaluation = evaluation_start(dataset=dataset, version=1, actor=editor, budget_usd="0.000015", concurrency=2)
+    done = drive(evaluation)
+    assert done.state == EvaluationState.STOPPED and "the budget of 0.000015 USD" in done.stop_reason
+    run = Run.objects.filter(evaluation_case__evaluation=done).first()
+    Run.objects.filter(pk=run.pk).update(cost_usd=run.cost_usd + Decimal("0.25"))  # a call settled late
+    later = evaluation_advance(evaluation_id=done.id)
+    assert later.state == EvaluationState.STOPPED and later.cost_usd == done.cost_usd + Decimal("0.25")
