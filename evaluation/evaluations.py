@@ -103,7 +103,9 @@ def evaluation_advance(*, evaluation_id: int) -> Evaluation:
     the cases not started are `not_run`). Idempotent: with nothing new it changes nothing."""
     _score_ended(evaluation_id)
     with transaction.atomic():
-        evaluation = Evaluation.objects.select_for_update().select_related("version", "team").get(pk=evaluation_id)
+        # The evaluation's row alone: locking its team's too would hold the row every run's
+        # writes check their key against, while this waits for the ledger's lock (a deadlock).
+        evaluation = Evaluation.objects.select_for_update(of=("self",)).select_related("version", "team").get(pk=evaluation_id)
         spent = _spent(evaluation)
         if evaluation.is_finished:
             # A run cancelled at the stop may settle a model call after it: its cost still counts.
@@ -138,7 +140,7 @@ def evaluation_cancel(*, evaluation_id: int, actor: Actor, reason: str = "") -> 
     started are `not_run`, and what was scored is summarised. Audited. Raises Forbidden without
     evaluation.run, NotAllowed when it has ended."""
     with transaction.atomic():
-        evaluation = Evaluation.objects.select_for_update().select_related("team", "version").get(pk=evaluation_id)
+        evaluation = Evaluation.objects.select_for_update(of=("self",)).select_related("team", "version").get(pk=evaluation_id)
         require(actor, Action.EVALUATION_RUN, team=evaluation.team)
         if evaluation.is_finished:
             raise NotAllowed(f"the evaluation has ended ({evaluation.state})",

@@ -315,7 +315,7 @@ def case_digest(key: str, input: object, expected: object, risk_tier: str, tags:
 def _lock(dataset: Dataset) -> tuple[Dataset, DatasetVersion]:
     """The dataset row locked for this transaction (SQLite: the write transaction serializes),
     and its latest version as it is now."""
-    dataset = Dataset.objects.select_for_update().select_related("team", "workflow").get(pk=dataset.pk)
+    dataset = Dataset.objects.select_for_update(of=("self",)).select_related("team", "workflow").get(pk=dataset.pk)
     return dataset, dataset.versions.order_by("-number").first()
 
 

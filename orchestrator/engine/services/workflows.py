@@ -126,7 +126,7 @@ def workflow_publish(*, workflow_id: int, number: int, actor: Actor) -> Workflow
     with its path); NotAllowed for an archived workflow or a version that does not exist.
     """
     with transaction.atomic():
-        workflow = Workflow.objects.select_for_update().select_related("team").get(pk=workflow_id)
+        workflow = Workflow.objects.select_for_update(of=("self",)).select_related("team").get(pk=workflow_id)
         require(actor, Action.WORKFLOW_PUBLISH, team=workflow.team)
         if workflow.archived_at is not None:
             raise NotAllowed(f"workflow '{workflow.name}' is archived: restore it first")
@@ -189,7 +189,7 @@ def workflow_policy_set(*, workflow_id: int, publish_on_save: bool, actor: Actor
     someone must publish (off: two people see each change). Raises Forbidden without
     workflow.policy (owners)."""
     with transaction.atomic():
-        workflow = Workflow.objects.select_for_update().select_related("team").get(pk=workflow_id)
+        workflow = Workflow.objects.select_for_update(of=("self",)).select_related("team").get(pk=workflow_id)
         require(actor, Action.WORKFLOW_POLICY, team=workflow.team)
         if workflow.publish_on_save == publish_on_save:
             return workflow
@@ -214,7 +214,7 @@ def workflow_restore(*, workflow_id: int, actor: Actor) -> Workflow:
 
 def _set_archived(workflow_id: int, actor: Actor, *, archived: bool) -> Workflow:
     with transaction.atomic():
-        workflow = Workflow.objects.select_for_update().select_related("team").get(pk=workflow_id)
+        workflow = Workflow.objects.select_for_update(of=("self",)).select_related("team").get(pk=workflow_id)
         require(actor, Action.WORKFLOW_ARCHIVE, team=workflow.team)
         if (workflow.archived_at is not None) == archived:
             return workflow
