@@ -84,3 +84,15 @@ def test_a_run_sandbox_names_connections_as_an_object_of_other_names(archive):
             run_start(version=version, input={"n": 1}, actor=SETUP, capacity="evaluation",
                       sandbox={"connections": connections})
         assert paths(refused) == ["sandbox.connections"]
+
+
+def test_a_sandboxed_run_of_an_archived_workflow_does_not_start(archive):
+    from orchestrator.engine.errors import NotAllowed
+    from orchestrator.engine.services.runs import run_start
+    from orchestrator.engine.services.workflows import workflow_archive
+
+    workflow_archive(workflow_id=archive.workflow_id, actor=SETUP)
+    archive.workflow.refresh_from_db()
+    with pytest.raises(NotAllowed):
+        run_start(version=archive.workflow.active_version, input={"n": 1}, actor=SETUP, capacity="evaluation",
+                  sandbox={"purpose": "evaluation"})

@@ -131,8 +131,7 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
         existing = _idempotent_replay(team.id, idempotency_key, request_digest)
         if existing:
             return existing
-    # A sandboxed run changes nothing in the world: any version may be evaluated, gates or not.
-    if sandbox is None and (refusal := version_start_refusal(version, actor)):
+    if refusal := version_start_refusal(version, actor, sandboxed=sandbox is not None):
         raise refusal
     created_by = actor if is_person(actor) else created_by
     if parent_step is not None:
@@ -170,7 +169,7 @@ def _class_problems(capacity: str, sandbox: object, *, callback: bool) -> list[d
     return problems
 
 
-def version_start_refusal(version: WorkflowVersion, actor: Actor) -> ServiceError | None:
+def version_start_refusal(version: WorkflowVersion, actor: Actor, *, sandboxed: bool = False) -> ServiceError | None:
     """Why `actor` may not start a run of `version`, or None.
 
     An archived workflow starts nothing (NotAllowed). A version other than the published one
@@ -180,12 +179,15 @@ def version_start_refusal(version: WorkflowVersion, actor: Actor) -> ServiceErro
     old version, pinned trigger or policy set after publishing runs around it. Under a release
     policy (`workflow_publish`'s publish checks), a version other than the published one starts
     only when it would pass them, or for such a person: a draft its evaluation holds back does
-    not run live by being named.
+    not run live by being named. A sandboxed run changes nothing in the world: its version's
+    gates and release policy do not hold it back (an archived workflow still starts nothing).
     """
     workflow = version.workflow
     if workflow.archived_at is not None:
         return NotAllowed(f"workflow '{workflow.name}' is archived: it starts no new runs",
                           [{"path": "workflow", "message": "archived"}])
+    if sandboxed:
+        return None
     active = workflow.active_version
     weakened = weakened_gates(active.normalized, version.normalized, url_params) \
         if active is not None and active.id != version.id else []
