@@ -296,12 +296,14 @@ def _follow_live_runs(evaluation: Evaluation) -> None:
     ended = (Run.objects.filter(version=evaluation.baseline, capacity="interactive", parent_step__isnull=True,
                                 state__in=RUN_TERMINAL, finished_at__gt=evaluation.examined_until)
              .order_by("finished_at", "id")[:SHADOW_BATCH])
+    ended = list(ended)
+    sealed = set(RunSecret.objects.filter(run__in=[run.id for run in ended]).values_list("run_id", flat=True))
     rows = []
     for run in ended:
         if len(rows) >= room:
             break
         evaluation.examined_until = run.finished_at
-        if sampled(run.id, evaluation.sample_percent) and not RunSecret.objects.filter(run=run).exists():
+        if sampled(run.id, evaluation.sample_percent) and run.id not in sealed:
             rows.append(EvaluationCase(evaluation=evaluation, live_run=run, key=f"run-{run.id}",
                                        risk_tier=risk_tier_of(run), expected=expected_from_run(run)))
     EvaluationCase.objects.bulk_create(rows)
