@@ -42,12 +42,15 @@ WAYS = ["its own timeout", "run cancelled", "run failed", "run timed out", "run 
 
 @pytest.fixture
 def at(monkeypatch):
-    """Move the engine's clock forward by `seconds`."""
+    """Move the engine's clock to `seconds` past the test's start. It stands still until moved, so
+    the deadlines set while the runs start are measured from the same instant however slow the
+    machine is."""
     start = clock.now()
 
     def move(seconds: float) -> None:
         monkeypatch.setattr(clock, "_source", lambda: start + timedelta(seconds=seconds))
 
+    move(0)
     return move
 
 
