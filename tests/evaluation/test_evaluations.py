@@ -205,8 +205,9 @@ def test_a_version_that_is_not_the_published_one_is_evaluated_as_it_is(dataset, 
 # --- shadow ----------------------------------------------------------------------------------
 
 
-def live_run(version, message: str) -> Run:
-    run = run_start(version=version, input={"order_id": "ORD-1300", "message": message}, actor=SETUP)
+def live_run(version, message: str, *, secret: bool = False) -> Run:
+    run = run_start(version=version, input={"order_id": "ORD-1300", "message": message}, actor=SETUP,
+                    known_secrets=[message] if secret else ())
     while step := run.steps.filter(state="queued").first():
         step_execute(step_id=step.id, worker="test")
     return Run.objects.get(pk=run.pk)
@@ -239,6 +240,19 @@ def test_a_shadow_runs_the_draft_again_on_a_sample_of_live_runs_and_scores_agree
     assert {row.run.sandbox["purpose"] for row in rows} == {"shadow"}
     # The live run's email was answered to the shadow as it was sent: the shadow sent none.
     assert rows[0].run.sandbox["responses"]["reply"] == live[0].steps.get(name="reply").output
+
+
+def test_a_shadow_leaves_out_a_live_run_whose_input_is_sealed(refund, draft, editor):
+    shadow = shadow_start(workflow=refund, version=draft.number, actor=editor, budget_usd=1,
+                          sample_percent=100, max_cases=2)
+    Evaluation.objects.filter(pk=shadow.pk).update(examined_until=refund.active_version.created_at)
+    live = [live_run(refund.active_version, "My card number is in here.", secret=True),
+            live_run(refund.active_version, "Where is my invoice?"),
+            live_run(refund.active_version, "The table arrived scratched.")]
+    assert live[0].input["message"] == {"secret": "input.message"}
+
+    done = drive(shadow)
+    assert [row.live_run_id for row in done.cases.order_by("id")] == [live[1].id, live[2].id]
 
 
 def test_a_shadow_follows_only_a_sample_chosen_by_run_id():
