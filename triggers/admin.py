@@ -252,7 +252,7 @@ class TriggerAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="recent firings")
     def recent_firings(self, trigger: Trigger) -> str:
-        firings = list(trigger.firings.select_related("run").order_by("-created_at")[:20])
+        firings = list(trigger.firings.select_related("run", "coalesced_into").order_by("-created_at")[:20])
         if not firings:
             return "none yet"
         rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", (
@@ -265,6 +265,11 @@ class TriggerAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
 
 
 def _why(firing: Firing) -> str:
+    if firing.state == Firing.State.DEBOUNCING:
+        return f"held until {firing.due_at:%H:%M:%S} UTC unless a newer event comes"
+    if firing.state == Firing.State.COALESCED:
+        newer = firing.coalesced_into
+        return f"replaced by {newer.key}" + (f", which started run {newer.run_id}" if newer.run_id else "")
     if firing.state != Firing.State.REFUSED:
         return "-"
     said = "; ".join(f"{p.get('path')}: {p.get('message')}" if p.get("path") else p.get("message", "")

@@ -246,24 +246,25 @@ def template_shape_problems(template: object, schema: dict) -> list[dict]:
     return problems
 
 
-def correlation_key(expression: str, context: dict) -> str | None:
-    """The correlation key `correlate` gives for the event: a non-empty string (a number is
-    read as its text), or None when the event names none (null, empty). Raises
-    MappingFailed("correlate_failed")."""
+def correlation_key(expression: str, context: dict, *, path: str = "correlate") -> str | None:
+    """The key an expression (`correlate`, or `debounce_key` at `path`) gives for the event: a
+    non-empty string (a number is read as its text), or None when the event names none (null,
+    empty). Raises MappingFailed("<path>_failed")."""
     if not expression.strip():
         return None
+    reason = "correlate_failed" if path == "correlate" else f"{path}_failed"
     try:
         result = evaluate_expression(expression, context)
     except ExpressionError as error:
-        raise MappingFailed("correlate_failed", [{"path": "correlate", "message": str(error)}]) from None
+        raise MappingFailed(reason, [{"path": path, "message": str(error)}]) from None
     if result is None or result == "":
         return None
     if isinstance(result, bool) or not isinstance(result, str | int):
-        raise MappingFailed("correlate_failed", [{"path": "correlate", "message":
+        raise MappingFailed(reason, [{"path": path, "message":
                             f"must give a string (or null), not {type(result).__name__}"}])
     key = str(result)
     if len(key) > MAX_CORRELATION_KEY_CHARS:
-        raise MappingFailed("correlate_failed", [{"path": "correlate", "message":
+        raise MappingFailed(reason, [{"path": path, "message":
                             f"gave {len(key)} characters; a key has at most "
                             f"{MAX_CORRELATION_KEY_CHARS}"}])
     return key

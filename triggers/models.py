@@ -75,6 +75,18 @@ class Trigger(models.Model):
                               "starting a run. Null or empty: the event starts a run.")
     uncorrelated = models.CharField(max_length=16, choices=Uncorrelated.choices,
                                     default=Uncorrelated.REFUSE)
+    # Debounce (docs/triggers.md#debounce-and-coalesce): a burst of events starts one run.
+    debounce_s = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Hold each event this many seconds; a newer event of the "
+                                         "same group in that time takes its place and waits "
+                                         "again, so a burst starts one run, with the last "
+                                         "event's input. Empty: every event starts its own run.")
+    debounce_key = models.TextField(
+        blank=True, help_text="A CEL expression over the event giving its group (one run per "
+                              "customer, say). Empty: all of the trigger's events are one group.")
+    debounce_max_s = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The longest a group's first event is held while newer "
+                                         "ones keep coming. Empty: ten times debounce_s.")
     # Admission control (docs/triggers.md#admission-control).
     max_per_minute = models.PositiveIntegerField(
         default=60, help_text="Runs this trigger may start in any 60 seconds.")
@@ -155,6 +167,8 @@ class Firing(models.Model):
 
     class State(models.TextChoices):
         QUEUED = "queued", "queued: held by admission control"
+        DEBOUNCING = "debouncing", "debouncing: held until its group is quiet for debounce_s"
+        COALESCED = "coalesced", "coalesced: a newer event of its group took its place"
         STARTED = "started"
         SIGNALLED = "signalled", "signalled: delivered to a waiting run (correlated)"
         REFUSED = "refused", "refused: started no run (see reason and problems)"
@@ -180,10 +194,20 @@ class Firing(models.Model):
     problems = models.JSONField(default=list, blank=True, help_text='[{"path", "message"}, ...]')
     created_at = models.DateTimeField(default=now)
     started_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # Debounce: the event's group, when the group's first held event came, when this one is
+    # let go if nothing newer comes, and the newer firing that took a coalesced one's place.
+    group = models.CharField(max_length=200, blank=True)
+    held_since = models.DateTimeField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)
+    coalesced_into = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT,
+                                       related_name="coalesced")
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["trigger", "key"], name="one_firing_per_key")]
+        constraints = [models.UniqueConstraint(fields=["trigger", "key"], name="one_firing_per_key"),
+                       models.UniqueConstraint(fields=["trigger", "group"], name="one_held_event_per_group",
+                                               condition=models.Q(state="debouncing"))]
         indexes = [models.Index(fields=["trigger", "state", "created_at"], name="firing_trigger_state"),
+                   models.Index(fields=["state", "due_at"], name="firing_due"),
                    models.Index(fields=["trigger", "started_at"], name="firing_trigger_started")]
         ordering = ["-created_at"]
 

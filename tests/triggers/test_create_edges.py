@@ -122,7 +122,8 @@ def test_a_created_trigger_is_recorded_with_its_settings_and_never_its_secret(te
         "name", "description", "workflow", "workflow_version", "enabled", "input_template",
         "filter", "max_per_minute", "when_limited", "max_queued", "cron", "timezone",
         "interval_s", "missed_slots", "catch_up_max", "replay_window_s", "max_body_bytes",
-        "source", "exchange", "binding_key", "queue", "stream", "correlate", "uncorrelated"}
+        "source", "exchange", "binding_key", "queue", "stream", "correlate", "uncorrelated",
+        "debounce_s", "debounce_key", "debounce_max_s"}
     assert secret not in entry.payload
 
 

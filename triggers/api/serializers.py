@@ -44,7 +44,7 @@ class TriggerSerializer(serializers.ModelSerializer):
         model = Trigger
         fields = ["id", "url", "team", "name", "description", "kind", "workflow",
                   "workflow_version", "enabled", "input_template", "filter", "correlate",
-                  "uncorrelated", "max_per_minute",
+                  "uncorrelated", "debounce_s", "debounce_key", "debounce_max_s", "max_per_minute",
                   "when_limited", "max_queued", "cron", "timezone", "interval_s", "missed_slots",
                   "catch_up_max", "last_slot", "next_slots", "webhook_url", "secret_fingerprint",
                   "previous_secret_until", "replay_window_s", "max_body_bytes", "source",
@@ -111,13 +111,13 @@ class FiringSerializer(serializers.ModelSerializer):
     class Meta:
         model = Firing
         fields = ["id", "key", "state", "run", "run_url", "reason", "problems", "origin",
-                  "fired_by", "created_at", "started_at"]
+                  "fired_by", "created_at", "started_at", "group", "due_at", "coalesced_into"]
 
 
 class FireOutcomeSerializer(serializers.Serializer):
     """What became of a firing (webhook deliveries, programmatic fires)."""
 
-    status = serializers.CharField(help_text="started, duplicate, queued or ignored")
+    status = serializers.CharField(help_text="started, signalled, duplicate, queued, debounced or ignored")
     run = serializers.UUIDField(allow_null=True)
     run_url = serializers.CharField(allow_null=True)
     firing = serializers.IntegerField(allow_null=True)

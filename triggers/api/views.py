@@ -32,7 +32,7 @@ from .serializers import webhook_path
 _ERRORS = OpenApiResponse(ErrorsSerializer, description="Every problem, each with its path.")
 # How each outcome of a firing is answered.
 _STATUS = {
-    "started": 202, "signalled": 202, "queued": 202, "duplicate": 200, "ignored": 200, "invalid": 400,
+    "started": 202, "signalled": 202, "queued": 202, "debounced": 202, "duplicate": 200, "ignored": 200, "invalid": 400,
     "unauthorized": 401, "not_found": 404, "too_large": 413,
 }
 # A key refused when its held firing was admitted stays refused: 409. Other refusals (rate,

@@ -59,7 +59,7 @@ def deliver(subscription: Subscription, *, message_id: str | None, body: bytes, 
     log.info("trigger %s: message %s %s%s%s", subscription.name, message_id, outcome.status, run,
              f" ({outcome.reason})" if outcome.reason else "")
     delay = settings.STEPWISE_CONSUMER_ACK_DELAY_S
-    if delay and outcome.status in ("started", "signalled", "queued"):
+    if delay and outcome.status in ("started", "signalled", "queued", "debounced"):
         # Fault tests kill the process in this window: committed, not yet acknowledged.
         log.info("trigger %s: message %s committed; acknowledging in %s s", subscription.name,
                  message_id, delay)

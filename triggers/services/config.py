@@ -46,15 +46,19 @@ MAX_REPLAY_WINDOW_S = 3600
 EDITABLE = ("name", "description", "workflow", "workflow_version", "enabled", "input_template",
             "filter", "max_per_minute", "when_limited", "max_queued", "cron", "timezone",
             "interval_s", "missed_slots", "catch_up_max", "replay_window_s", "max_body_bytes",
-            "source", "exchange", "binding_key", "queue", "stream", "correlate", "uncorrelated")
+            "source", "exchange", "binding_key", "queue", "stream", "correlate", "uncorrelated",
+            "debounce_s", "debounce_key", "debounce_max_s")
 SCHEDULE_FIELDS = ("cron", "timezone", "interval_s")
+DEBOUNCE_FIELDS = {"debounce_s", "debounce_key", "debounce_max_s"}
 KIND_FIELDS = {
     TriggerKind.SCHEDULE: {"cron", "timezone", "interval_s", "missed_slots", "catch_up_max"},
-    TriggerKind.WEBHOOK: {"replay_window_s", "max_body_bytes", "correlate", "uncorrelated"},
+    TriggerKind.WEBHOOK: {"replay_window_s", "max_body_bytes", "correlate", "uncorrelated",
+                          *DEBOUNCE_FIELDS},
     TriggerKind.QUEUE: {"source", "exchange", "binding_key", "queue", "stream", "max_body_bytes",
-                        "correlate", "uncorrelated"},
-    TriggerKind.API: {"correlate", "uncorrelated"},
+                        "correlate", "uncorrelated", *DEBOUNCE_FIELDS},
+    TriggerKind.API: {"correlate", "uncorrelated", *DEBOUNCE_FIELDS},
 }
+MAX_DEBOUNCE_S = 86_400
 
 
 class TriggerInvalid(ServiceError):
@@ -90,6 +94,7 @@ def trigger_problems(trigger: Trigger, *, check_input: bool = True) -> list[dict
     problems += filter_problems(trigger.correlate or "", path="correlate")
     if trigger.uncorrelated not in Uncorrelated.values:
         problems.append({"path": "uncorrelated", "message": "must be refuse or start"})
+    problems += _debounce_problems(trigger)
     if trigger.kind == TriggerKind.SCHEDULE:
         problems += schedule_problems(Schedule(trigger.cron or "", trigger.timezone,
                                                trigger.interval_s))
@@ -108,6 +113,24 @@ def trigger_problems(trigger: Trigger, *, check_input: bool = True) -> list[dict
     if check_input and trigger.enabled and not any(
             p["path"].startswith(("input_template", "workflow")) for p in problems):
         problems += trigger_input_problems(trigger)
+    return problems
+
+
+def _debounce_problems(trigger: Trigger) -> list[dict]:
+    problems = filter_problems(trigger.debounce_key or "", path="debounce_key")
+    window, bound = trigger.debounce_s, trigger.debounce_max_s
+    if window is None:
+        problems += [{"path": name, "message": "needs debounce_s"} for name in ("debounce_key", "debounce_max_s")
+                     if getattr(trigger, name) not in (None, "")]
+        return problems
+    if not 1 <= window <= MAX_DEBOUNCE_S:
+        problems.append({"path": "debounce_s", "message": f"must be 1 to {MAX_DEBOUNCE_S:,} seconds"})
+    elif bound is not None and not window <= bound <= MAX_DEBOUNCE_S:
+        problems.append({"path": "debounce_max_s", "message": f"must be debounce_s ({window}) to "
+                         f"{MAX_DEBOUNCE_S:,} seconds"})
+    if (trigger.correlate or "").strip():
+        problems.append({"path": "debounce_s", "message": "a correlated trigger delivers each event "
+                         "to its waiting run; it does not hold events back"})
     return problems
 
 

@@ -16,6 +16,11 @@ its own transaction with the trigger row locked (`trigger_lock`):
 Refusals write an audit entry. Held firings are started by `queued_firings_admit` (beat, every
 2 s), oldest first, as the rate and the team's cap allow; the person who fired one must still
 be allowed to start runs in the team then, or it is refused (recorded on the firing).
+
+A trigger with `debounce_s` holds each valid event (`debouncing`) before step 4: a newer event
+of the same group (`debounce_key`) takes its place (the older one is `coalesced` into it) and
+waits again, up to `debounce_max_s` from the group's first event; `queued_firings_admit` lets
+a quiet group's event go through admission as a held firing.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Q
 
 from audit.services import audit_record
 from budgets.services import admission_refusal
@@ -63,7 +69,7 @@ class FireOutcome:
     """What became of a firing.
 
     `status`: started (a new run), signalled (delivered to a waiting run: `correlate`), duplicate (the key had fired: its run, or its held firing),
-    queued (held by admission control), ignored (the filter said no), invalid (the event did
+    queued (held by admission control), debounced (held for the trigger's debounce window), ignored (the filter said no), invalid (the event did
     not make a valid input: `problems`), refused (`reason`: rate, concurrent_runs, budget,
     queue_full, disabled, refused_at_admission, uncorrelated, or the webhook's signature
     reasons), not_found.
@@ -79,7 +85,7 @@ class FireOutcome:
     @property
     def accepted(self) -> bool:
         """The event was taken care of: a run exists or will, or it concerns no one."""
-        return self.status in ("started", "signalled", "duplicate", "queued", "ignored")
+        return self.status in ("started", "signalled", "duplicate", "queued", "debounced", "ignored")
 
 
 def trigger_lock(trigger_id) -> Trigger:
@@ -189,7 +195,8 @@ def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
         return FireOutcome("refused", firing=existing, reason=existing.reason,
                            problems=existing.problems)
     if existing is not None:
-        return FireOutcome("duplicate", run=existing.run or existing.signalled_run, firing=existing)
+        taken = existing.coalesced_into if existing.coalesced_into_id else existing
+        return FireOutcome("duplicate", run=taken.run or existing.signalled_run, firing=existing)
     who = label(actor)
     if not trigger.enabled:
         return refusal(trigger, key=key, reason="disabled", actor=who, origin=origin,
@@ -221,6 +228,9 @@ def fire(trigger: Trigger, *, key: str, context: dict, origin: dict,
                        origin=origin, status="invalid")
     if not isinstance(actor, System):  # a person fires a programmatic trigger: may they?
         require(actor, Action.RUN_START, team=trigger.team)
+    if trigger.debounce_s:
+        return _debounce(trigger, key=key, context=context, run_input=run_input, origin=origin,
+                         actor=actor)
     held = Firing.objects.filter(trigger=trigger, state=Firing.State.QUEUED)
     limit = _limit(trigger)
     if trigger.when_limited == WhenLimited.QUEUE and (limit or held.exists()):
@@ -283,6 +293,49 @@ def _correlated(trigger: Trigger, *, key: str, correlated: str, payload: dict, o
     return FireOutcome("signalled", run=run, firing=firing)
 
 
+def _debounce(trigger: Trigger, *, key: str, context: dict, run_input: dict, origin: dict,
+              actor: Actor) -> FireOutcome:
+    """Hold the event until its group has been quiet for `debounce_s`, in place of the group's
+    event held so far (which, and every event it had replaced, is coalesced into this one)."""
+    who = label(actor)
+    try:
+        group = correlation_key(trigger.debounce_key, context, path="debounce_key") or ""
+    except MappingFailed as failed:
+        return refusal(trigger, key=key, reason=failed.reason_class, problems=failed.problems,
+                       actor=who, origin=origin, status="invalid")
+    at = now()
+    replaced = Firing.objects.filter(trigger=trigger, group=group, state=Firing.State.DEBOUNCING).first()
+    since = replaced.held_since if replaced else at
+    bound = timedelta(seconds=trigger.debounce_max_s or 10 * trigger.debounce_s)
+    due = min(at + timedelta(seconds=trigger.debounce_s), since + bound)
+    if replaced is not None:
+        replaced.state, replaced.input, replaced.due_at = Firing.State.COALESCED, None, None
+        replaced.save(update_fields=["state", "input", "due_at"])
+    firing = Firing.objects.create(trigger=trigger, key=key, state=Firing.State.DEBOUNCING,
+                                   input=run_input, origin=origin, fired_by=_person(actor),
+                                   group=group, held_since=since, due_at=due)
+    if replaced is not None:
+        Firing.objects.filter(Q(pk=replaced.pk) | Q(coalesced_into=replaced)).update(coalesced_into=firing)
+    trigger_audit(trigger, action="trigger.debounced", actor=who,
+                  outcome="coalesced" if replaced else "debounced",
+                  payload={"key": key, "group": group, "due_at": due.isoformat(),
+                           "replaces": replaced.key if replaced else None})
+    return FireOutcome("debounced", firing=firing, reason="debounce")
+
+
+def debounced_firings_release() -> int:
+    """Let go each held event whose group has been quiet for its trigger's window (or held for
+    its `debounce_max_s`): it becomes a queued firing, started as admission allows. Under its
+    trigger's lock, so a newer event never coalesces one already let go."""
+    released = 0
+    due = Firing.objects.filter(state=Firing.State.DEBOUNCING, due_at__lte=now())
+    for trigger_id in list(due.values_list("trigger_id", flat=True).distinct()):
+        with transaction.atomic():
+            trigger_lock(trigger_id)
+            released += due.filter(trigger_id=trigger_id).update(state=Firing.State.QUEUED)
+    return released
+
+
 def _person(actor: Actor):
     return None if isinstance(actor, System) else actor
 
@@ -294,6 +347,7 @@ def queued_firings_admit() -> int:
     A firing is started for the person who fired it (an api trigger) only if that person may
     still start runs in the team; otherwise, like a firing whose input the workflow no longer
     accepts, it is refused: kept in state `refused` with the reason, and audited."""
+    debounced_firings_release()
     started = 0
     trigger_ids = (Firing.objects.filter(state=Firing.State.QUEUED)
                    .values_list("trigger_id", flat=True).distinct())
