@@ -219,6 +219,9 @@ class Run(CachedStateFieldsMixin, models.Model):
     # Null: a live run. Else what answers in place of the world (orchestrator/engine/sandbox.py):
     # {"purpose", "responses", "decisions"}; no side-effecting call, person or callback is reached.
     sandbox = ArtifactJSONField(null=True, blank=True)
+    # Its workflow's `concurrency.key` rendered over its input (services/concurrency.py); a
+    # run held behind others of the key waits `pending` until one of them ends.
+    concurrency_key = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(default=now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -245,6 +248,8 @@ class Run(CachedStateFieldsMixin, models.Model):
             models.Index(fields=["state", "progressed_at"], name="run_state_progress"),
             models.Index(fields=["version", "created_at"], name="run_version_created"),
             models.Index(fields=["state", "deadline_at"], name="run_state_deadline"),
+            models.Index(fields=["concurrency_key", "created_at"], name="run_concurrency_key",
+                         condition=~models.Q(concurrency_key="")),
         ]
         ordering = ["-created_at"]
 

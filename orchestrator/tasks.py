@@ -9,7 +9,7 @@ from celery import shared_task
 from celery.utils.log import get_task_logger
 
 from .engine.keys import worker_id
-from .engine.services import compensation, reaper
+from .engine.services import compensation, concurrency, reaper
 from .engine.services.kinds import map_step, sub_workflow, worker
 
 log = get_task_logger(__name__)
@@ -56,6 +56,11 @@ def child_start(parent_step_id: int) -> None:
 @shared_task(name="orchestrator.tasks.child_finished")
 def child_finished(parent_step_id: int) -> None:
     sub_workflow.child_finished(parent_step_id=parent_step_id)
+
+
+@shared_task(name="orchestrator.tasks.release_held_runs")
+def release_held_runs(workflow_id: int, key: str) -> None:
+    concurrency.held_runs_release(workflow_id=workflow_id, key=key)
 
 
 @shared_task(name="orchestrator.tasks.compensate_run")

@@ -110,11 +110,13 @@ class Workflow(_Steps):
 
     def __init__(self, name: str, *, input_schema: dict | bool, description: str | None = None,
                  budget: dict | None = None, on_error: str | None = None,
-                 max_parallel: int | None = None, audit: dict | None = None):
+                 max_parallel: int | None = None, audit: dict | None = None,
+                 concurrency: dict | None = None):
         super().__init__()
         self.header = {key: value for key, value in {
             "name": name, "description": description, "input_schema": input_schema,
-            "budget": budget, "on_error": on_error, "max_parallel": max_parallel, "audit": audit,
+            "budget": budget, "on_error": on_error, "max_parallel": max_parallel,
+            "concurrency": concurrency, "audit": audit,
         }.items() if value is not None}
 
     @property

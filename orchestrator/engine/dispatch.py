@@ -125,6 +125,11 @@ def child_start_on_commit(parent_step_id: int, *, run_id=None, step_name: str = 
                                step_name=step_name, queue="orchestrator"))
 
 
+def held_runs_release_on_commit(workflow_id: int, key: str) -> None:
+    """Let the runs held behind a concurrency key go (services/concurrency.py)."""
+    after_commit(lambda: _send("release_held_runs", (workflow_id, key), queue="orchestrator"))
+
+
 def child_finished_on_commit(parent_step_id: int) -> None:
     after_commit(lambda: _send("child_finished", (parent_step_id,), queue="orchestrator"))
 

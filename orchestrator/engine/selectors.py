@@ -14,7 +14,7 @@ from orchestrator.models import Effect, Run, StepRun, Team, Workflow, WorkflowVe
 from orchestrator.store import Read, read_together
 
 from .scheduler import Graph, graph_of
-from .states import StepState
+from .states import RunState, StepState
 
 
 @lru_cache(maxsize=512)
@@ -183,3 +183,17 @@ def compensable_steps(run: Run, graph: Graph) -> list[StepRun]:
     steps = StepRun.objects.filter(run=run, state=StepState.COMPLETED, id__in=done.values("step_id"))
     return sorted((s for s in steps if graph.steps[s.name].get("compensate")),
                   key=lambda s: s.finished_at, reverse=True)
+
+
+def held_runs(workflow_id: int, key: str):
+    """The runs of a workflow held behind its concurrency key `key`, first in line first."""
+    return Run.objects.filter(version__workflow_id=workflow_id, concurrency_key=key,
+                              state=RunState.PENDING).order_by("created_at", "id")
+
+
+def place_in_line(run: Run) -> int | None:
+    """A held run's place among the held runs of its key (1: next to start), else None."""
+    if run.state != RunState.PENDING or not run.concurrency_key:
+        return None
+    ahead = held_runs(run.version.workflow_id, run.concurrency_key).filter(created_at__lt=run.created_at)
+    return ahead.count() + 1

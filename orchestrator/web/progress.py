@@ -16,7 +16,7 @@ from django.db import connection
 from django.db.models import Count, Q
 
 from approvals.models import ApprovalRequest, ApprovalState, InputState, InputTask
-from orchestrator.engine.selectors import definition_of
+from orchestrator.engine.selectors import definition_of, place_in_line
 from orchestrator.engine.states import STEP_BROKEN, STEP_DONE, STEP_TERMINAL, StepKind, StepState
 from orchestrator.models import Event, MapItem, Run, StepRun
 
@@ -161,4 +161,6 @@ def run_snapshot(run: Run) -> dict:
                    if s.kind == StepKind.SLEEP and s.state == StepState.WAITING],
         "signals": [{"step": s.name, "signal": graph.steps[s.name]["signal"], "until": s.deadline_at}
                     for s in steps if s.kind == StepKind.WAIT and s.state == StepState.WAITING],
+        # Held behind other runs of its concurrency key: its place in line (1: next).
+        "held": [{"key": run.concurrency_key, "place": place}] if (place := place_in_line(run)) else [],
     }

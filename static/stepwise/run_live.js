@@ -169,7 +169,7 @@
     }
     const approvals = $("run-approvals");
     approvals.hidden = run.approvals.length === 0 && run.inputs.length === 0
-      && run.sleeps.length === 0 && run.signals.length === 0;
+      && run.sleeps.length === 0 && run.signals.length === 0 && run.held.length === 0;
     approvals.replaceChildren();
     waiting(approvals, "Waiting for approval", run.approvals, "", (p, a) => {
       const link = document.createElement("a");
@@ -189,6 +189,11 @@
     });
     waiting(approvals, "Waiting for a signal", run.signals, "live-signal", (p, wait) => {
       p.textContent = `${wait.step} waits for signal ${wait.signal} until ${when(wait.until)}`;
+    });
+    waiting(approvals, "Waiting its turn", run.held, "live-held", (p, held) => {
+      const place = held.place === 1 ? "next in line" : `number ${held.place} in line`;
+      p.textContent = `Runs of concurrency key "${held.key}" are at their limit: this run is ${place}, `
+        + "and starts when one of them ends.";
     });
     root.dataset.lastEvent = run.last_event;
   }

@@ -213,3 +213,36 @@ def test_a_run_page_says_which_signal_a_run_waits_for_until_when_and_follows_it_
                            timeout=30000)
     assert step_state(page, "pay") == "completed"
     assert page.is_hidden("#run-approvals")
+
+
+def test_a_held_runs_page_says_its_place_in_line_and_follows_it_starting(
+        browser_page, screenshot, workers, web_server, team):
+    operator_with_password(team)
+    workflow_save(team=team, definition={
+        "name": "refund-one", "input_schema": {"type": "object", "required": ["customer"],
+                                               "properties": {"customer": {"type": "string"}}},
+        "concurrency": {"key": "{{ input.customer }}", "limit": 1},
+        "steps": [{"name": "hold", "type": "human_gate", "approvers": "support_leads", "timeout_s": 3600},
+                  {"name": "refund", "type": "tool", "tool": "core.echo", "after": ["hold"]}]},
+        actor=SETUP)
+    starter = client_for(member(team, "starter", role=Role.EDITOR))
+    first, second, third = (starter.post("/api/v1/workflows/refund-one/runs/", {"input": {"customer": "alice"}},
+                                         format="json").json()["id"] for _ in range(3))
+    wait_for_run(first, states=("waiting",))
+    page = browser_page
+    sign_in(page, web_server, "ops_olga", "operate-pass-1")
+    page.goto(f"{web_server}/admin/orchestrator/run/{third}/live/")
+    page.wait_for_function("document.querySelector('#run-state')?.dataset.state === 'pending'")
+
+    shown = page.inner_text("#run-approvals")
+    assert "Waiting its turn" in shown
+    assert 'Runs of concurrency key "alice" are at their limit: this run is number 2 in line' in shown
+    screenshot(page, "live-run-held")
+    page.goto(f"{web_server}/admin/orchestrator/run/{second}/live/")
+    page.wait_for_function("document.querySelector('#run-approvals')?.innerText.includes('next in line')")
+
+    approve(client_for(member(team, "lead", role=Role.MEMBER, groups=("support_leads",))), first, "hold")
+    wait_for_run(first, states=("completed",))
+    # The page left open follows the run out of the line, without a reload.
+    page.wait_for_function("document.querySelector('#run-state')?.dataset.state === 'waiting'", timeout=20_000)
+    assert page.is_hidden("#run-approvals") or "Waiting its turn" not in page.inner_text("#run-approvals")

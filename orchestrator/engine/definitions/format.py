@@ -1241,6 +1241,30 @@ def shared_format_schema() -> dict:
                 "default": DEFAULT_MAX_PARALLEL,
                 "description": "At most this many steps of one run run at once.",
             },
+            "concurrency": {
+                "title": "concurrency",
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["key", "limit"],
+                "description": "At most `limit` unfinished runs of this workflow per key (one "
+                               "refund per customer at a time): a run whose key has as many "
+                               "going is held, in order, until one of them ends.",
+                "properties": {
+                    "key": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 1000,
+                        "description": "A template over the run's input, e.g. "
+                                       "\"{{ input.customer_id }}\".",
+                    },
+                    "limit": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": limits.MAX_CONCURRENCY_LIMIT,
+                        "description": "How many runs of one key may be unfinished at once.",
+                    },
+                },
+            },
             "audit": _audit_schema(),
             "steps": {
                 "type": "array",

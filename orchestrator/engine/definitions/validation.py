@@ -211,6 +211,14 @@ class _Check:
         self.check_schema_field(("input_schema",), self.doc.get("input_schema"))
         self.check_steps()
         self.check_audit()
+        self.check_concurrency()
+
+    def check_concurrency(self) -> None:
+        """A concurrency key reads the run's input, and nothing a step produces."""
+        concurrency = self.doc.get("concurrency")
+        key = concurrency.get("key") if isinstance(concurrency, dict) else None
+        if isinstance(key, str):
+            self.check_template(("concurrency", "key"), key, None, frozenset(), frozenset({"input"}))
 
     def check_steps(self) -> None:
         self.check_names()

@@ -23,6 +23,7 @@ from ..dispatch import compensate_on_commit
 from ..events import event_record
 from ..states import RUN_LIVE, RUN_TERMINAL, RunState, StepState
 from . import runs
+from .concurrency import held_runs_sweep
 from .kinds import handler_for, map_step, sleep, sub_workflow, worker
 
 BATCH = 200
@@ -60,6 +61,7 @@ def reap() -> dict[str, int]:
     report["approval_reminders"] = approval_reminders_send()
     report["notifications"] = notifications_resend()
     report["callbacks"] = callbacks_resend()
+    report["held_runs_released"] = held_runs_sweep()
     return report
 
 

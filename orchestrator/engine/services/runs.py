@@ -29,13 +29,13 @@ from ..errors import (
     NotAllowed,
     ServiceError,
 )
-from ..events import event_record
+from ..events import event_record, events_record
 from ..hashing import digest_of
 from ..provenance import of_child as provenance_of_child
 from ..provenance import of_start as provenance_of_start
 from ..sandbox import sandbox_problems
 from ..secret_inputs import seal_for, secret_paths, split
-from ..selectors import definition_of, lock_run
+from ..selectors import definition_of, lock_run, place_in_line
 from ..states import (
     RUN_CANCELLABLE,
     RUN_LIVE,
@@ -46,6 +46,12 @@ from ..states import (
 )
 from .admission import start_refusal_record
 from .budget_gate import duration_denial, run_pause_for_budget
+from .concurrency import (
+    concurrency_key_of,
+    concurrency_of,
+    keyed_workflow_lock,
+    room_for,
+)
 from .gate_policies import url_params, version_gate_problems
 from .kinds import handler_for
 from .scheduling import run_advance, run_ended_notify, run_settle_cancel, steps_stop
@@ -133,6 +139,9 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
             return existing
     if refusal := version_start_refusal(version, actor, sandboxed=sandbox is not None):
         raise refusal
+    # An evaluation's runs answer to its own concurrency, never hold live runs of a key back.
+    live = capacity == RunCapacity.INTERACTIVE and sandbox is None
+    concurrency_key = concurrency_key_of(version.normalized, stored_input) if live else ""
     created_by = actor if is_person(actor) else created_by
     if parent_step is not None:
         parent = parent_step.run
@@ -144,7 +153,8 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
         with transaction.atomic():
             run = _create(version, stored_input, actor, created_by, idempotency_key,
                           request_digest, parent_step, trigger, origin, secrets,
-                          (callback_url, callback_secret), provenance, capacity, sandbox)
+                          (callback_url, callback_secret), provenance, capacity, sandbox,
+                          concurrency_key)
     except BudgetExceeded as refused:
         start_refusal_record(limit=refused.detail["level"], actor=actor, team=team.slug,
                              path=provenance["path"], problems=refused.problems,
@@ -217,23 +227,29 @@ def _idempotent_replay(team_id: int, key: str, request_digest: str) -> Run | Non
 
 
 def _create(version, input, actor, created_by, idempotency_key, request_digest, parent_step,
-            trigger, origin, secrets, callback, provenance, capacity, sandbox) -> Run:
+            trigger, origin, secrets, callback, provenance, capacity, sandbox, concurrency_key) -> Run:
     # A child run is part of its parent's; an evaluation run is held to its evaluation's own
     # budget and concurrency, never to the caps of the team's live work.
     if parent_step is None and capacity != RunCapacity.EVALUATION:
         budget_admit(team=version.workflow.team, workflow=version.workflow)
+    held = False
+    if concurrency_key:
+        keyed_workflow_lock(version.workflow_id)
+        held = room_for(version.workflow_id, concurrency_key,
+                        concurrency_of(version.normalized)["limit"]) == 0
     # Created and started in one INSERT: no other transaction sees the row before it commits,
     # so this one needs no lock on it, and it plans from the instances it wrote.
     run = Run(
         team=version.workflow.team, version=version, input=input, created_by=created_by,
         idempotency_key=idempotency_key or None, request_digest=request_digest,
         parent_step=parent_step, trigger=trigger, provenance=provenance, capacity=capacity,
-        sandbox=sandbox,
+        sandbox=sandbox, concurrency_key=concurrency_key,
     )
-    run.start()
-    max_duration = (version.normalized.get("budget") or {}).get("max_duration_s")
-    if max_duration:
-        run.deadline_at = run.started_at + timedelta(seconds=max_duration)
+    if not held:
+        run.start()
+        max_duration = (version.normalized.get("budget") or {}).get("max_duration_s")
+        if max_duration:
+            run.deadline_at = run.started_at + timedelta(seconds=max_duration)
     insert_rows([run])
     seal_for(run, secrets)
     run.has_callback = bool(callback[0])
@@ -253,6 +269,13 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
         created["sandbox"] = {"purpose": sandbox.get("purpose", ""),
                               "responses": sorted(sandbox.get("responses") or {}),
                               "decisions": sandbox.get("decisions") or {}}
+    if concurrency_key:
+        created["concurrency_key"] = concurrency_key
+    if held:  # it starts when a run of its key ends (concurrency.held_runs_release)
+        events_record([build_row(Event, run=run, kind="run.created", actor=who, payload=created),
+                       build_row(Event, run=run, kind="run.held", actor=who, payload={
+                           "concurrency_key": concurrency_key, "place": place_in_line(run)})])
+        return run
     # Written first, in the scheduler's INSERT of events (and its ledger entries), in this order.
     started = [build_row(Event, run=run, kind="run.created", actor=who, payload=created),
                build_row(Event, run=run, kind="run.running", actor=who)]

@@ -18,7 +18,7 @@ from orchestrator.store import build_row, save_row
 from ..authz import SCHEDULER, Actor, label
 from ..clock import now
 from ..definitions import ExpressionError, evaluate_expression
-from ..dispatch import child_finished_on_commit, compensate_on_commit
+from ..dispatch import child_finished_on_commit, compensate_on_commit, held_runs_release_on_commit
 from ..events import event_record, events_record, run_ended_on_commit
 from ..scheduler import StepView, plan
 from ..selectors import compensable_steps, definition_of, steps_of
@@ -197,12 +197,14 @@ def _has_compensations(run: Run) -> bool:
 
 def run_ended_notify(run: Run) -> None:
     """A run that ended tells, after commit, whoever waits for its end: a child run the parent
-    step waiting for it, an evaluation run `events.run_ended`'s receivers. Every path that ends
-    a run calls this."""
+    step waiting for it, a keyed run the runs held behind its key, an evaluation run
+    `events.run_ended`'s receivers. Every path that ends a run calls this."""
     if not run.is_terminal:
         return
     if run.parent_step_id:
         child_finished_on_commit(run.parent_step_id)
+    if run.concurrency_key:
+        held_runs_release_on_commit(run.version.workflow_id, run.concurrency_key)
     run_ended_on_commit(run)
 
 

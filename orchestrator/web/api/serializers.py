@@ -15,7 +15,7 @@ from budgets.selectors import run_budget
 from budgets.serializers import RunBudgetSerializer
 from orchestrator.engine.executors import ATTEMPT_META_FIELDS
 from orchestrator.engine.provenance import describe
-from orchestrator.engine.selectors import definition_of
+from orchestrator.engine.selectors import definition_of, place_in_line
 from orchestrator.engine.states import StepKind, StepState
 from orchestrator.models import (
     DeadLetter,
@@ -411,6 +411,11 @@ class AwaitedSignalSerializer(serializers.Serializer):
     until = serializers.DateTimeField(help_text="When it times out.")
 
 
+class HeldSerializer(serializers.Serializer):
+    concurrency_key = serializers.CharField()
+    place = serializers.IntegerField(help_text="1: the next of its key to start.")
+
+
 class RunDetailSerializer(RunSerializer):
     steps = StepRunSerializer(many=True, read_only=True)
     waiting_for_signals = serializers.SerializerMethodField()
@@ -419,11 +424,18 @@ class RunDetailSerializer(RunSerializer):
     progress = serializers.SerializerMethodField()
     last_event = serializers.SerializerMethodField()
     budget = serializers.SerializerMethodField()
+    held = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "input", "output", "error", "idempotency_key",
                   "parent_run", "started_by", "progress", "last_event", "budget",
-                  "waiting_for_signals", "steps"]
+                  "concurrency_key", "held", "waiting_for_signals", "steps"]
+
+    @extend_schema_field(HeldSerializer(allow_null=True))
+    def get_held(self, run: Run) -> dict | None:
+        """A run held behind others of its concurrency key: its place in line (1: next)."""
+        place = place_in_line(run)
+        return None if place is None else {"concurrency_key": run.concurrency_key, "place": place}
 
     @extend_schema_field(AwaitedSignalSerializer(many=True))
     def get_waiting_for_signals(self, run: Run) -> list[dict]:
