@@ -97,6 +97,36 @@ def breaker_record(dep: str, *, error_class: str | None,
         cache.delete(f"cb:{dep}:probe")
 
 
+@dataclass(frozen=True)
+class Saturation:
+    """How hard a dependency is pressed now, read without taking anything (for autoscalers
+    and the operations page): calls started this second against its rate limit, and how long
+    its breaker stays open."""
+    dependency: str
+    calls_this_second: int
+    rate_limit: int | None  # calls a second (STEPWISE_RATE_LIMITS); None: unlimited
+    breaker_open_s: float
+    failures: int  # consecutive transient failures counted toward opening the breaker
+
+
+def saturation_of(dependencies: list[str]) -> list[Saturation]:
+    at = _seconds()
+    keys = [key for dep in dependencies
+            for key in (f"rl:{dep}:{int(at)}", f"cb:{dep}:until", f"cb:{dep}:failures")]
+    found = cache.get_many(keys)
+    return [Saturation(dep, int(found.get(f"rl:{dep}:{int(at)}") or 0),
+                       settings.STEPWISE_RATE_LIMITS.get(dep),
+                       max((found.get(f"cb:{dep}:until") or 0) - at, 0.0),
+                       int(found.get(f"cb:{dep}:failures") or 0))
+            for dep in dependencies]
+
+
+def known_dependencies() -> list[str]:
+    """The dependencies worth watching: every configured model, and every one given a rate limit."""
+    models = {f"model:{name}" for name in getattr(settings, "STEPWISE_MODELS", {})}
+    return sorted(models | set(settings.STEPWISE_RATE_LIMITS))
+
+
 def _seconds() -> float:
     """The time as a Unix timestamp, from the one clock (tests pin it inside a second)."""
     return clock_now().timestamp()

@@ -30,8 +30,10 @@ from prometheus_client.core import GaugeMetricFamily
 from alerts.models import Alert, AlertState
 from approvals.models import ApprovalRequest, ApprovalState
 from orchestrator.engine.clock import now
-from orchestrator.engine.states import StepState
+from orchestrator.engine.states import RunState, StepState
 from orchestrator.models import Run, StepRun
+
+from .queues import capacity_of_queue
 
 STEP_DURATION = Histogram(
     "stepwise_step_duration_seconds", "How long a worker step's executor ran.",
@@ -85,16 +87,19 @@ class DatabaseCollector:
         yield runs
 
         depth = GaugeMetricFamily("stepwise_queue_depth", "Steps queued and not yet claimed.",
-                                  labels=["queue"])
+                                  labels=["queue", "capacity"])
         oldest = GaugeMetricFamily("stepwise_queue_oldest_age_seconds",
-                                   "How long the oldest queued step has waited.", labels=["queue"])
+                                   "How long the oldest queued step has waited.", labels=["queue", "capacity"])
         for row in (StepRun.objects.filter(state=StepState.QUEUED).values("queue")
                     .annotate(n=Count("id"), first=Min("queued_at")).order_by("queue")):
-            depth.add_metric([row["queue"]], row["n"])
+            labels = [row["queue"], capacity_of_queue(row["queue"])]
+            depth.add_metric(labels, row["n"])
             waited = (at - row["first"]).total_seconds() if row["first"] else 0
-            oldest.add_metric([row["queue"]], max(waited, 0))
+            oldest.add_metric(labels, max(waited, 0))
         yield depth
         yield oldest
+        yield GaugeMetricFamily("stepwise_runs_held", "Runs held behind their concurrency key.",
+                                value=Run.objects.filter(state=RunState.PENDING).exclude(concurrency_key="").count())
 
         pending = ApprovalRequest.objects.filter(state=ApprovalState.PENDING).aggregate(
             n=Count("id"), first=Min("requested_at"))
@@ -113,12 +118,46 @@ class DatabaseCollector:
         yield open_alerts
 
 
-def metrics_text() -> bytes:
-    """Every process's counters and histograms, and the database's gauges, in the text format."""
+def dependency_families(readings) -> list[GaugeMetricFamily]:
+    """How hard each model and rate-limited tool is pressed, shared by every worker, from
+    `limits.saturation_of`'s readings (the caller reads them: this layer is below the limits)."""
+    calls = GaugeMetricFamily("stepwise_dependency_calls_per_second",
+                              "Calls started to the dependency in the current second.", labels=["dependency"])
+    limit = GaugeMetricFamily("stepwise_dependency_rate_limit",
+                              "Calls a second the dependency is allowed (STEPWISE_RATE_LIMITS).",
+                              labels=["dependency"])
+    open_s = GaugeMetricFamily("stepwise_dependency_breaker_open_seconds",
+                               "How long the dependency's circuit breaker stays open (0: closed).",
+                               labels=["dependency"])
+    failures = GaugeMetricFamily("stepwise_dependency_failures",
+                                 "Consecutive transient failures counted toward opening its breaker.",
+                                 labels=["dependency"])
+    for reading in readings:
+        calls.add_metric([reading.dependency], reading.calls_this_second)
+        if reading.rate_limit is not None:
+            limit.add_metric([reading.dependency], reading.rate_limit)
+        open_s.add_metric([reading.dependency], reading.breaker_open_s)
+        failures.add_metric([reading.dependency], reading.failures)
+    return [calls, limit, open_s, failures]
+
+
+class _Families:
+    def __init__(self, read):
+        self.read = read
+
+    def collect(self):
+        yield from self.read()
+
+
+def metrics_text(*extra) -> bytes:
+    """Every process's counters and histograms, the database's gauges, and the families each
+    of `extra` (a function) gives at the scrape, in the text format."""
     _forget_dead_processes()
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
     registry.register(DatabaseCollector())
+    for read in extra:
+        registry.register(_Families(read))
     return generate_latest(registry)
 
 

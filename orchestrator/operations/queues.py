@@ -42,6 +42,13 @@ def known_queues() -> list[str]:
             *(queue + EVALUATION_SUFFIX for queue in ("orchestrator", "tools", *models))]
 
 
+def capacity_of_queue(name: str) -> str:
+    """The capacity class a queue serves: `evaluation`, `batch` (map items) or `interactive`."""
+    if name.endswith(EVALUATION_SUFFIX):
+        return "evaluation"
+    return "batch" if name.endswith(BATCH_SUFFIX) else "interactive"
+
+
 def queue_depths(queues: list[str] | None = None) -> list[QueueDepth]:
     """Depth and oldest-message age of each queue, on whichever broker is configured.
 

@@ -63,6 +63,11 @@
     }, "No step is waiting.");
     rows("ops-queues", s.queues, (q) => [q.name, q.depth, age(q.oldest_age_s)],
          s.queues === null ? "Shown to operators." : "The broker could not be read.");
+    rows("ops-dependencies", s.dependencies, (d) => [d.dependency,
+      d.rate_limit === null ? `${d.calls_this_second} (no limit)` : `${d.calls_this_second} of ${d.rate_limit}`,
+      d.breaker_open_s > 0 ? `open for ${age(d.breaker_open_s)}`
+        : d.failures ? `closed (${d.failures} failure${d.failures === 1 ? "" : "s"} in a row)` : "closed"],
+         s.dependencies === null ? "Shown to operators." : "No model or rate-limited tool is configured.");
     rows("ops-workers", s.workers, (w) => [`${w.hostname} (pid ${w.pid})`, w.queues.join(", "), when(w.last_seen)],
          s.workers === null ? "Shown to operators." : "No worker has reported in the last 30 seconds.");
     rows("ops-teams", s.teams_today, (t) => [t.team, t.started, t.ended, t.failed,

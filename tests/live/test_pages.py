@@ -67,10 +67,12 @@ def test_the_operations_page_counts_runs_by_state_and_shows_queues_to_operators(
     state = signed_in(client, operator).get(reverse("admin:orchestrator_operations_state")).json()
     assert state["runs_by_state"] == {run.state: 1}
     assert {q["name"] for q in state["queues"]} >= {"orchestrator", "tools"}
+    fast = next(d for d in state["dependencies"] if d["dependency"] == "model:fast")
+    assert set(fast) == {"dependency", "calls_this_second", "rate_limit", "breaker_open_s", "failures"}
     assert state["teams_today"][0]["team"] == team.slug and state["teams_today"][0]["started"] == 1
     viewer = member(team, "viewer", role=Role.MEMBER, staff=True)
     state = signed_in(client, viewer).get(reverse("admin:orchestrator_operations_state")).json()
-    assert state["queues"] is None and state["workers"] is None
+    assert state["queues"] is None and state["workers"] is None and state["dependencies"] is None
     assert state["runs_by_state"] == {run.state: 1}
 
 

@@ -33,13 +33,58 @@ def test_queue_depth_and_oldest_age_per_queue_runs_by_state_and_open_alerts(team
     alert_resolve(alert_id=alert.id, actor=operator)
 
     seen = samples()
-    assert seen[("stepwise_queue_depth", (("queue", "tools"),))] == 4
-    assert seen[("stepwise_queue_oldest_age_seconds", (("queue", "tools"),))] == 45
+    assert seen[("stepwise_queue_depth", (("capacity", "interactive"), ("queue", "tools")))] == 4
+    assert seen[("stepwise_queue_oldest_age_seconds", (("capacity", "interactive"), ("queue", "tools")))] == 45
     assert seen[("stepwise_runs", (("state", "running"),))] == 2
     assert seen[("stepwise_runs", (("state", "failed"),))] == 0
     assert seen[("stepwise_alerts_open", (("rule", "run.failed"), ("severity", "critical")))] == 1
     assert ("stepwise_alerts_open", (("rule", "run.stuck"), ("severity", "warning"))) not in seen
     assert seen[("stepwise_approvals_pending", ())] == 0
+
+
+def test_a_queue_says_which_capacity_class_it_serves_and_held_runs_are_counted(team):
+    keyed, _ = workflow_save(team=team, definition={
+        "name": "one-at-a-time", "input_schema": {"type": "object"}, "concurrency": {"key": "all", "limit": 1},
+        "steps": [{"name": "a", "type": "tool", "tool": "core.echo"}]}, actor=SETUP)
+    for _ in range(3):
+        run_start(version=keyed, input={}, actor=SETUP)
+    run_start(version=keyed, input={}, actor=SETUP, capacity="evaluation", sandbox={"purpose": "evaluation"})
+
+    seen = samples()
+    assert seen[("stepwise_queue_depth", (("capacity", "evaluation"), ("queue", "tools.evaluation")))] == 1
+    assert seen[("stepwise_queue_depth", (("capacity", "interactive"), ("queue", "tools")))] == 1
+    assert seen[("stepwise_runs_held", ())] == 2
+
+
+def test_the_scrape_says_how_hard_each_dependency_is_pressed(client, settings, move_clock):
+    from django.contrib.auth import get_user_model
+
+    from orchestrator.engine.limits import breaker_record, rate_limit_wait
+
+    # Dependencies of this test's own: no other test calls them, so an open breaker stops nothing.
+    settings.STEPWISE_RATE_LIMITS = {"tool:metrics.probe": 5, "tool:metrics.breaker": 100}
+    settings.STEPWISE_BREAKER_FAILURES, settings.STEPWISE_BREAKER_COOLDOWN_S = 2, 30
+    for _ in range(3):
+        assert rate_limit_wait("tool:metrics.probe") == 0
+    breaker_record("tool:metrics.breaker", error_class="transient")
+    breaker_record("tool:metrics.breaker", error_class="transient")  # the second opens it
+    move_clock(10)
+    rate_limit_wait("tool:metrics.probe")  # a new second
+    client.force_login(get_user_model().objects.create_superuser("root-metrics", "r@example.com", "x"))
+
+    text = client.get("/metrics").content.decode()
+    seen = {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+    probe, broken = (("dependency", "tool:metrics.probe"),), (("dependency", "tool:metrics.breaker"),)
+    fast = (("dependency", "model:fast"),)
+    assert seen[("stepwise_dependency_calls_per_second", probe)] == 1
+    assert seen[("stepwise_dependency_rate_limit", probe)] == 5
+    assert seen[("stepwise_dependency_breaker_open_seconds", probe)] == 0
+    assert seen[("stepwise_dependency_breaker_open_seconds", broken)] == 20
+    assert seen[("stepwise_dependency_failures", broken)] == 2
+    assert seen[("stepwise_dependency_calls_per_second", fast)] == 0  # a configured model
+    assert ("stepwise_dependency_rate_limit", fast) not in seen  # no limit set
+    breaker_record("tool:metrics.breaker", error_class=None)
 
 
 def test_the_grafana_dashboard_asks_only_for_series_stepwise_exposes():

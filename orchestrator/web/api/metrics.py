@@ -15,7 +15,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
 
-from orchestrator.operations.metrics import metrics_text
+from orchestrator.engine.limits import known_dependencies, saturation_of
+from orchestrator.operations.metrics import dependency_families, metrics_text
 
 from .errors import error_body
 
@@ -50,4 +51,8 @@ def metrics_view(request):
             return JsonResponse(error_body(
                 "metrics span every team: they are for superusers and the Prometheus token "
                 "(docs/operations.md#metrics)"), status=403)
-    return HttpResponse(metrics_text(), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(metrics_text(_dependencies), content_type=CONTENT_TYPE_LATEST)
+
+
+def _dependencies():
+    return dependency_families(saturation_of(known_dependencies()))

@@ -7,6 +7,8 @@ operations` and scoped with `authz.visible`; what an operator does is one servic
 The pages draw themselves from the JSON (static/stepwise/run_live.js, operations_live.js) and
 re-read it on every websocket nudge.
 """
+from dataclasses import asdict
+
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
@@ -17,6 +19,7 @@ from django.urls import reverse
 
 from orchestrator.engine.authz import Action, may, visible
 from orchestrator.engine.errors import Forbidden, NotAllowed
+from orchestrator.engine.limits import known_dependencies, saturation_of
 from orchestrator.engine.provenance import describe
 from orchestrator.engine.retry import NEVER_RETRIED
 from orchestrator.engine.selectors import runs_with_version
@@ -157,7 +160,11 @@ def run_operate(request, run_id, operation: str, *, admin_context: dict) -> Temp
 
 
 def operations_state(request) -> JsonResponse:
-    return JsonResponse(operations_snapshot(user=request.user), encoder=DjangoJSONEncoder)
+    snapshot = operations_snapshot(user=request.user)
+    # The dependencies every team's work shares, as /metrics gives them: for operators.
+    snapshot["dependencies"] = [asdict(reading) for reading in saturation_of(known_dependencies())] \
+        if snapshot["queues"] is not None else None
+    return JsonResponse(snapshot, encoder=DjangoJSONEncoder)
 
 
 def operations_page(request, *, admin_context: dict) -> TemplateResponse:
