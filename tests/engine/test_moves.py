@@ -6,7 +6,9 @@ import pytest
 
 from approvals.models import ApprovalRequest
 from audit.models import AuditEntry
+from audit.timeline import run_timeline
 from orchestrator.engine.errors import Forbidden, InputInvalid
+from orchestrator.engine.services.kinds.human_gate import approval_grant
 from orchestrator.engine.services.kinds.worker import step_execute
 from orchestrator.engine.services.moves import runs_move, runs_move_plan
 from orchestrator.engine.services.runs import run_cancel, run_start
@@ -109,6 +111,8 @@ def test_a_move_repoints_the_run_adds_the_new_step_and_is_audited(team, v1, oper
         in moved.payload["steps"]
     entry = AuditEntry.objects.filter(action="run.moved").latest("id")
     assert entry.actor == "user:operator" and entry.data["reason"] == "announce releases"
+    story = [line.text for line in run_timeline(run.id).decisions]
+    assert "Moved from version 1 to version 2 by user:operator: announce releases." in story
 
 
 def test_a_gate_whose_action_changes_asks_a_new_decision(team, v1, operator):
@@ -164,6 +168,24 @@ def test_what_the_target_would_reinterpret_is_refused_with_its_reason(team, v1, 
     assert not outcome.movable
     run = Run.objects.get(pk=run.pk)
     assert run.version == v1 and not Event.objects.filter(run=run, kind="run.moved").exists()
+
+
+def test_a_step_put_behind_a_gate_already_approved_is_refused(team, operator):
+    """The approval bound the steps it guarded then: a step the target adds behind the gate
+    would run on an approval nobody gave for it."""
+    settle = {"name": "settle", "type": "wait", "signal": "settled", "after": ["publish"]}
+    run = at_gate(save(team, variant(add=[settle])), operator)
+    lead = member(team, "lead", groups=("leads",))
+    approval = ApprovalRequest.objects.get(run=run)
+    approval_grant(approval_id=approval.id, user=lead, proposal_hash=approval.proposal_hash)
+    step_execute(step_id=run.steps.get(name="publish").id, worker="test")
+    assert Run.objects.get(pk=run.pk).state == "waiting"  # for the signal, the gate approved
+    refund = {"name": "refund", "type": "tool", "tool": "core.echo", "after": ["approve"],
+              "params": {"amount": 100}}
+    [plan] = runs_move_plan(run_ids=[run.id], version=save(team, variant(add=[settle, refund])),
+                            actor=operator)
+    assert refusals(plan) == {"approval_scope"}
+    assert "puts refund behind it too, which nobody approved" in plan.refusals[0]["message"]
 
 
 def test_a_run_with_a_step_in_flight_is_refused(team, v1, operator):

@@ -34,6 +34,7 @@ from orchestrator.store import insert_rows, save_row
 
 from ..authz import Action, Actor, label, require, visible
 from ..clock import now
+from ..definitions.gates import gate_binding
 from ..errors import InputInvalid
 from ..events import event_record
 from ..output_schemas import strict
@@ -262,6 +263,8 @@ def _kept(plan: MovePlan, run: Run, row: StepRun, old_graph: Graph, new_graph: G
                             f"version {target.number}'s schema: {problem}", where)
             return mapping
         mapping.outcome = "kept: its output stands"
+        if row.kind == StepKind.HUMAN_GATE:
+            _approved_gate(plan, row, new_graph, views, target)
     elif row.state == StepState.WAITING and row.kind == StepKind.HUMAN_GATE:
         mapping.outcome = _gate(plan, run, row, new, new_graph, views, target,
                                 changed=mapping.definition == "changed")
@@ -303,6 +306,24 @@ def _gate(plan: MovePlan, run: Run, row: StepRun, spec: dict, graph: Graph, view
     plan.gates_asked_again.append(row.name)
     plan._regate[row.name] = gate.input
     return "asks a new decision: the action it approves changed"
+
+
+def _approved_gate(plan: MovePlan, row: StepRun, graph: Graph, views: dict,
+                   target: WorkflowVersion) -> None:
+    """An approved gate guards, under the target, only the steps its approval named: a step the
+    target puts behind it that has not run would run on an approval nobody gave for it."""
+    approval = (ApprovalRequest.objects.filter(step=row, state=ApprovalState.APPROVED)
+                .order_by("-id").first())
+    if approval is None:
+        return
+    guarded = gate_binding(row.name, graph.steps, graph.ancestors).guarded
+    unapproved = [name for name in guarded if name not in approval.guarded_steps
+                  and views.get(name, StepView(StepState.BLOCKED)).state == StepState.BLOCKED]
+    if unapproved:
+        plan.refuse("approval_scope", f"gate '{row.name}' was approved for "
+                    f"{', '.join(approval.guarded_steps) or 'no step'}; version {target.number} "
+                    f"puts {', '.join(unapproved)} behind it too, which nobody approved",
+                    f"steps.{row.name}")
 
 
 def _check_order(plan: MovePlan, rows: dict, graph: Graph, target: WorkflowVersion) -> None:

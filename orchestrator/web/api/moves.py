@@ -36,7 +36,8 @@ class MoveRequestSerializer(serializers.Serializer):
 class RefusalSerializer(serializers.Serializer):
     code = serializers.CharField(help_text="other_workflow, same_version, finished, not_live, "
                                  "version_refused, input_invalid, in_flight, step_missing, "
-                                 "kind_changed, output_invalid, order, waiting_changed, gate_unbound")
+                                 "kind_changed, output_invalid, order, waiting_changed, gate_unbound, "
+                                 "approval_scope")
     message = serializers.CharField()
     path = serializers.CharField()
 
