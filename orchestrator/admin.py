@@ -674,7 +674,7 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
                               f"v{version.number}.", messages.SUCCESS)
         for plan in plans:
             if not plan.movable:
-                self.message_user(request, f"run {plan.run} was not moved: "
+                self.message_user(request, f"Run {plan.run} was not moved: "
                                   + "; ".join(r["message"] for r in plan.refusals), messages.ERROR)
 
 

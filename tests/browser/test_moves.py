@@ -63,7 +63,7 @@ def test_an_operator_moves_runs_after_reading_the_dry_run(browser_page, screensh
     page.wait_for_selector(".messagelist")
     messages = page.inner_text(".messagelist")
     assert "Moved 2 run(s) to release v2." in messages
-    assert f"run {runs[2].id} was not moved" in messages
+    assert f"Run {runs[2].id} was not moved: the run's input fails" in messages
     assert {r.id: r.version_id for r in Run.objects.all()} == {
         runs[0].id: v2.id, runs[1].id: v2.id, runs[2].id: v1.id}
     moved = Event.objects.get(run=runs[0], kind="run.moved")
