@@ -187,6 +187,11 @@ def explain(entry: AuditEntry, data: dict) -> str:
         return f"Side effect {entry.outcome} (key {data.get('key', entry.idempotency_key)})."
     if a == "run.paused":
         return f"Paused by {who}: {data.get('message') or data.get('class') or 'no reason given'}."
+    if a == "run.moved":
+        again = data.get("gates_asked_again") or []
+        asked = f" A new decision is asked at {', '.join(again)}." if again else ""
+        return (f"Moved from version {(data.get('from') or {}).get('version')} to version "
+                f"{(data.get('to') or {}).get('version')} by {who}: {data.get('reason')}.{asked}")
     if a == "dead_letter.redriven":
         return f"Redriven by {who} (dead letter {data.get('dead_letter')})."
     if a == "step.dead_lettered":
@@ -224,7 +229,7 @@ def run_timeline(run_id) -> Timeline:
             calls.append(ExternalCall(line, _call_outcome(lines[index + 1:], line)))
         if entry.action == "step.child_started" and line.data.get("child_run"):
             children.append(line.data["child_run"])
-        if entry.action in ("run.paused", "run.running", "run.waiting", "run.stuck",
+        if entry.action in ("run.paused", "run.running", "run.waiting", "run.stuck", "run.moved",
                             "dead_letter.redriven", "step.dead_lettered") or entry.action.startswith("effect."):
             decisions.append(line)
     return Timeline(str(run_id), lines, started, ended, list(steps.values()), approvals, calls,

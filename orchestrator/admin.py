@@ -35,6 +35,7 @@ from .engine.gallery import sample_input_of, templates
 from .engine.provenance import describe
 from .engine.services.gallery import template_instantiate
 from .engine.services.gate_policies import gate_policy_create, gate_policy_delete
+from .engine.services.moves import runs_move, runs_move_plan
 from .engine.services.operators import dead_letter_redrive
 from .engine.services.runs import run_cancel, run_start
 from .engine.services.workflows import (
@@ -475,7 +476,7 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     date_hierarchy = "created_at"
     fields = readonly_fields = _RUN_FIELDS
     inlines = [StepRunInline, EventInline]
-    actions = ["cancel_runs"]
+    actions = ["cancel_runs", "move_runs"]
 
     def get_queryset(self, request) -> QuerySet[Run]:
         return super().get_queryset(request).defer("version__definition", "version__normalized")
@@ -630,6 +631,51 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         if cancelled:
             self.message_user(request, f"Cancelled (or cancelling) {cancelled} run(s).",
                               messages.SUCCESS)
+
+
+    def has_move_permission(self, request) -> bool:
+        # Offered to whoever may move runs in some team; the service decides for each run.
+        return teams_where(request.user, Action.RUN_MOVE).exists()
+
+    @admin.action(description="Move to another version…", permissions=["move"])
+    def move_runs(self, request, queryset: QuerySet[Run]):
+        """Choose a version of the selected runs' workflow, see the dry run (`runs_move_plan`),
+        then confirm with a reason (`runs_move`); the services check run.move and each run."""
+        ids = [str(i) for i in queryset.values_list("id", flat=True)]
+        versions = (WorkflowVersion.objects.select_related("workflow")
+                    .filter(workflow__in=queryset.values("version__workflow"))
+                    .defer("definition", "normalized").order_by("workflow__name", "-number"))
+        version = versions.filter(id=request.POST.get("version") or 0).first()
+        reason = request.POST.get("reason", "").strip()
+        plans, problems = [], []
+        if version is not None:
+            try:
+                if request.POST.get("confirm") and reason:
+                    done = runs_move(run_ids=ids, version=version, actor=request.user, reason=reason)
+                    self._moved_message(request, done, version)
+                    return None
+                if request.POST.get("confirm"):
+                    problems.append("Say why the runs are moved: the reason is recorded in the audit ledger.")
+                plans = runs_move_plan(run_ids=ids, version=version, actor=request.user)
+            except (Forbidden, InputInvalid, Run.DoesNotExist) as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+                return None
+        context = {**self.admin_site.each_context(request), "title": "Move runs to another version",
+                   "opts": self.model._meta, "ids": ids, "versions": versions, "version": version,
+                   "plans": plans, "movable": sum(p.movable for p in plans), "reason": reason,
+                   "problems": problems, "action_checkbox_name": "_selected_action"}
+        return TemplateResponse(request, "admin/orchestrator/run/move.html", context,
+                                status=400 if problems else 200)
+
+    def _moved_message(self, request, plans, version) -> None:
+        moved = [p for p in plans if p.movable]
+        if moved:
+            self.message_user(request, f"Moved {len(moved)} run(s) to {version.workflow.name} "
+                              f"v{version.number}.", messages.SUCCESS)
+        for plan in plans:
+            if not plan.movable:
+                self.message_user(request, f"Run {plan.run} was not moved: "
+                                  + "; ".join(r["message"] for r in plan.refusals), messages.ERROR)
 
 
 class StepAttemptInline(ReadOnlyInline):

@@ -96,6 +96,7 @@ def _fail_first_step(run: Run) -> tuple[Run, StepRun]:
 ROW_ACTIONS = {
     "workflow.save": Action.WORKFLOW_SAVE, "run.start": Action.RUN_START,
     "run.cancel (a run someone else started)": Action.RUN_CANCEL, "run.resume": Action.RUN_RESUME,
+    "run.move": Action.RUN_MOVE,
     "run.signal": Action.RUN_SIGNAL,
     "step.retry": Action.STEP_RETRY, "step.skip": Action.STEP_SKIP,
     "dead_letter.redrive": Action.DEAD_LETTER_REDRIVE,
@@ -307,6 +308,26 @@ def test_resuming_a_paused_run(team, starter, who):
     assert run.state == "paused"  # its first model call would cross the budget
     response = client_for(persona(team, who)).post(f"/api/v1/runs/{run.id}/resume/")
     assert response.status_code == (202 if allowed("run.resume", who) else refused_code(who))
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+@pytest.mark.parametrize("who", PERSONAS)
+def test_moving_a_run_to_another_version(team, starter, who, surface):
+    run = drive_to_gate(support_run(team, starter))
+    target, _ = workflow_save(team=team, actor=SETUP, definition={
+        **example_definition("support"), "description": "v2"})
+    user = persona(team, who)
+    if surface == "api":
+        response = client_for(user).post("/api/v1/runs/move/", {
+            "runs": [str(run.id)], "version": target.number, "dry_run": False,
+            "reason": "the fixed version"}, format="json")
+        assert response.status_code == (200 if allowed("run.move", who) else refused_code(who))
+    else:
+        admin_client(user).post("/admin/orchestrator/run/", {
+            "action": "move_runs", "_selected_action": [str(run.id)], "version": str(target.id),
+            "reason": "the fixed version", "confirm": "1"})
+    moved = Run.objects.get(pk=run.pk).version_id == target.id
+    assert moved is allowed("run.move", who)
 
 
 @pytest.mark.parametrize("action, row", [("retry", "step.retry"), ("skip", "step.skip")])

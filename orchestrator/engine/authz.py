@@ -39,6 +39,8 @@ class Action(StrEnum):
     RUN_CANCEL = "run.cancel"
     RUN_SIGNAL = "run.signal"  # send a signal a wait step of the run waits for
     RUN_RESUME = "run.resume"
+    # Move unfinished runs to another version of their workflow (services/moves.py).
+    RUN_MOVE = "run.move"
     STEP_RETRY = "step.retry"
     STEP_SKIP = "step.skip"
     DEAD_LETTER_REDRIVE = "dead_letter.redrive"
@@ -54,8 +56,8 @@ class Action(StrEnum):
     EVALUATION_RUN = "evaluation.run"
 
 
-_OPERATE = {Action.RUN_CANCEL, Action.RUN_RESUME, Action.STEP_RETRY, Action.STEP_SKIP,
-            Action.DEAD_LETTER_REDRIVE, Action.ALERT_HANDLE, Action.BUDGET_RAISE,
+_OPERATE = {Action.RUN_CANCEL, Action.RUN_RESUME, Action.RUN_MOVE, Action.STEP_RETRY,
+            Action.STEP_SKIP, Action.DEAD_LETTER_REDRIVE, Action.ALERT_HANDLE, Action.BUDGET_RAISE,
             Action.DATASET_ADD_RUN}
 GRANTS: dict[str, frozenset[Action]] = {
     Role.MEMBER: frozenset({Action.VIEW, Action.RUN_START, Action.RUN_SIGNAL}),

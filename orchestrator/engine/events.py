@@ -46,7 +46,7 @@ LOG_LEVELS = {
     "run.created": INFO, "run.completed": INFO, "run.cancelled": INFO,
     "run.failed": ERROR, "run.timed_out": ERROR, "run.compensation_failed": ERROR,
     "run.paused": WARNING, "run.stuck": WARNING, "run.compensating": WARNING,
-    "run.compensation_retrying": WARNING,
+    "run.compensation_retrying": WARNING, "run.moved": INFO,
     "step.failed": ERROR, "step.timed_out": ERROR, "step.dead_lettered": ERROR,
     "step.retrying": WARNING, "step.item_retrying": WARNING,
     "approval.given": INFO, "approval.approved": INFO, "approval.rejected": INFO,

@@ -13,6 +13,7 @@ from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 from .docs import RedocView, redoc_bundle
 from .gate_policies import GatePolicyViewSet
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
+from .moves import RunsMoveView
 from .templates import TemplateViewSet
 from .tools import ToolViewSet
 from .views import (
@@ -54,5 +55,7 @@ urlpatterns = [
     path("redoc/redoc.standalone.js", redoc_bundle, name="redoc-bundle"),
     re_path(r"^workflows/(?P<name>[a-z][a-z0-9_-]*)/release-policy/$", ReleasePolicyView.as_view(),
             name="workflow-release-policy"),
+    # Before the router's runs/<id>/, which would take "move" for an id.
+    path("runs/move/", RunsMoveView.as_view(), name="runs-move"),
     *router.urls,
 ]
