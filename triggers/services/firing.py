@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 
 from audit.services import audit_record
 from budgets.services import admission_refusal
@@ -61,6 +61,7 @@ from ..models import Firing, Trigger, TriggerKind, Uncorrelated, WhenLimited
 from ..selectors import trigger_actor, version_to_run
 
 RATE_WINDOW = timedelta(seconds=60)
+SYSTEM_DEBOUNCE = System("debounce")
 ADMIT_BATCH = 50  # firings one trigger admits per sweep, so one trigger cannot hog it
 
 
@@ -297,12 +298,11 @@ def _debounce(trigger: Trigger, *, key: str, context: dict, run_input: dict, ori
               actor: Actor) -> FireOutcome:
     """Hold the event until its group has been quiet for `debounce_s`, in place of the group's
     event held so far (which, and every event it had replaced, is coalesced into this one)."""
-    who = label(actor)
     try:
         group = correlation_key(trigger.debounce_key, context, path="debounce_key") or ""
     except MappingFailed as failed:
         return refusal(trigger, key=key, reason=failed.reason_class, problems=failed.problems,
-                       actor=who, origin=origin, status="invalid")
+                       actor=label(actor), origin=origin, status="invalid")
     at = now()
     replaced = Firing.objects.filter(trigger=trigger, group=group, state=Firing.State.DEBOUNCING).first()
     since = replaced.held_since if replaced else at
@@ -316,10 +316,6 @@ def _debounce(trigger: Trigger, *, key: str, context: dict, run_input: dict, ori
                                    group=group, held_since=since, due_at=due)
     if replaced is not None:
         Firing.objects.filter(Q(pk=replaced.pk) | Q(coalesced_into=replaced)).update(coalesced_into=firing)
-    trigger_audit(trigger, action="trigger.debounced", actor=who,
-                  outcome="coalesced" if replaced else "debounced",
-                  payload={"key": key, "group": group, "due_at": due.isoformat(),
-                           "replaces": replaced.key if replaced else None})
     return FireOutcome("debounced", firing=firing, reason="debounce")
 
 
@@ -331,8 +327,16 @@ def debounced_firings_release() -> int:
     due = Firing.objects.filter(state=Firing.State.DEBOUNCING, due_at__lte=now())
     for trigger_id in list(due.values_list("trigger_id", flat=True).distinct()):
         with transaction.atomic():
-            trigger_lock(trigger_id)
-            released += due.filter(trigger_id=trigger_id).update(state=Firing.State.QUEUED)
+            trigger = trigger_lock(trigger_id)
+            for firing in due.filter(trigger=trigger).annotate(replaced=Count("coalesced")):
+                firing.state = Firing.State.QUEUED
+                firing.save(update_fields=["state"])
+                # One entry per burst, not per event: a flood of events is not a flood of entries.
+                trigger_audit(trigger, action="trigger.debounced", actor=label(SYSTEM_DEBOUNCE),
+                              outcome="released", payload={
+                                  "key": firing.key, "group": firing.group, "coalesced": firing.replaced,
+                                  "held_since": firing.held_since.isoformat()})
+                released += 1
     return released
 
 
