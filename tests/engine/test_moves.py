@@ -207,6 +207,14 @@ def test_a_finished_run_another_workflows_version_and_the_same_version_are_refus
     assert refusals(runs_move_plan(run_ids=[waiting.id], version=v1, actor=operator)[0]) == {"same_version"}
 
 
+def test_an_evaluations_sandboxed_run_is_not_moved(team, v1, operator):
+    run = run_start(version=v1, input={"title": "t"}, actor=SETUP, capacity="evaluation",
+                    sandbox={"purpose": "evaluation"})
+    assert run.state == "running"
+    [plan] = runs_move_plan(run_ids=[run.id], version=save(team, variant(add=[ANNOUNCE])), actor=operator)
+    assert refusals(plan) == {"sandboxed"}
+
+
 def test_a_waiting_step_whose_definition_changed_is_refused(team, operator):
     definition = {"name": "order", "input_schema": {"type": "object"},
                   "steps": [{"name": "pay", "type": "wait", "signal": "paid"}]}

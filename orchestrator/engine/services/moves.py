@@ -183,7 +183,11 @@ def _plan(run: Run, target: WorkflowVersion, actor: Actor, steps: list[StepRun])
     if run.state not in RUN_LIVE:
         plan.refuse("not_live", f"the run is {run.state}: it ends by itself, nothing moves it")
         return plan
-    refusal = version_start_refusal(target, actor, sandboxed=run.sandbox is not None)
+    if run.sandbox is not None:
+        plan.refuse("sandboxed", "the run is part of an evaluation, which measures the version it "
+                    "started on: it is not moved")
+        return plan
+    refusal = version_start_refusal(target, actor)
     if refusal is not None:
         plan.refuse("version_refused", str(refusal), "version")
         for problem in refusal.problems:
