@@ -12,11 +12,13 @@ from decimal import Decimal
 
 import pytest
 from django.conf import settings
+from django.urls import reverse
 
 from audit.models import AuditEntry
 from orchestrator.engine.services.runs import run_start
 from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event, StepResult, StepRun
+from tests.conftest import client_for
 from tests.factories import SETUP, TeamFactory, member
 from tests.support.fake_llm import SCHEMA, TOKENS_IN, TOKENS_OUT, FakeLLM, reply
 
@@ -38,7 +40,7 @@ def model_workers(workers):
         env = {"STEPWISE_MODELS": json.dumps({**settings.STEPWISE_MODELS, **registry}),
                "STEPWISE_TEST_LLM_KEY": "sk-test"}
         group = WorkerGroup(f"itest-cache-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}",
-                            queues=f"agent.{MODEL}", env=env)
+                            queues=f"agent.{MODEL},agent.{MODEL}.evaluation", env=env)
         group.start()
         yield server, registry
         group.stop()
@@ -53,27 +55,30 @@ def fake(model_workers, settings) -> FakeLLM:
 
 
 def classify_workflow(*, prompt: str = "Classify this ticket: {{ input.body }}",
-                      ttl_s: int = 3600) -> dict:
+                      ttl_s: int = 3600, **inputs: dict) -> dict:
     return {
         "name": "cached-classify",
         "input_schema": {"type": "object", "required": ["ticket_id", "body"],
                          "properties": {"ticket_id": {"type": "string"},
-                                        "body": {"type": "string"}}},
+                                        "body": {"type": "string"}, **inputs}},
         "steps": [{"name": "classify", "type": "agent", "model": MODEL, "prompt": prompt,
                    "output_schema": SCHEMA,
                    "cache": {"key": "{{ input.ticket_id }}", "ttl_s": ttl_s}}],
     }
 
 
-def run_of(team, definition: dict, ticket: str = "T-1", body: str = "my invoice is wrong"):
+def run_of(team, definition: dict, ticket: str = "T-1", body: str = "my invoice is wrong",
+           extra: dict | None = None, **start):
     version, _ = workflow_save(team=team, definition=definition, actor=SETUP)
-    run = run_start(version=version, input={"ticket_id": ticket, "body": body}, actor=SETUP)
+    run = run_start(version=version, input={"ticket_id": ticket, "body": body, **(extra or {})},
+                    actor=SETUP, **start)
     run = wait_for_run(run.id, states=("completed", "failed"))
     assert run.state == "completed", run.error
     return run, StepRun.objects.get(run_id=run.id, name="classify")
 
 
-def test_a_second_run_with_the_same_key_reuses_the_output_and_costs_nothing(fake, team):
+def test_a_second_run_with_the_same_key_reuses_the_output_and_costs_nothing(fake, team, client,
+                                                                          operator):
     first_run, first = run_of(team, classify_workflow())
     second_run, second = run_of(team, classify_workflow(), body="a different text, same ticket")
 
@@ -94,13 +99,18 @@ def test_a_second_run_with_the_same_key_reuses_the_output_and_costs_nothing(fake
                                      step_name="classify").exists()
     # And in the API's step, and on the live run page.
     requester = member(team, "requester")
-    from tests.conftest import client_for
     body = client_for(requester).get(f"/api/v1/runs/{second_run.id}/").json()
     [step] = body["steps"]
     assert step["reused_from"]["run"] == str(first_run.id) and step["reused_from"]["step"] == "classify"
     assert step["reused_from"]["url"].endswith(f"/api/v1/runs/{first_run.id}/")
     first_body = client_for(requester).get(f"/api/v1/runs/{first_run.id}/").json()
     assert first_body["steps"][0]["reused_from"] is None
+    client.force_login(operator)
+    state = client.get(reverse("admin:orchestrator_run_state", args=[second_run.id])).json()
+    assert state["steps"][0]["reused_from"] == {
+        **source, "url": reverse("admin:orchestrator_run_live", args=[first_run.id])}
+    state = client.get(reverse("admin:orchestrator_run_state", args=[first_run.id])).json()
+    assert state["steps"][0]["reused_from"] is None
 
 
 def test_a_changed_prompt_misses_and_calls_the_model(fake, team):
@@ -139,3 +149,28 @@ def test_another_teams_identical_step_misses(fake, team):
     assert len(fake.requests) == 2
     assert theirs.cost_usd > 0 and theirs.attempt_records.get().reused_from is None
     assert not Event.objects.filter(kind="step.cache_hit").exists()
+
+
+def test_a_sandboxed_run_neither_reads_nor_keeps_live_results(fake, team):
+    sandboxed = {"capacity": "evaluation",
+                 "sandbox": {"purpose": "evaluation", "responses": {}, "decisions": {}}}
+    run_of(team, classify_workflow(), **sandboxed)
+    assert not StepResult.objects.exists()
+
+    live_run, _ = run_of(team, classify_workflow())
+    _, again = run_of(team, classify_workflow(), **sandboxed)
+
+    assert len(fake.requests) == 3
+    assert again.cost_usd > 0 and again.attempt_records.get().reused_from is None
+    assert [entry.run_id for entry in StepResult.objects.all()] == [live_run.id]
+
+
+def test_a_run_with_secret_inputs_neither_reads_nor_keeps_results(fake, team):
+    definition = classify_workflow(api_token={"type": "string", "writeOnly": True})
+
+    run_of(team, definition, extra={"api_token": "s3cr3t-value-one"})
+    _, second = run_of(team, definition, extra={"api_token": "s3cr3t-value-two"})
+
+    assert len(fake.requests) == 2
+    assert second.cost_usd > 0 and second.attempt_records.get().reused_from is None
+    assert not StepResult.objects.exists()
