@@ -15,6 +15,8 @@ from django.conf import settings
 from django.urls import reverse
 
 from audit.models import AuditEntry
+from audit.timeline import explain
+from budgets.selectors import run_budget
 from orchestrator.engine.services.runs import run_start
 from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Event, StepResult, StepRun
@@ -87,6 +89,8 @@ def test_a_second_run_with_the_same_key_reuses_the_output_and_costs_nothing(fake
     assert second.output == first.output == {"category": "billing"}
     assert (second.tokens_in, second.tokens_out, second.cost_usd) == (0, 0, Decimal(0))
     assert (second_run.tokens_in, second_run.cost_usd) == (0, Decimal(0))
+    budget = run_budget(second_run)
+    assert (budget.spent_usd, budget.reserved_usd) == (0, 0)  # its reservation was released
     source = {"run": str(first_run.id), "step": "classify"}
     attempt = second.attempt_records.get()
     assert attempt.reused_from == source and attempt.model == "" and attempt.cost_usd == 0
@@ -95,8 +99,10 @@ def test_a_second_run_with_the_same_key_reuses_the_output_and_costs_nothing(fake
     hit = Event.objects.get(run_id=second_run.id, kind="step.cache_hit")
     assert (hit.payload["from_run"], hit.payload["from_step"]) == (str(first_run.id), "classify")
     assert not Event.objects.filter(run_id=first_run.id, kind="step.cache_hit").exists()
-    assert AuditEntry.objects.filter(run_id=second_run.id, action="step.cache_hit",
-                                     step_name="classify").exists()
+    entry = AuditEntry.objects.get(run_id=second_run.id, action="step.cache_hit",
+                                   step_name="classify")
+    assert explain(entry, entry.data).startswith(
+        f"Reused the output of step classify of run {first_run.id}")
     # And in the API's step, and on the live run page.
     requester = member(team, "requester")
     body = client_for(requester).get(f"/api/v1/runs/{second_run.id}/").json()
