@@ -153,3 +153,14 @@ def test_a_bad_key_or_a_missing_field_is_refused(support_workflow, validate, cac
 
     messages = problems_at(validate(support_workflow), path)
     assert messages and fragment in messages[0], validate(support_workflow)
+
+
+def test_a_key_that_reads_a_secret_input_is_refused(support_workflow, validate):
+    support_workflow["input_schema"]["properties"]["api_token"] = {"type": "string",
+                                                                   "writeOnly": True}
+    support_workflow["input_schema"]["required"].append("api_token")
+    step_named(support_workflow, "classify")["cache"] = dict(
+        CACHE, key="{{ input.ticket_id }}:{{ input['api_token'] }}")
+
+    [message] = problems_at(validate(support_workflow), "steps[0].cache.key")
+    assert "reads input.api_token, a secret input" in message

@@ -62,6 +62,7 @@ from .templates import (
     is_template,
     render_template,
     template_names,
+    template_references,
     template_step_references,
 )
 from .times import TimeInvalid, parse_time, zone
@@ -356,6 +357,24 @@ class _Check:
                 self.add(at, "a step with a compensation has an effect to undo, so it is never "
                              "reused")
         self.check_template((*at, "key"), cache.get("key"), name, upstream, self.roots)
+        self.check_key_secrets((*at, "key"), cache.get("key"))
+
+    def check_key_secrets(self, at: Parts, key: object) -> None:
+        """A cache key never names a secret input (`writeOnly` in the input schema): it would
+        render only the secret's marker, so every run would share one key whatever its secret."""
+        schema = self.doc.get("input_schema")
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        if not isinstance(key, str) or not isinstance(properties, dict):
+            return
+        try:
+            read = template_references(key, "input")
+        except TemplateError:
+            return  # reported by check_template
+        for field in sorted(read):
+            if isinstance(properties.get(field), dict) and properties[field].get("writeOnly") is True:
+                self.add(at, f"the key reads input.{field}, a secret input (writeOnly): a secret "
+                             "never enters a cache key, and a run with secret inputs is never "
+                             "reused")
 
     def check_human_input(self, at: Parts, step: dict, name, upstream) -> None:
         """A form that can be drawn and checked (a valid JSON Schema of flat fields), its
