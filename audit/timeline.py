@@ -151,6 +151,10 @@ def explain(entry: AuditEntry, data: dict) -> str:
     if a == "approval.requested":
         return (f"Approval requested from group {data.get('approvers')} on proposal "
                 f"{_short(entry.proposal_hash)}.")
+    if a == "step.cache_hit":
+        return (f"Reused the output of step {data.get('from_step')} of run {data.get('from_run')}"
+                f" (fingerprint {_short(data.get('fingerprint'))}): no model or tool was called, "
+                "nothing was spent.")
     if a == "step.sandboxed":
         answer = "its declared response" if data.get("response_declared") else "no response declared"
         return (f"Sandboxed: {data.get('tool')} was not called; answered with {answer} "

@@ -53,6 +53,7 @@ from .models import (
     Run,
     Signal,
     StepAttempt,
+    StepResult,
     StepRun,
     Team,
     TeamMembership,
@@ -727,6 +728,19 @@ class SignalAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ["run__id", "name", "key"]
     fields = readonly_fields = ["created_at", "run", "name", "key", "state", "step", "sent_by",
                                 "origin", "consumed_at", "payload"]
+
+
+@admin.register(StepResult)
+class StepResultAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Steps' outputs kept for reuse (docs/operations.md#reusing-results): each team's own."""
+
+    team_field = "team"
+
+    list_display = ["created_at", "expires_at", "key", "run", "step", "fingerprint"]
+    list_select_related = ["run", "step"]
+    search_fields = ["fingerprint", "key", "run__id"]
+    fields = readonly_fields = ["team", "fingerprint", "key", "run", "step", "created_at",
+                                "expires_at", "output"]
 
 
 @admin.register(WorkerHeartbeat)

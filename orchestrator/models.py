@@ -547,6 +547,10 @@ class StepAttempt(models.Model):
                                      help_text="SHA-256 of the canonical proposed action.")
     risk_tier = models.CharField(max_length=16, blank=True)
     decision = models.JSONField(null=True, blank=True, help_text="A router's choice and why.")
+    reused_from = models.JSONField(
+        null=True, blank=True,
+        help_text="The attempt copied an earlier run's output instead of calling anything: "
+                  "{run, step} it came from (services/results_cache.py).")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["step", "number"], name="attempt_number_unique")]
@@ -732,3 +736,31 @@ class Leadership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.holder} until {self.expires_at:%H:%M:%S}"
+
+
+class StepResult(models.Model):
+    """A step's output kept for reuse (services/results_cache.py, docs/definitions.md#cache).
+
+    Found by its team and the fingerprint of everything that decided it (the rendered key, the
+    prompt, model and provider, output schema, tool and version, the step's definition), until
+    it expires; one team never reads another's. It says which run and step produced it.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="step_results")
+    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of what decided the output.")
+    key = models.CharField(max_length=200, blank=True,
+                           help_text="The rendered cache key (its start), for people.")
+    output = ArtifactJSONField(null=True, blank=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+",
+                            help_text="The run whose step produced the output.")
+    step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(default=now)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "fingerprint"],
+                                               name="step_result_per_fingerprint")]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.fingerprint[:12]} of {self.team} (until {self.expires_at:%Y-%m-%d %H:%M})"

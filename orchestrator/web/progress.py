@@ -13,12 +13,12 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Q
+from django.db.models import Count, JSONField, OuterRef, Q, Subquery
 
 from approvals.models import ApprovalRequest, ApprovalState, InputState, InputTask
 from orchestrator.engine.selectors import definition_of, place_in_line
 from orchestrator.engine.states import STEP_BROKEN, STEP_DONE, STEP_TERMINAL, StepKind, StepState
-from orchestrator.models import Event, MapItem, Run, StepRun
+from orchestrator.models import Event, MapItem, Run, StepAttempt, StepRun
 
 
 def _seconds(start, end) -> float | None:
@@ -111,9 +111,14 @@ def run_snapshot(run: Run) -> dict:
     its pending approvals, open input tasks, sleeping steps and steps waiting for a signal.
     `run` should come from `selectors.runs_with_version()`."""
     definition, graph = definition_of(run)
+    # A step whose output was reused from an earlier run's (services/results_cache.py): where
+    # it came from, read in the same statement.
+    reused = (StepAttempt.objects.filter(step=OuterRef("pk"), reused_from__isnull=False)
+              .order_by("-number").values("reused_from")[:1])
     steps = list(run.steps.order_by("position").annotate(
         attempt_records_failed=Count("attempt_records",
-                                     filter=Q(attempt_records__outcome__in=("failed", "lost")))))
+                                     filter=Q(attempt_records__outcome__in=("failed", "lost"))),
+        reused_from=Subquery(reused, output_field=JSONField())))
     progress = run_progress(run, steps)
     pending = (ApprovalRequest.objects.filter(run=run, state=ApprovalState.PENDING)
                .select_related("step").order_by("id"))
@@ -149,6 +154,7 @@ def run_snapshot(run: Run) -> dict:
             "error": s.error, "skip_reason": s.skip_reason,
             "done": s.state in STEP_DONE,
             "next_attempt_at": s.next_attempt_at, "wake_at": s.wake_at,
+            "reused_from": s.reused_from,
         } for s in steps],
         "approvals": [{"id": a.id, "step": a.step.name, "approvers": a.approvers,
                        "risk_tier": a.risk_tier, "deadline_at": a.deadline_at}

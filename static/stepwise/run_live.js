@@ -132,6 +132,15 @@
       badge(b, step.state);
       b.classList.add("step-state");
       state.appendChild(b);
+      if (step.reused_from) {
+        // Its output was copied from an earlier run's step: nothing was called or spent.
+        const r = document.createElement("a");
+        r.href = step.reused_from.url; r.className = "live-reused";
+        r.id = `reused-${step.name}`;
+        r.textContent = "reused";
+        r.title = `Output reused from step ${step.reused_from.step} of run ${step.reused_from.run}: no model or tool was called, nothing was spent.`;
+        state.appendChild(r);
+      }
       cell(row, step.attempts);
       cell(row, step.retries);
       cell(row, when(step.started_at));

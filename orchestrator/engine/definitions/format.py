@@ -315,8 +315,48 @@ def _strategy_is(*strategies: str) -> dict:
 
 _no_llm = {
     field: _only_with(f"'{field}' is only used with strategy: llm")
-    for field in ("model", "prompt", "system", "temperature", "script")
+    for field in ("model", "prompt", "system", "temperature", "script", "cache")
 }
+
+# Step kinds whose result may be reused (docs/definitions.md#cache): what they compute is
+# decided by their definition and input, and a worker computes it. A router only with
+# strategy: llm (the others evaluate an expression, nothing worth keeping).
+CACHEABLE_TYPES = ("agent", "tool", "router")
+
+
+def _cache_schema() -> dict:
+    return {
+        "title": "cache",
+        "type": "object",
+        "required": ["key", "ttl_s"],
+        "additionalProperties": False,
+        "description": (
+            "Reuse this step's output: a run whose rendered key and whose step (prompt, model "
+            "and provider, output schema, tool and its version, the step's definition) are the "
+            "same as an earlier run's of the same team, within ttl_s, copies that output "
+            "instead of calling the model or the tool. Never for a step with side effects."
+        ),
+        "properties": {
+            "key": {
+                **_TEMPLATE,
+                "minLength": 1,
+                "description": (
+                    "What makes two runs' inputs the same for this step, e.g. "
+                    "'{{ input.ticket_id }}'. " + _TEMPLATE["description"]
+                ),
+            },
+            "ttl_s": {
+                "type": "integer",
+                "exclusiveMinimum": 0,
+                "maximum": limits.MAX_CACHE_TTL_S,
+                "description": "Seconds a stored output may be reused after it was produced.",
+            },
+        },
+    }
+
+
+def _no_cache(kind: str, why: str) -> dict:
+    return {"cache": _only_with(f"a {kind} step's result is never reused: {why}")}
 
 
 def _retry_schema() -> dict:
@@ -449,6 +489,7 @@ def _agent_properties() -> dict:
             "description": "Upper bound on output tokens.",
         },
         "script": _SCRIPT,
+        "cache": _ref("cache"),
         "repair_attempts": {
             "type": "integer",
             "minimum": 0,
@@ -480,6 +521,7 @@ def _tool_properties() -> dict:
             "description": "The tool changes the world; it runs at most once per idempotency key.",
         },
         "compensate": _ref("compensation"),
+        "cache": _ref("cache"),
     }
 
 
@@ -536,6 +578,7 @@ def shared_format_schema() -> dict:
         "expression": _EXPRESSION,
         "template": _TEMPLATE,
         "retry": _retry_schema(),
+        "cache": _cache_schema(),
         "compensation": {
             "title": "compensation",
             "type": "object",
@@ -837,6 +880,8 @@ def shared_format_schema() -> dict:
                     },
                     "script": {**_SCRIPT, "description": "Scripted answers (strategy: llm). "
                                + _SCRIPT["description"]},
+                    "cache": {**_ref("cache"), "description": "Reuse the route the model chose "
+                              "(strategy: llm)."},
                 },
                 ["name", "type", "routes", "default"],
             ),
@@ -885,6 +930,7 @@ def shared_format_schema() -> dict:
                     "default": DEFAULT_MERGE,
                     "description": "list: outputs in item order. dict_merge: outputs (objects) merged in order. first_success: the first item that succeeded.",
                 },
+                **_no_cache("map", "its items are runs of their own, each with its input"),
             },
             ["name", "type", "over", "item"],
         ),
@@ -899,13 +945,15 @@ def shared_format_schema() -> dict:
                     "if": {"properties": {"type": {"const": "agent"}}, "required": ["type"]},
                     "then": _closed_step(
                         "agent map item",
-                        {**item_base, **agent},
+                        {**item_base, **agent, **_no_cache("map item", "items are not steps")},
                         ["type", "model", "prompt", "output_schema"],
                     ),
                 },
                 {
                     "if": {"properties": {"type": {"const": "tool"}}, "required": ["type"]},
-                    "then": _closed_step("tool map item", {**item_base, **tool}, ["type", "tool"]),
+                    "then": _closed_step("tool map item",
+                                         {**item_base, **tool, **_no_cache("map item", "items are not steps")},
+                                         ["type", "tool"]),
                 },
             ],
         },
@@ -923,6 +971,7 @@ def shared_format_schema() -> dict:
                     "description": "Shown to approvers. " + _TEMPLATE["description"],
                 },
                 **_gate_properties(),
+                **_no_cache("human_gate", "a person decides it, each time"),
             },
             ["name", "type", "approvers"],
         ),
@@ -939,6 +988,7 @@ def shared_format_schema() -> dict:
                     "default": {},
                     "description": "The child run's input; every string is a template.",
                 },
+                **_no_cache("sub_workflow", "its child run is a run of its own, with its own steps' caches"),
             },
             ["name", "type", "workflow"],
         ),
@@ -969,6 +1019,7 @@ def shared_format_schema() -> dict:
                         f"{DEFAULT_SLEEP_TIMEZONE}); only with `until`."
                     ),
                 },
+                **_no_cache("sleep", "it waits for a time and computes nothing"),
             },
             ["name", "type"],
         ),
@@ -1056,6 +1107,7 @@ def shared_format_schema() -> dict:
                         "Whether whoever set the run in motion is barred from answering."
                     ),
                 },
+                **_no_cache("human_input", "a person answers it, each time"),
             },
             ["name", "type", "group", "form"],
         ),
@@ -1111,6 +1163,7 @@ def shared_format_schema() -> dict:
                         f"starts) or refuse (409) (default {DEFAULT_EARLY_SIGNALS})."
                     ),
                 },
+                **_no_cache("wait", "its output is the signal it receives"),
             },
             ["name", "type", "signal"],
         ),
@@ -1161,6 +1214,7 @@ def shared_format_schema() -> dict:
                         "reads it as `iteration.input`. Every string is a template."
                     ),
                 },
+                **_no_cache("loop", "its iterations run its body steps, each decided anew"),
             },
             ["name", "type", "body", "until", "max_iterations"],
         ),

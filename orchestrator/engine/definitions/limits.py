@@ -34,6 +34,7 @@ MAX_TIMEOUT_S = 30 * 86400  # a step attempt, a human gate, a map item, a sub-wo
 MAX_RUN_DURATION_S = 90 * 86400  # budget.max_duration_s
 MAX_SLEEP_S = 90 * 86400  # a sleep step: its for_s, and how far ahead its until may be
 MAX_WAIT_S = 90 * 86400  # a wait step's timeout_s
+MAX_CACHE_TTL_S = 365 * 86400  # how long a step's reusable result is kept (cache.ttl_s)
 # --- signals (a wait step's) ----------------------------------------------------------------
 MAX_BUFFERED_SIGNALS = 20  # signals one run keeps before a wait step for them starts
 MAX_SIGNAL_KEY_CHARS = 200  # a signal's idempotency key, and a wait step's correlation key

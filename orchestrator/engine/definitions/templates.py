@@ -667,10 +667,15 @@ def template_names(text: str) -> set[str]:
 
 def template_step_references(text: str) -> set[str]:
     """Names X of every ``steps.X`` / ``steps['X']`` in `text`. Raises TemplateError."""
+    return template_references(text, "steps")
+
+
+def template_references(text: str, root: str) -> set[str]:
+    """Names X of every ``<root>.X`` / ``<root>['X']`` in `text`. Raises TemplateError."""
     tree = _parse(text)
     found = set()
     for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
-        if not (isinstance(node.node, nodes.Name) and node.node.name == "steps"):
+        if not (isinstance(node.node, nodes.Name) and node.node.name == root):
             continue
         if isinstance(node, nodes.Getattr):
             found.add(node.attr)

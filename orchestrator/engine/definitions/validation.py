@@ -62,6 +62,7 @@ from .templates import (
     is_template,
     render_template,
     template_names,
+    template_references,
     template_step_references,
 )
 from .times import TimeInvalid, parse_time, zone
@@ -81,6 +82,7 @@ def validate_definition(
     workflows: Callable[[str], dict | None] = lambda name: None,
     egress: Callable[[str, dict], Iterable[tuple[Parts, str]]] | None = None,
     tool_params: Callable[[str, dict], Iterable[tuple[Parts, str]]] | None = None,
+    side_effect_tools: Collection[str] = (),
 ) -> list[Problem]:
     """Return every problem with `doc` in document order; [] means it is valid.
 
@@ -90,7 +92,9 @@ def validate_definition(
     (path within params, message) for each URL the egress policy refuses
     (`orchestrator.integrations.egress.definition_checker`). `tool_params(tool, params)`, if given,
     yields (path within params, message) for each param the tool's named connection refuses
-    (`orchestrator.integrations.tools.checks.definition_checker`). Never raises for a bad `doc`.
+    (`orchestrator.integrations.tools.checks.definition_checker`). `side_effect_tools` names the
+    registered tools that change the world whatever a step says: a step of one is never
+    reused (`cache`). Never raises for a bad `doc`.
     """
     if not isinstance(doc, dict):
         return [Problem("", f"a definition must be a mapping, not {describe_type(doc)}")]
@@ -117,7 +121,8 @@ def validate_definition(
         log.add(parts, message)
     with check_allowance():
         _Check(doc, tools=tools, models=models, workflows=workflows, egress=egress,
-               tool_params=tool_params, log=log).run()
+               tool_params=tool_params, side_effect_tools=frozenset(side_effect_tools),
+               log=log).run()
     return log.in_document_order(doc)
 
 
@@ -168,8 +173,10 @@ class _Check:
     """The cross-field checks over one document; results go to `log`."""
 
     def __init__(self, doc: dict, *, tools, models, workflows, log: ProblemLog, egress=None,
-                 tool_params=None, roots: frozenset[str] = CONTEXT_ROOTS):
+                 tool_params=None, roots: frozenset[str] = CONTEXT_ROOTS,
+                 side_effect_tools: frozenset[str] = frozenset()):
         self.doc = doc
+        self.side_effect_tools = side_effect_tools
         # The variables expressions and templates may read: a loop's body also has `iteration`.
         self.roots = roots
         self.egress = egress
@@ -309,6 +316,7 @@ class _Check:
         self.check_schema_field((*at, "output_schema"), step.get("output_schema"))
         self.check_step_input_schema(at, step.get("input_schema"), name, upstream)
         self.check_step_budget(at, step)
+        self.check_cache(at, step, name, upstream)
 
         step_type = step.get("type")
         if step_type in ("agent", "tool"):
@@ -332,6 +340,49 @@ class _Check:
             self.check_human_input(at, step, name, upstream)
         elif step_type == "wait":
             self.check_wait(at, step, name, upstream)
+
+    def check_cache(self, at: Parts, step: dict, name, upstream) -> None:
+        """A reusable result (docs/definitions.md#cache): its key is a template over what the
+        step reads; never of a step with side effects (a reused result would skip an effect
+        each run must have), nor of a step in a loop's body (each iteration runs it anew). The
+        step kinds that have no `cache` at all are refused by the format schema."""
+        cache = step.get("cache")
+        if not isinstance(cache, dict):
+            return
+        at = (*at, "cache")
+        if LOOP_BODY_ROOTS <= self.roots:
+            self.add(at, "a step in a loop's body is never reused: each iteration runs it anew")
+            return
+        if step.get("type") == "tool":
+            tool = step.get("tool")
+            if step.get("side_effect") is True:
+                self.add(at, "a step with side_effect: true is never reused: each run must "
+                             "perform its effect")
+            elif isinstance(tool, str) and tool in self.side_effect_tools:
+                self.add(at, f"tool {tool!r} changes the world whatever the step says, so its "
+                             "step is never reused")
+            elif isinstance(step.get("compensate"), dict):
+                self.add(at, "a step with a compensation has an effect to undo, so it is never "
+                             "reused")
+        self.check_template((*at, "key"), cache.get("key"), name, upstream, self.roots)
+        self.check_key_secrets((*at, "key"), cache.get("key"))
+
+    def check_key_secrets(self, at: Parts, key: object) -> None:
+        """A cache key never names a secret input (`writeOnly` in the input schema): it would
+        render only the secret's marker, so every run would share one key whatever its secret."""
+        schema = self.doc.get("input_schema")
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        if not isinstance(key, str) or not isinstance(properties, dict):
+            return
+        try:
+            read = template_references(key, "input")
+        except TemplateError:
+            return  # reported by check_template
+        for field in sorted(read):
+            if isinstance(properties.get(field), dict) and properties[field].get("writeOnly") is True:
+                self.add(at, f"the key reads input.{field}, a secret input (writeOnly): a secret "
+                             "never enters a cache key, and a run with secret inputs is never "
+                             "reused")
 
     def check_human_input(self, at: Parts, step: dict, name, upstream) -> None:
         """A form that can be drawn and checked (a valid JSON Schema of flat fields), its
@@ -425,7 +476,7 @@ class _Check:
             {"name": self.doc.get("name"), "input_schema": self.doc.get("input_schema"), "steps": body},
             tools=self.tools, models=self.models, workflows=self.workflows, egress=self.egress,
             tool_params=self.tool_params, log=_PrefixedLog(self.log, (*at, "body")),
-            roots=self.roots | LOOP_BODY_ROOTS,
+            roots=self.roots | LOOP_BODY_ROOTS, side_effect_tools=self.side_effect_tools,
         )
         nested.check_steps()
         bound = step.get("max_iterations")

@@ -70,9 +70,10 @@ class Result:
 # prompt_hash (SHA-256 of the prompt templates and the contract framing), schema_hash (of the
 # schema the reply had to satisfy), model_params (temperature, max_tokens, repair bound...),
 # model_id (the model version the provider said answered), proposal_hash, risk_tier,
-# repair_count, decision (a router's choice and why).
+# repair_count, decision (a router's choice and why); reused_from ({run, step}: the output was
+# copied from that earlier step's, nothing was called; services/results_cache.py).
 ATTEMPT_META_FIELDS = ("prompt_hash", "schema_hash", "model_params", "model_id",
-                       "proposal_hash", "risk_tier", "repair_count", "decision")
+                       "proposal_hash", "risk_tier", "repair_count", "decision", "reused_from")
 
 
 @dataclass(eq=False)  # like StepError: not frozen, Python sets __traceback__ when re-raising

@@ -14,7 +14,7 @@ from django.utils.module_loading import import_string
 from audit.services import audit_record
 from orchestrator.integrations.egress import definition_checker
 from orchestrator.integrations.tools.checks import definition_checker as connections_checker
-from orchestrator.integrations.tools.registry import tool_param_schemas
+from orchestrator.integrations.tools.registry import side_effecting_tools, tool_param_schemas
 from orchestrator.models import Team, Workflow, WorkflowVersion
 
 from ..authz import Action, Actor, label, may, person, require
@@ -40,7 +40,7 @@ def definition_problems(definition: object, *, team: Team) -> list[Problem]:
     problems = validate_definition(
         definition, tools=tool_param_schemas(), models=settings.STEPWISE_MODELS.keys(),
         workflows=workflows, egress=definition_checker(team=team.slug),
-        tool_params=connections_checker(team=team.slug),
+        tool_params=connections_checker(team=team.slug), side_effect_tools=side_effecting_tools(),
     )
     if not problems:
         problems = call_cycle_problems(definition, team=team)

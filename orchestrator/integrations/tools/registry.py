@@ -70,6 +70,9 @@ class Tool:
     # entries (ready with its input hash, running, completed with its output) still say what
     # it did. A step that declares `side_effect: true` is authorized all the same.
     in_process: bool = False
+    # Changed when what the tool returns for the same params changes (a new endpoint, a new
+    # algorithm): a step's reusable result is kept per tool version (docs/definitions.md#cache).
+    version: str = "1"
 
 
 # The header (HTTP, e-mail) and message property (brokers) carrying the fencing token.
@@ -87,7 +90,7 @@ def tool(name: str, *, params_schema: dict, output_schema: dict | None = None,
          dedupes_by_key: bool = False, url_params: tuple[str, ...] = (),
          connection: str | None = None, side_effect: bool = False,
          check: Callable[[dict, object], list[tuple[tuple, str]]] | None = None,
-         in_process: bool = False):
+         in_process: bool = False, version: str = "1"):
     """Register the decorated function as tool `name`. Raises ToolAlreadyRegistered on reuse."""
 
     def register(fn):
@@ -98,10 +101,16 @@ def tool(name: str, *, params_schema: dict, output_schema: dict | None = None,
                             description or (fn.__doc__ or "").strip().split("\n")[0],
                             lookup=lookup, dedupes_by_key=dedupes_by_key,
                             url_params=tuple(url_params), connection=connection,
-                            side_effect=side_effect, check=check, in_process=in_process)
+                            side_effect=side_effect, check=check, in_process=in_process,
+                            version=version)
         return fn
 
     return register
+
+
+def side_effecting_tools() -> set[str]:
+    """The tools that change the world whatever a step declares (`Tool.side_effect`)."""
+    return {name for name, t in _TOOLS.items() if t.side_effect}
 
 
 def get_tool(name: str) -> Tool:

@@ -296,16 +296,36 @@ class SignalSerializer(serializers.ModelSerializer):
         return bool(self.context.get("duplicate"))
 
 
+class ReusedFromSerializer(serializers.Serializer):
+    """The earlier step whose output a step copied (docs/definitions.md#cache)."""
+
+    run = serializers.UUIDField()
+    step = serializers.CharField()
+    url = serializers.CharField(help_text="The source run in the API.")
+
+
 class StepRunSerializer(serializers.ModelSerializer):
     attempt_records = StepAttemptSerializer(many=True, read_only=True)
     approval = serializers.SerializerMethodField()
+    reused_from = serializers.SerializerMethodField()
 
     class Meta:
         model = StepRun
         fields = ["name", "kind", "position", "state", "queue", "attempts", "input", "output",
                   "error", "skip_reason", "tokens_in", "tokens_out", "cost_usd", "ready_at",
                   "queued_at", "started_at", "finished_at", "deadline_at", "next_attempt_at",
-                  "wake_at", "correlation_key", "approval", "attempt_records"]
+                  "wake_at", "correlation_key", "approval", "reused_from", "attempt_records"]
+
+    @extend_schema_field(ReusedFromSerializer(allow_null=True))
+    def get_reused_from(self, step: StepRun) -> dict | None:
+        """Where the step's output was copied from when it reused an earlier run's result: no
+        model or tool was called and nothing was spent. Null when the step computed it. Read
+        from its attempts, prefetched by the view (`with_steps`): no query."""
+        attempts = list(step.attempt_records.all())
+        source = max(attempts, key=lambda a: a.number).reused_from if attempts else None
+        if not source:
+            return None
+        return {**source, "url": _absolute(self, reverse("api:run-detail", args=[source["run"]]))}
 
     @extend_schema_field(StepApprovalSerializer(allow_null=True))
     def get_approval(self, step: StepRun) -> dict | None:

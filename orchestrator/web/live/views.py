@@ -51,6 +51,9 @@ def run_state(request, run_id) -> JsonResponse:
     snapshot["controls"] = _controls(request.user, run, snapshot)
     for step in snapshot["steps"]:
         step["url"] = reverse("admin:orchestrator_steprun_change", args=[step["id"]])
+        if step["reused_from"]:  # the run it came from is the same team's: visible too
+            step["reused_from"]["url"] = reverse("admin:orchestrator_run_live",
+                                                 args=[step["reused_from"]["run"]])
     return JsonResponse(snapshot, encoder=DjangoJSONEncoder)
 
 

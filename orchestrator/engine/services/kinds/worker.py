@@ -67,6 +67,7 @@ from ...states import (
 )
 from ..budget_gate import dispatch_reserve, run_pause_for_budget
 from ..deadletters import dead_letter_open
+from ..results_cache import Reuse, result_keep, result_lookup
 from ..step_end import may_hold_reservations, step_ended
 from . import Eager, Record, StepKindHandler, handler_for
 
@@ -265,6 +266,16 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
                       **handler_for(claim.spec["type"]).call_hooks(claim, scrub=secrets.scrub))
     dependency = limits.dependency_of(claim.spec)
     try:
+        # Looked up here, once the step is claimed, not at dispatch: the scheduler plans from
+        # the run's rows alone, and a hit ends the attempt like a call would (its budget
+        # reservation settled at zero, its output committed by step_succeed).
+        reuse = result_lookup(claim.spec, claim.step_input, team=claim.team,
+                              sandbox=claim.sandbox, sealed=claim.sealed_secrets)
+        if reuse is not None and reuse.hit is not None:
+            step_succeed(step_id=step_id, attempt=claim.attempt, output=reuse.hit.output,
+                         usage=Usage(meta={"reused_from": reuse.source}), worker=worker,
+                         carry=carry, reuse=reuse)
+            return carry.take() if carry else None
         breaker = (limits.BreakerReading() if carry and dependency in carry.clean
                    else limits.breaker_read(dependency))
         if breaker.open_for:
@@ -292,7 +303,7 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
                   usage=Usage.of(getattr(error, "spent", None)), worker=worker)
         return None
     step_succeed(step_id=step_id, attempt=claim.attempt, output=secrets.scrub(result.output),
-                 usage=Usage.of(result), worker=worker, carry=carry)
+                 usage=Usage.of(result), worker=worker, carry=carry, reuse=reuse)
     return carry.take() if carry else None
 
 
@@ -435,17 +446,27 @@ def _close_attempt(run: Run, step: StepRun, attempt: int, *, outcome: str, usage
 
 
 def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: str,
-                 carry: Carry | None = None) -> bool:
+                 carry: Carry | None = None, reuse: Reuse | None = None) -> bool:
     """Commit a step's output and move the run forward. False if the attempt is stale.
 
     With a `carry`, a next step it takes is claimed in this transaction and handed to it
-    (`Carry.taken`) once committed."""
+    (`Carry.taken`) once committed. With a `reuse` (results_cache), the output is a hit's,
+    recorded as `step.cache_hit`, or a miss's, kept for reuse."""
     with transaction.atomic():
         # The run's steps are read once, here: the scheduler plans from them (step_ended).
         run, step, steps = lock_run_with_steps(step_id)
         if not fenced(step, attempt):
             _close_attempt(run, step, attempt, outcome="stale", usage=usage)
             return False
+        pending = []
+        if reuse is not None and reuse.hit is None:
+            result_keep(run=run, step=step, reuse=reuse, output=output)
+        elif reuse is not None:
+            pending.append(build_row(Event, run=run, step=step, kind="step.cache_hit",
+                                     actor=f"worker:{worker}",
+                                     payload={"attempt": attempt, "fingerprint": reuse.fingerprint,
+                                              "from_run": reuse.source["run"],
+                                              "from_step": reuse.source["step"]}))
         # Its writes up to the events' INSERT (the step, its attempt, the next step's claim)
         # go to the database in one round trip; the ledger's entries at the block's end.
         with held_writes("step_succeed"):
@@ -460,7 +481,7 @@ def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: st
                                   actor=f"worker:{worker}",
                                   payload={"attempt": attempt, "tokens_in": usage.tokens_in,
                                            "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd)})
-            carried = step_ended(run, step, actor=worker_actor(worker), pending=[completed],
+            carried = step_ended(run, step, actor=worker_actor(worker), pending=[*pending, completed],
                                  steps=steps, eager=carry)
     if carried is not None:
         carry.taken = carried
