@@ -7,37 +7,12 @@ from audit.models import AuditEntry
 from budgets.models import BudgetLimit
 from orchestrator.engine.errors import Forbidden, IdempotencyConflict, InputInvalid
 from orchestrator.engine.secret_inputs import revealed_for
-from orchestrator.engine.services.kinds.worker import step_execute
 from orchestrator.engine.services.reruns import rerun_advance, run_key, runs_rerun
 from orchestrator.engine.services.runs import run_start
 from orchestrator.engine.services.workflows import workflow_archive, workflow_save
 from orchestrator.models import Event, Rerun, RerunItem, Role, Run, RunSecret, TeamMembership
 from tests.factories import SETUP, TeamFactory, member
-
-SCHEMA = {"type": "object", "required": ["ticket"],
-          "properties": {"ticket": {"type": "string"}, "api_token": {"type": "string"}}}
-
-
-def echo_definition(*, fixed: bool, name: str = "triage") -> dict:
-    """One echo step; unfixed, its output schema asks for a field it does not return, so the
-    run fails."""
-    required = ["ticket"] if fixed else ["ticket", "category"]
-    return {"name": name, "input_schema": SCHEMA, "steps": [{
-        "name": "echo", "type": "tool", "tool": "core.echo",
-        "params": {"ticket": "{{ input.ticket }}"},
-        "output_schema": {"type": "object", "required": required,
-                          "properties": {"ticket": {"type": "string"}, "category": {"type": "string"}}}}]}
-
-
-def run_to_end(run: Run) -> Run:
-    """Execute the run's queued steps in this process until it has ended."""
-    for _ in range(10):
-        run.refresh_from_db()
-        if run.is_terminal:
-            return run
-        for step in run.steps.filter(state="queued"):
-            step_execute(step_id=step.id, worker="test")
-    raise AssertionError(f"run {run.id} did not end: {run.state}")
+from tests.support.reruns import SCHEMA, echo_definition, failed_runs, run_to_end
 
 
 @pytest.fixture
@@ -45,13 +20,6 @@ def versions(team):
     broken, _ = workflow_save(team=team, definition=echo_definition(fixed=False), actor=SETUP)
     fixed, _ = workflow_save(team=team, definition=echo_definition(fixed=True), actor=SETUP)
     return broken, fixed
-
-
-def failed_runs(version, count: int, **extra) -> list[Run]:
-    runs = [run_to_end(run_start(version=version, input={"ticket": f"T-{i}", **extra}, actor=SETUP))
-            for i in range(count)]
-    assert {run.state for run in runs} == {"failed"}
-    return runs
 
 
 def advance_to_end(rerun: Rerun) -> Rerun:

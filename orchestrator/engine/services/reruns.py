@@ -25,7 +25,7 @@ and so is the end (`rerun.done`); each new run's `run.created` event names its b
 """
 import hashlib
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from celery import current_app
 from django.core.exceptions import ImproperlyConfigured
@@ -35,10 +35,10 @@ from django.db.models.functions import Coalesce
 from django.utils.dateparse import parse_datetime
 
 from audit.services import audit_record
-from orchestrator.models import Rerun, RerunItem, Run, WorkflowVersion
+from orchestrator.models import Rerun, RerunItem, Run, Workflow, WorkflowVersion
 
 from ..artifacts import ArtifactError
-from ..authz import Action, Actor, System, label, person, require, visible
+from ..authz import Action, Actor, System, label, person, require, visible, visible_workflows_named
 from ..clock import now
 from ..dispatch import after_commit
 from ..errors import BudgetExceeded, IdempotencyConflict, InputInvalid, ServiceError
@@ -165,6 +165,53 @@ def reruns_sweep() -> int:
     return len(ids)
 
 
+def rerun_workflow(*, actor: Actor, run_ids: list | None = None, filters: dict | None = None) -> Workflow:
+    """The one workflow a request's runs belong to (by `run_ids`, or named by `filters`'
+    `workflow` and optional `team`), among the person's teams' — what an entry point needs to
+    find the version to re-run on. Reads only. Raises InputInvalid naming the problem: no run or
+    workflow of the person's teams, runs of several workflows, a name two of their teams share."""
+    if run_ids is not None:
+        problems: list[dict] = []
+        ids = _run_ids(list(run_ids) if isinstance(run_ids, list | tuple) else run_ids, problems)
+        if problems:
+            raise InputInvalid("the re-run is invalid", problems)
+        found = list(Workflow.objects.filter(id__in=visible(Run.objects.filter(id__in=ids), actor)
+                                             .values("version__workflow_id"))
+                     .select_related("team").order_by("name")[:10])
+        if not found:
+            raise InputInvalid("no such run", [{"path": "runs", "message": "none of these runs is "
+                               "one of your teams' runs"}])
+        if len(found) > 1:
+            raise InputInvalid("runs of several workflows", [{"path": "runs", "message": "runs of "
+                               f"{', '.join(w.name for w in found)}: re-run one workflow's runs at a time"}])
+        return found[0]
+    name = (filters or {}).get("workflow") if isinstance(filters, dict) else None
+    if not isinstance(name, str) or not name:
+        raise InputInvalid("no workflow named", [{"path": "filter.workflow", "message": "name the "
+                           "workflow whose runs to re-run"}])
+    found = visible_workflows_named(actor, name, team_slug=filters.get("team") or None)
+    if not found:
+        raise InputInvalid("no such workflow", [{"path": "filter.workflow", "message": f"no workflow "
+                           f"'{name}' among your teams'"}])
+    if len(found) > 1:
+        raise InputInvalid("several workflows of that name", [{"path": "filter.team", "message": f"'{name}' "
+                           f"exists in several of your teams ({', '.join(w.team.slug for w in found)}): "
+                           "say which"}])
+    return found[0]
+
+
+def rerun_version(workflow: Workflow, number: object) -> WorkflowVersion:
+    """Version `number` of `workflow`, read with its workflow and team; InputInvalid (path
+    `version`) when it has none."""
+    version = (workflow.versions.filter(number=number).first()
+               if isinstance(number, int) and not isinstance(number, bool) else None)
+    if version is None:
+        raise InputInvalid("no such version", [{"path": "version", "message": f"workflow "
+                           f"'{workflow.name}' has no version {number}"}])
+    version.workflow = workflow
+    return version
+
+
 def run_key(rerun: Rerun, source_run_id) -> str:
     """The idempotency key of a source run's new run: from the batch's key (hashed, so any key
     fits) and the source, so the same batch never starts the same source twice."""
@@ -227,13 +274,25 @@ def _filter(filters, version: WorkflowVersion, problems: list) -> dict:
             else:
                 chosen["state"] = sorted(set(states))
         elif name in ("created_after", "created_before"):
-            moment = value if isinstance(value, datetime) else \
-                parse_datetime(value) if isinstance(value, str) else None
-            if moment is None or moment.tzinfo is None:
-                problems.append({"path": where, "message": "an ISO 8601 time with its UTC offset"})
-            else:
-                chosen[name] = moment.isoformat()
+            moment = _moment(value)
+            if moment is not None and moment.tzinfo is not None:
+                try:
+                    chosen[name] = moment.astimezone(UTC).isoformat()
+                    continue
+                except (OverflowError, ValueError):  # no UTC time at the calendar's edge
+                    pass
+            problems.append({"path": where, "message": "an ISO 8601 time with its UTC offset, "
+                             "within the calendar"})
     return chosen
+
+
+def _moment(value) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    try:
+        return parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:  # well formed, but no such day or hour
+        return None
 
 
 def _sources(selection: dict, version: WorkflowVersion, actor: Actor) -> list:

@@ -13,6 +13,7 @@ from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 from .docs import RedocView, redoc_bundle
 from .gate_policies import GatePolicyViewSet
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
+from .reruns import RerunStartView, RerunViewSet
 from .templates import TemplateViewSet
 from .tools import ToolViewSet
 from .views import (
@@ -40,6 +41,7 @@ router.register("templates", TemplateViewSet, basename="template")
 router.register("gate-policies", GatePolicyViewSet, basename="gatepolicy")
 router.register("datasets", DatasetViewSet, basename="dataset")
 router.register("evaluations", EvaluationViewSet, basename="evaluation")
+router.register("reruns", RerunViewSet, basename="rerun")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),
@@ -54,5 +56,7 @@ urlpatterns = [
     path("redoc/redoc.standalone.js", redoc_bundle, name="redoc-bundle"),
     re_path(r"^workflows/(?P<name>[a-z][a-z0-9_-]*)/release-policy/$", ReleasePolicyView.as_view(),
             name="workflow-release-policy"),
+    # Before the router's runs/<id>/, which would take "rerun" for a run's id.
+    path("runs/rerun/", RerunStartView.as_view(), name="runs-rerun"),
     *router.urls,
 ]
