@@ -112,7 +112,8 @@ class RerunStartView(ServiceErrorsMixin, APIView):
     @extend_schema(
         operation_id="runs_rerun", request=RerunRequestSerializer,
         parameters=[OpenApiParameter(
-            "Idempotency-Key", str, OpenApiParameter.HEADER, required=True,
+            "Idempotency-Key", {"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS,
+                                "pattern": r"\S"}, OpenApiParameter.HEADER, required=True,
             description="Names the batch in its team: asking again with the same key and body "
             "returns the same batch and starts nothing twice; the same key with another body is "
             "a 409.")],
