@@ -63,7 +63,13 @@ from .models import (
     Workflow,
     WorkflowVersion,
 )
-from .web.admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column, pretty_json
+from .web.admin_display import (
+    ReadOnlyAdminMixin,
+    TeamScopedAdminMixin,
+    badge_column,
+    pretty_json,
+    state_badge,
+)
 from .web.builder import views as builder_views
 from .web.live import views as live_views
 
@@ -685,7 +691,7 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         context = {**self.admin_site.each_context(request), "opts": self.model._meta,
                    "title": f"Re-run {_runs(len(run_ids))} of {workflow.name}", "workflow": workflow,
                    "versions": versions, "picked": str(picked), "count": len(run_ids),
-                   "by_state": sorted(by_state.items()), "runs": ",".join(str(i) for i in run_ids),
+                   "by_state": [(state_badge(state), n) for state, n in sorted(by_state.items())], "runs": ",".join(str(i) for i in run_ids),
                    "key": key or uuid.uuid4().hex, "problems": problems}
         return TemplateResponse(request, "admin/orchestrator/run/rerun_confirm.html", context, status=status)
 
@@ -715,12 +721,20 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         items = rerun.items.select_related("source_run", "new_run").only(
             "position", "outcome", "reason", "source_run__id", "source_run__state", "new_run__id",
             "new_run__state").order_by("position")
+        items = list(items)
+        for item in items:  # shown as the run list shows states
+            item.badges = [state_badge(item.source_run.state), format_html(
+                '<span class="state-badge state-{}">{}</span>', _OUTCOME_TONES[item.outcome], item.outcome),
+                state_badge(item.new_run.state) if item.new_run else ""]
         context = {**self.admin_site.each_context(request), "opts": self.model._meta,
                    "title": f"Re-run of {_runs(rerun.total)} of {rerun.version.workflow.name} on "
                             f"version {rerun.version.number}",
                    "rerun": rerun, "items": items,
                    "pending": max(rerun.total - rerun.started - rerun.refused, 0)}
         return TemplateResponse(request, "admin/orchestrator/run/rerun_progress.html", context)
+
+
+_OUTCOME_TONES = {"pending": "attention", "started": "good", "refused": "bad"}
 
 
 def _runs(count: int) -> str:
