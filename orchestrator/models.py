@@ -786,7 +786,11 @@ class RerunItem(models.Model):
     outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.PENDING)
     new_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL,
                                 related_name="rerun_of")
-    reason = models.TextField(blank=True, help_text="Why it was refused.")
+    reason = models.TextField(blank=True, help_text="Why it was refused, in one line.")
+    problems = models.JSONField(default=list, blank=True,
+                                help_text="The refusal's problems, each {path, message}.")
+    retry_after_s = models.PositiveIntegerField(null=True, blank=True,
+                                                help_text="When a budget's refusal may pass.")
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -393,12 +393,15 @@ def _start_one(rerun: Rerun, source: Run, actor: Actor | None) -> dict:
                         origin={"rerun": rerun.id, "source_run": str(source.id)},
                         known_secrets=secrets.known())
     except ServiceError as refused:
-        return _refused(secrets.scrub(_reason(refused)))
+        return _refused(secrets.scrub(_reason(refused)), problems=secrets.scrub(refused.problems),
+                        retry_after_s=getattr(refused, "retry_after_s", None))
     return {"outcome": RerunItem.Outcome.STARTED, "new_run_id": run.id, "reason": ""}
 
 
-def _refused(reason: str) -> dict:
-    return {"outcome": RerunItem.Outcome.REFUSED, "new_run_id": None, "reason": reason[:2000]}
+def _refused(reason: str, *, problems: list | None = None, retry_after_s: int | None = None) -> dict:
+    return {"outcome": RerunItem.Outcome.REFUSED, "new_run_id": None, "reason": reason[:2000],
+            "problems": problems or [{"path": "", "message": reason[:2000]}],
+            "retry_after_s": retry_after_s}
 
 
 def _reason(refused: ServiceError) -> str:

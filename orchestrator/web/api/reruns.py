@@ -31,7 +31,8 @@ from orchestrator.models import Rerun, RerunItem
 
 from .errors import ServiceErrorsMixin, error_body, valid_data
 from .parsers import JSONBodyParser
-from .serializers import ErrorsSerializer
+from .serializers import ErrorSerializer, ErrorsSerializer
+from .throttling import RUN_START_THROTTLES, RunStartThrottleMixin
 
 _ERRORS = OpenApiResponse(ErrorsSerializer, description="Every problem, each with its path.")
 
@@ -71,10 +72,14 @@ class RerunItemSerializer(serializers.ModelSerializer):
                                     help_text="The run started in its place; null until started, "
                                     "or when refused.")
     reason = serializers.CharField(read_only=True, help_text="Why it was refused; empty otherwise.")
+    problems = ErrorSerializer(many=True, read_only=True, help_text="The refusal's problems by path.")
+    retry_after_s = serializers.IntegerField(read_only=True, allow_null=True,
+                                             help_text="When a budget's refusal may pass, in seconds.")
 
     class Meta:
         model = RerunItem
-        fields = ["position", "source_run", "outcome", "new_run", "reason", "finished_at"]
+        fields = ["position", "source_run", "outcome", "new_run", "reason", "problems", "retry_after_s",
+                  "finished_at"]
 
 
 class RerunSerializer(serializers.ModelSerializer):
@@ -106,8 +111,14 @@ def reruns_of(user) -> QuerySet[Rerun]:
         Prefetch("items", queryset=RerunItem.objects.order_by("position"))).order_by("-created_at")
 
 
-class RerunStartView(ServiceErrorsMixin, APIView):
+class RerunStartView(ServiceErrorsMixin, RunStartThrottleMixin, APIView):
     parser_classes = [JSONBodyParser]
+    # A batch is one start request for the person's and the token's rates; each of its runs
+    # is admitted by the team's and the workflow's caps as it starts.
+    throttle_classes = RUN_START_THROTTLES
+
+    def start_path(self, request) -> str:
+        return "rerun"
 
     @extend_schema(
         operation_id="runs_rerun", request=RerunRequestSerializer,
@@ -125,7 +136,10 @@ class RerunStartView(ServiceErrorsMixin, APIView):
         responses={202: OpenApiResponse(RerunSerializer, description="The batch was recorded; a "
                                         "worker starts its runs (follow `url`)."),
                    200: OpenApiResponse(RerunSerializer, description="A repeat: the existing batch."),
-                   400: _ERRORS, 403: _ERRORS, 409: _ERRORS},
+                   400: _ERRORS, 403: _ERRORS, 409: _ERRORS,
+                   429: OpenApiResponse(ErrorsSerializer, description="The person or token asked for as "
+                                        "many run starts as its rate allows; Retry-After says when to "
+                                        "ask again.")},
         description="Start runs again, each with its own input, on `version` of their workflow: "
         "the `runs` named (all of one workflow) or every run matching `filter`. Each new run is "
         "started as you would start it (run.start, the team's and workflow's caps and budgets, "
