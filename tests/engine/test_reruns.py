@@ -223,21 +223,47 @@ def test_sealed_secret_input_is_carried_sealed_to_the_new_run(versions, requeste
     assert not Event.objects.filter(run=new, payload__icontains=token).exists()
 
 
+def test_a_secret_only_the_old_version_marked_stays_sealed_on_the_new_one(team, requester):
+    """`pin` is writeOnly in v1's schema only: carried to v2, it is still sealed, not stored in
+    clear because v2's schema forgot to mark it."""
+    marked = echo_definition(fixed=True)
+    marked["input_schema"] = {**SCHEMA, "properties": {**SCHEMA["properties"],
+                                                       "pin": {"type": "string", "writeOnly": True}}}
+    old, _ = workflow_save(team=team, definition=marked, actor=SETUP)
+    unmarked = echo_definition(fixed=True)
+    unmarked["input_schema"] = {**SCHEMA, "properties": {**SCHEMA["properties"], "pin": {"type": "string"}}}
+    new_version, _ = workflow_save(team=team, definition=unmarked, actor=SETUP)
+    pin = "pin-5f3c9a1e7d2b4c68"
+    source = run_to_end(run_start(version=old, input={"ticket": "T", "pin": pin}, actor=SETUP))
+
+    rerun = advance_to_end(runs_rerun(run_ids=[source.id], version=new_version, actor=requester, key="k"))
+
+    new = rerun.items.get().new_run
+    assert new.input["pin"] == {"secret": "input.pin"}
+    assert revealed_for(new.id).values == {"input.pin": pin}
+
+
 def test_a_secret_the_chosen_version_refuses_is_not_quoted_in_the_reason(team, requester):
-    loose, _ = workflow_save(team=team, definition=echo_definition(fixed=True), actor=SETUP)
+    """`pin` is secret by the old version's schema (writeOnly) only; the chosen version neither
+    marks it nor accepts its length, and its schema's message would quote the value."""
+    loose = echo_definition(fixed=True)
+    loose["input_schema"] = {**SCHEMA, "properties": {**SCHEMA["properties"],
+                                                      "pin": {"type": "string", "writeOnly": True}}}
+    loose_version, _ = workflow_save(team=team, definition=loose, actor=SETUP)
     strict = echo_definition(fixed=True)
     strict["input_schema"] = {**SCHEMA, "properties": {**SCHEMA["properties"],
-                                                       "api_token": {"type": "string", "maxLength": 4}}}
+                                                       "pin": {"type": "string", "maxLength": 4}}}
     strict_version, _ = workflow_save(team=team, definition=strict, actor=SETUP)
-    token = "tok-5f3c9a1e7d2b4c68"
-    source = run_to_end(run_start(version=loose, input={"ticket": "T", "api_token": token}, actor=SETUP))
+    pin = "pin-5f3c9a1e7d2b4c68"
+    source = run_to_end(run_start(version=loose_version, input={"ticket": "T", "pin": pin}, actor=SETUP))
+    assert source.input["pin"] == {"secret": "input.pin"}
 
     rerun = advance_to_end(runs_rerun(run_ids=[source.id], version=strict_version,
                                       actor=requester, key="k"))
 
     item = rerun.items.get()
-    assert item.outcome == "refused" and "input.api_token" in item.reason
-    assert token not in item.reason
+    assert item.outcome == "refused" and "input.pin" in item.reason
+    assert pin not in item.reason and pin not in str(item.problems)
 
 
 def test_a_sealed_input_no_key_opens_is_refused_not_lost(versions, requester, settings):
