@@ -140,7 +140,8 @@ def rerun_advance(*, rerun_id: int) -> Rerun:
         rerun.started, rerun.refused = counts["started"], counts["refused"]
         if rerun.state == Rerun.State.DONE:
             return rerun
-        if rerun.started + rerun.refused < rerun.total:
+        # Items, not the total: a source run deleted since (its item with it) is not awaited.
+        if rerun.items.filter(outcome=RerunItem.Outcome.PENDING).exists():
             rerun.save(update_fields=["started", "refused"])
             _advance_on_commit(rerun.id)
             return rerun
