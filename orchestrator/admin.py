@@ -648,7 +648,6 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
             self.message_user(request, f"Cancelled (or cancelling) {cancelled} run(s).",
                               messages.SUCCESS)
 
-
     # Bulk re-run (services/reruns.py, docs/operations.md#re-running-in-bulk): the selected runs,
     # or every run the list's filters match, confirmed on a page that picks the version and
     # carries the batch's key (a double submit is one batch), then the batch's progress page.
@@ -691,7 +690,8 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         context = {**self.admin_site.each_context(request), "opts": self.model._meta,
                    "title": f"Re-run {_runs(len(run_ids))} of {workflow.name}", "workflow": workflow,
                    "versions": versions, "picked": str(picked), "count": len(run_ids),
-                   "by_state": [(state_badge(state), n) for state, n in sorted(by_state.items())], "runs": ",".join(str(i) for i in run_ids),
+                   "by_state": [(state_badge(state), n) for state, n in sorted(by_state.items())],
+                   "runs": ",".join(str(i) for i in run_ids),
                    "key": key or uuid.uuid4().hex, "problems": problems}
         return TemplateResponse(request, "admin/orchestrator/run/rerun_confirm.html", context, status=status)
 
