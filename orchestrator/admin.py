@@ -8,14 +8,16 @@ same services, which check the permission themselves: "Cancel selected runs" cal
 """
 
 import json
+import uuid
 from datetime import UTC
 from functools import partial
 
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
-from django.db.models import Max, QuerySet
+from django.db.models import Count, Max, QuerySet
 from django.http import Http404
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -26,17 +28,18 @@ from django.utils.safestring import mark_safe
 
 from budgets.selectors import run_budget
 
-from .engine.authz import Action, may, teams_where
+from .engine.authz import Action, may, teams_where, visible
 from .engine.clock import now
 from .engine.definitions import DefinitionInvalid
 from .engine.definitions.format import WORKFLOW_NAME_PATTERN
-from .engine.errors import BudgetExceeded, Forbidden, InputInvalid, NotAllowed
+from .engine.errors import BudgetExceeded, Forbidden, IdempotencyConflict, InputInvalid, NotAllowed
 from .engine.gallery import sample_input_of, templates
 from .engine.provenance import describe
 from .engine.services.gallery import template_instantiate
 from .engine.services.gate_policies import gate_policy_create, gate_policy_delete
 from .engine.services.moves import runs_move, runs_move_plan
 from .engine.services.operators import dead_letter_redrive
+from .engine.services.reruns import MAX_RERUN_RUNS, rerun_version, rerun_workflow, runs_rerun
 from .engine.services.runs import run_cancel, run_start
 from .engine.services.workflows import (
     workflow_archive,
@@ -50,6 +53,7 @@ from .models import (
     Effect,
     Event,
     GatePolicy,
+    Rerun,
     Run,
     Signal,
     StepAttempt,
@@ -61,7 +65,13 @@ from .models import (
     Workflow,
     WorkflowVersion,
 )
-from .web.admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column, pretty_json
+from .web.admin_display import (
+    ReadOnlyAdminMixin,
+    TeamScopedAdminMixin,
+    badge_column,
+    pretty_json,
+    state_badge,
+)
 from .web.builder import views as builder_views
 from .web.live import views as live_views
 
@@ -477,10 +487,14 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     date_hierarchy = "created_at"
     fields = readonly_fields = _RUN_FIELDS
     inlines = [StepRunInline, EventInline]
-    actions = ["cancel_runs", "move_runs"]
+    actions = ["cancel_runs", "move_runs", "rerun_runs"]
 
     def get_queryset(self, request) -> QuerySet[Run]:
         return super().get_queryset(request).defer("version__definition", "version__normalized")
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {**(extra_context or {}),
+                                                 "may_rerun": self.has_rerun_permission(request)})
 
     def get_fields(self, request, obj: Run | None = None) -> list[str]:
         # A finished run may become an evaluation case (evaluation/), offered to whoever may add one.
@@ -513,6 +527,9 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
                  name="orchestrator_run_state"),
             path("<uuid:run_id>/live/operate/<str:operation>/", page(live_views.run_operate),
                  name="orchestrator_run_operate"),
+            path("rerun/", self.admin_site.admin_view(self.rerun_view), name="orchestrator_run_rerun"),
+            path("reruns/<int:rerun_id>/", self.admin_site.admin_view(self.rerun_progress_view),
+                 name="orchestrator_run_rerun_progress"),
             *super().get_urls(),
         ]
 
@@ -632,6 +649,98 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         if cancelled:
             self.message_user(request, f"Cancelled (or cancelling) {cancelled} run(s).",
                               messages.SUCCESS)
+
+    # Bulk re-run (services/reruns.py, docs/operations.md#re-running-in-bulk): the selected runs,
+    # or every run the list's filters match, confirmed on a page that picks the version and
+    # carries the batch's key (a double submit is one batch), then the batch's progress page.
+
+    def has_rerun_permission(self, request) -> bool:
+        return teams_where(request.user, Action.RUN_START).exists()
+
+    @admin.action(description="Re-run selected runs…", permissions=["rerun"])
+    def rerun_runs(self, request, queryset: QuerySet[Run]):
+        return self._rerun_confirm(request, list(queryset.values_list("id", flat=True)[:MAX_RERUN_RUNS + 1]))
+
+    def rerun_view(self, request):
+        """GET: the confirmation for every run the list's filters (this page's query) match;
+        POST: the confirmed batch, through `runs_rerun`, then its progress page."""
+        if request.method == "POST":
+            return self._rerun_submit(request)
+        try:
+            runs = self.get_changelist_instance(request).get_queryset(request)
+        except IncorrectLookupParameters:
+            self.message_user(request, "The list's filters are not understood: choose them on the list.",
+                              messages.ERROR)
+            return redirect("admin:orchestrator_run_changelist")
+        return self._rerun_confirm(request, list(runs.values_list("id", flat=True)[:MAX_RERUN_RUNS + 1]))
+
+    def _rerun_confirm(self, request, run_ids: list, *, problems=(), status: int = 200, key: str = ""):
+        if len(run_ids) > MAX_RERUN_RUNS:
+            self.message_user(request, f"More than {MAX_RERUN_RUNS} runs are chosen: narrow the list "
+                              "(by workflow, state or date) to re-run them.", messages.ERROR)
+            return redirect("admin:orchestrator_run_changelist")
+        try:
+            workflow = rerun_workflow(actor=request.user, run_ids=[str(i) for i in run_ids])
+        except InputInvalid as exc:
+            self.message_user(request, f"Nothing to re-run: {exc.problems[0]['message']}.", messages.ERROR)
+            return redirect("admin:orchestrator_run_changelist")
+        chosen = self.get_queryset(request).filter(id__in=run_ids)
+        by_state = {row["state"]: row["n"] for row in chosen.values("state").annotate(n=Count("id"))}
+        versions = list(workflow.versions.defer("definition", "normalized").order_by("-number"))
+        picked = request.POST.get("version") or (workflow.active_version.number if workflow.active_version
+                                                 else versions[0].number)
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta,
+                   "title": f"Re-run {_runs(len(run_ids))} of {workflow.name}", "workflow": workflow,
+                   "versions": versions, "picked": str(picked), "count": len(run_ids),
+                   "by_state": [(state_badge(state), n) for state, n in sorted(by_state.items())],
+                   "runs": ",".join(str(i) for i in run_ids),
+                   "key": key or uuid.uuid4().hex, "problems": problems}
+        return TemplateResponse(request, "admin/orchestrator/run/rerun_confirm.html", context, status=status)
+
+    def _rerun_submit(self, request):
+        run_ids = [part for part in request.POST.get("runs", "").split(",") if part]
+        key = request.POST.get("key", "")
+        try:
+            workflow = rerun_workflow(actor=request.user, run_ids=run_ids)
+            number = request.POST.get("version", "")
+            version = rerun_version(workflow, int(number) if number.isascii() and number.isdigit() else number)
+            rerun = runs_rerun(run_ids=run_ids, version=version, actor=request.user, key=key)
+        except Forbidden as exc:
+            raise PermissionDenied(str(exc)) from exc
+        except (InputInvalid, IdempotencyConflict) as exc:
+            # Asked again with what it said; a key used for another batch is not offered again.
+            return self._rerun_confirm(request, run_ids, problems=exc.problems, status=400,
+                                       key="" if isinstance(exc, IdempotencyConflict) else key)
+        return redirect("admin:orchestrator_run_rerun_progress", rerun.id)
+
+    def rerun_progress_view(self, request, rerun_id: int):
+        """A batch's progress, refreshed while its runs are being started: each source run with
+        its new run or the reason it was refused."""
+        rerun = visible(Rerun.objects.select_related("team", "version__workflow"), request.user).defer(
+            "version__definition", "version__normalized").filter(pk=rerun_id).first()
+        if rerun is None:
+            raise Http404("no such re-run, or not one of your teams'")
+        items = rerun.items.select_related("source_run", "new_run").only(
+            "position", "outcome", "reason", "source_run__id", "source_run__state", "new_run__id",
+            "new_run__state").order_by("position")
+        items = list(items)
+        for item in items:  # shown as the run list shows states
+            item.badges = [state_badge(item.source_run.state), format_html(
+                '<span class="state-badge state-{}">{}</span>', _OUTCOME_TONES[item.outcome], item.outcome),
+                state_badge(item.new_run.state) if item.new_run else ""]
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta,
+                   "title": f"Re-run of {_runs(rerun.total)} of {rerun.version.workflow.name} on "
+                            f"version {rerun.version.number}",
+                   "rerun": rerun, "items": items,
+                   "pending": max(rerun.total - rerun.started - rerun.refused, 0)}
+        return TemplateResponse(request, "admin/orchestrator/run/rerun_progress.html", context)
+
+
+_OUTCOME_TONES = {"pending": "attention", "started": "good", "refused": "bad"}
+
+
+def _runs(count: int) -> str:
+    return f"{count} run" if count == 1 else f"{count} runs"
 
 
     def has_move_permission(self, request) -> bool:

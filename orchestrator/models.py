@@ -764,3 +764,78 @@ class StepResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.fingerprint[:12]} of {self.team} (until {self.expires_at:%Y-%m-%d %H:%M})"
+
+
+class Rerun(CachedStateFieldsMixin, models.Model):
+    """A bulk re-run: chosen runs of one workflow started again with their own input on a chosen
+    version (`services.reruns`), one `RerunItem` per source run.
+
+    `key` (the person's Idempotency-Key, or the admin form's) is unique per team: asking again
+    with it returns this batch and starts nothing twice. The counts are kept from the items as
+    a worker starts them, in chunks, so a page can show the progress.
+    """
+
+    class State(models.TextChoices):
+        RUNNING = "running", "running: its runs are being started"
+        DONE = "done", "done: every source run was started again or refused"
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="reruns")
+    version = models.ForeignKey(WorkflowVersion, on_delete=models.PROTECT, related_name="reruns",
+                                help_text="The version every new run is pinned to.")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                     on_delete=models.SET_NULL, related_name="+")
+    actor = models.CharField(max_length=200, help_text='Who asked: "user:<name>" or the engine.')
+    key = models.CharField(max_length=255, help_text="The batch's idempotency key.")
+    request_digest = models.CharField(max_length=64, help_text="Proves a repeat is the same request.")
+    selection = models.JSONField(default=dict, help_text='What was asked: {"runs": [...]} or {"filter": {...}}.')
+    state = FSMField(default=State.RUNNING, choices=State.choices, protected=True)
+    total = models.PositiveIntegerField(default=0)
+    started = models.PositiveIntegerField(default=0)
+    refused = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "key"], name="rerun_key_per_team")]
+        indexes = [models.Index(fields=["state"], name="rerun_state",
+                                condition=models.Q(state="running"))]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"re-run {self.id} of {self.total} run(s) on {self.version} ({self.state})"
+
+    @transition(field=state, source=State.RUNNING, target=State.DONE)
+    def finish(self) -> None:
+        self.finished_at = now()
+
+
+class RerunItem(models.Model):
+    """One source run of a re-run: pending, then started again (`new_run`) or refused (`reason`)."""
+
+    class Outcome(models.TextChoices):
+        PENDING = "pending", "pending: not started yet"
+        STARTED = "started", "started: its new run was created"
+        REFUSED = "refused", "refused: not started, for the reason given"
+
+    rerun = models.ForeignKey(Rerun, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveIntegerField()
+    source_run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rerun_items")
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.PENDING)
+    new_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="rerun_of")
+    reason = models.TextField(blank=True, help_text="Why it was refused, in one line.")
+    problems = models.JSONField(default=list, blank=True,
+                                help_text="The refusal's problems, each {path, message}.")
+    retry_after_s = models.PositiveIntegerField(null=True, blank=True,
+                                                help_text="When a budget's refusal may pass.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["rerun", "source_run"], name="rerun_source_once"),
+            models.UniqueConstraint(fields=["rerun", "position"], name="rerun_position_unique"),
+        ]
+        ordering = ["rerun", "position"]
+
+    def __str__(self) -> str:
+        return f"source run {self.source_run_id} of re-run {self.rerun_id} ({self.outcome})"

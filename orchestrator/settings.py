@@ -339,6 +339,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("STEPWISE_EVALUATION_SWEEP_S", "15")),
         "options": {"queue": "orchestrator.evaluation", "expires": 60},
     },
+    # Bulk re-runs (orchestrator/engine/services/reruns.py) send their next chunk on themselves;
+    # this sweep is the backstop for a message lost on the way.
+    "stepwise-reruns": {
+        "task": "orchestrator.tasks.reruns_sweep",
+        "schedule": float(os.environ.get("STEPWISE_RERUN_SWEEP_S", "30")),
+        "options": {"queue": "orchestrator", "expires": 60},
+    },
     # Its own queue, so only the worker that holds the signing key consumes it (docs/security.md).
     # A poll: the task signs the head when a checkpoint is due (AUDIT_CHECKPOINT_INTERVAL_S or
     # AUDIT_CHECKPOINT_ENTRIES, whichever comes first; docs/audit.md#checkpoints).

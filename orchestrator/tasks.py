@@ -9,7 +9,7 @@ from celery import shared_task
 from celery.utils.log import get_task_logger
 
 from .engine.keys import worker_id
-from .engine.services import compensation, concurrency, reaper
+from .engine.services import compensation, concurrency, reaper, reruns
 from .engine.services.kinds import map_step, sub_workflow, worker
 
 log = get_task_logger(__name__)
@@ -66,6 +66,17 @@ def release_held_runs(workflow_id: int, key: str) -> None:
 @shared_task(name="orchestrator.tasks.compensate_run")
 def compensate_run(run_id: str) -> None:
     compensation.run_compensate(run_id=run_id)
+
+
+@shared_task(name="orchestrator.tasks.rerun_advance", ignore_result=True)
+def rerun_advance(rerun_id: int) -> None:
+    """Start the next chunk of a bulk re-run's runs (which sends the rest on)."""
+    reruns.rerun_advance(rerun_id=rerun_id)
+
+
+@shared_task(name="orchestrator.tasks.reruns_sweep", ignore_result=True)
+def reruns_sweep() -> None:
+    reruns.reruns_sweep()
 
 
 # Every few seconds from beat: no result, no task events (it would flood Flower's task list),

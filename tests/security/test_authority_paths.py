@@ -2,7 +2,8 @@
 
 Each path (`PATHS`) is driven the way its entry point is — the API, the builder's Run (the same
 endpoint with the browser's session), an API trigger fired with a token, a schedule's tick, a
-signed webhook delivery, a queue event, and a child run of a parent started by the person — by
+signed webhook delivery, a queue event, a child run of a parent started by the person, and a
+bulk re-run the person asks for of a run that ended (run by the worker's service here) — by
 a person who is in the gate's approvers group and holds one of the team's roles. On each:
 
 (a) the person who set the run in motion cannot approve it (403), while another approver can;
@@ -21,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path as FilePath
+from types import SimpleNamespace
 
 import pytest
 from django.test import override_settings
@@ -31,8 +33,10 @@ from budgets.services import budget_limit_create
 from orchestrator.engine import clock
 from orchestrator.engine.errors import Forbidden
 from orchestrator.engine.services.gate_policies import gate_policy_create
+from orchestrator.engine.services.reruns import rerun_advance
+from orchestrator.engine.services.runs import run_cancel, run_start
 from orchestrator.engine.services.workflows import workflow_save
-from orchestrator.models import Role, Run, StepRun
+from orchestrator.models import Role, Run, StepRun, Workflow, WorkflowVersion
 from tests.conftest import client_for
 from tests.factories import SETUP, member
 from tests.support.children import start_children
@@ -47,7 +51,7 @@ pytestmark = pytest.mark.django_db
 ROOT = FilePath(__file__).resolve().parents[2]
 SOURCES = {"rabbitmq": "amqp://guest:guest@127.0.0.1:5672//"}
 ROLES = [Role.MEMBER, Role.EDITOR, Role.OPERATOR, Role.OWNER]
-PATHS = ["api", "builder", "api_trigger", "schedule", "webhook", "queue", "child"]
+PATHS = ["api", "builder", "api_trigger", "schedule", "webhook", "queue", "child", "rerun"]
 # The paths a person sets in motion by setting a trigger up (trigger.manage).
 SET_UP = {"schedule", "webhook", "queue"}
 
@@ -97,10 +101,16 @@ class Path:
     secret: str = ""
     count: int = 0
     answers: list = field(default_factory=list)
+    sources: list = field(default_factory=list)
 
     def set_up(self, **trigger_settings) -> None:
         """Set the path's trigger up as the person (or the engine for an API trigger, which
         the person fires). Raises Forbidden when the person may not."""
+        if self.name == "rerun":  # the runs it starts again: ended before any cap is set
+            version = WorkflowVersion.objects.get(workflow__name="gated", number=1)
+            self.sources = [run_cancel(run_id=run_start(version=version, input={}, actor=SETUP).id,
+                                       actor=SETUP) for _ in range(3)]
+            return
         kind = {"api_trigger": "api", "schedule": "schedule", "webhook": "webhook",
                 "queue": "queue"}.get(self.name)
         if kind is None:
@@ -128,6 +138,16 @@ class Path:
             if answer.status_code == 202:  # the child is created by a worker: do what it does
                 start_children(Run.objects.get(pk=answer.json()["id"]))
             return answer
+        if self.name == "rerun":
+            published = Workflow.objects.get(name="gated").active_version.number
+            answer = client_for(self.person).post(
+                "/api/v1/runs/rerun/", {"runs": [str(self.sources[n - 1].id)], "version": published},
+                format="json", HTTP_IDEMPOTENCY_KEY=f"k-{n}")
+            if answer.status_code != 202:
+                return answer
+            item = rerun_advance(rerun_id=answer.json()["id"]).items.get()  # what its worker does
+            return SimpleNamespace(status=item.outcome, problems=item.problems,
+                                   retry_after_s=item.retry_after_s)
         if self.name == "builder":
             browser = APIClient()
             browser.force_login(self.person)
@@ -156,8 +176,10 @@ class Path:
         raise AssertionError(self.name)
 
     def gated_runs(self):
-        """The runs of `gated` this path started (for `child`: the children)."""
-        return Run.objects.filter(version__workflow__name="gated").order_by("created_at")
+        """The runs of `gated` this path started (for `child`: the children; for `rerun`: the
+        new runs, not the ended ones it started again)."""
+        runs = Run.objects.filter(version__workflow__name="gated").order_by("created_at")
+        return runs.filter(trigger="rerun") if self.name == "rerun" else runs
 
 
 def path_for(name: str, team, person, frozen) -> Path:
@@ -185,7 +207,7 @@ CELLS = [(path, role) for path in PATHS for role in ROLES]
 # The `path` each recorded in the run's provenance (the rows of docs/permissions.md's tables).
 RECORDED = {"api": "api", "builder": "builder", "api_trigger": "api_trigger",
             "schedule": "schedule", "webhook": "webhook", "queue": "queue",
-            "child": "sub_workflow"}
+            "child": "sub_workflow", "rerun": "rerun"}
 
 
 def doc_table(marker: str) -> dict[str, list[str]]:

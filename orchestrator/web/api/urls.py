@@ -14,6 +14,7 @@ from .docs import RedocView, redoc_bundle
 from .gate_policies import GatePolicyViewSet
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
 from .moves import RunsMoveView
+from .reruns import RerunStartView, RerunViewSet
 from .templates import TemplateViewSet
 from .tools import ToolViewSet
 from .views import (
@@ -41,6 +42,7 @@ router.register("templates", TemplateViewSet, basename="template")
 router.register("gate-policies", GatePolicyViewSet, basename="gatepolicy")
 router.register("datasets", DatasetViewSet, basename="dataset")
 router.register("evaluations", EvaluationViewSet, basename="evaluation")
+router.register("reruns", RerunViewSet, basename="rerun")
 
 urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),
@@ -55,7 +57,8 @@ urlpatterns = [
     path("redoc/redoc.standalone.js", redoc_bundle, name="redoc-bundle"),
     re_path(r"^workflows/(?P<name>[a-z][a-z0-9_-]*)/release-policy/$", ReleasePolicyView.as_view(),
             name="workflow-release-policy"),
-    # Before the router's runs/<id>/, which would take "move" for an id.
+    # Before the router's runs/<id>/, which would take "move" or "rerun" for a run's id.
     path("runs/move/", RunsMoveView.as_view(), name="runs-move"),
+    path("runs/rerun/", RerunStartView.as_view(), name="runs-rerun"),
     *router.urls,
 ]
