@@ -736,13 +736,6 @@ class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         return TemplateResponse(request, "admin/orchestrator/run/rerun_progress.html", context)
 
 
-_OUTCOME_TONES = {"pending": "attention", "started": "good", "refused": "bad"}
-
-
-def _runs(count: int) -> str:
-    return f"{count} run" if count == 1 else f"{count} runs"
-
-
     def has_move_permission(self, request) -> bool:
         # Offered to whoever may move runs in some team; the service decides for each run.
         return teams_where(request.user, Action.RUN_MOVE).exists()
@@ -786,6 +779,13 @@ def _runs(count: int) -> str:
             if not plan.movable:
                 self.message_user(request, f"Run {plan.run} was not moved: "
                                   + "; ".join(r["message"] for r in plan.refusals), messages.ERROR)
+
+
+_OUTCOME_TONES = {"pending": "attention", "started": "good", "refused": "bad"}
+
+
+def _runs(count: int) -> str:
+    return f"{count} run" if count == 1 else f"{count} runs"
 
 
 class StepAttemptInline(ReadOnlyInline):
