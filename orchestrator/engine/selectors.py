@@ -10,9 +10,10 @@ from django.db import connection
 from django.db.models import QuerySet, Subquery
 from rest_framework.authtoken.models import Token
 
-from orchestrator.models import Effect, Run, StepRun, Team, Workflow, WorkflowVersion
+from orchestrator.models import Effect, Run, StepAttempt, StepRun, Team, Workflow, WorkflowVersion
 from orchestrator.store import Read, read_together
 
+from .keys import idempotency_key_for
 from .scheduler import Graph, graph_of
 from .states import StepState
 
@@ -183,3 +184,21 @@ def compensable_steps(run: Run, graph: Graph) -> list[StepRun]:
     steps = StepRun.objects.filter(run=run, state=StepState.COMPLETED, id__in=done.values("step_id"))
     return sorted((s for s in steps if graph.steps[s.name].get("compensate")),
                   key=lambda s: s.finished_at, reverse=True)
+
+
+def effect_key_of(run: Run, step_name: str) -> str:
+    """The idempotency key of the effect `step_name` of `run` performs.
+
+    A run's own (`keys.idempotency_key_for`), except in a fork (services/forks.py): there a step
+    whose effect the source run performed uses the key the source used, so the effect ledger
+    returns the source's recorded outcome instead of acting again — unless the fork asked for
+    that step's effect to be repeated (`Run.fork_edits["repeat_effects"]`). A fork of a fork
+    finds the first run's key the same way.
+    """
+    own = idempotency_key_for(run.id, step_name)
+    if run.forked_from_id is None or step_name in run.fork_edits.get("repeat_effects", ()):
+        return own
+    used = (StepAttempt.objects.filter(step__run_id=run.forked_from_id, step__name=step_name)
+            .order_by("-number").values_list("idempotency_key", flat=True).first())
+    performed = used and Effect.objects.filter(key=used, status=Effect.Status.SUCCEEDED).exists()
+    return used if performed else own

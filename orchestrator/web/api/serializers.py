@@ -411,10 +411,22 @@ class AwaitedSignalSerializer(serializers.Serializer):
     until = serializers.DateTimeField(help_text="When it times out.")
 
 
+class ForkLinkSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    step = serializers.CharField(help_text="The step the fork runs again from.")
+    state = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
 class RunDetailSerializer(RunSerializer):
     steps = StepRunSerializer(many=True, read_only=True)
     waiting_for_signals = serializers.SerializerMethodField()
     parent_run = serializers.SerializerMethodField()
+    forked_from = serializers.UUIDField(source="forked_from_id", read_only=True, allow_null=True,
+                                        help_text="The run this one was forked from (a fork), or null.")
+    fork_step = serializers.CharField(read_only=True, help_text=(
+        "The step a fork runs again from (empty for a run that is not a fork)."))
+    forks = serializers.SerializerMethodField()
     started_by = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
     last_event = serializers.SerializerMethodField()
@@ -422,8 +434,8 @@ class RunDetailSerializer(RunSerializer):
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "input", "output", "error", "idempotency_key",
-                  "parent_run", "started_by", "progress", "last_event", "budget",
-                  "waiting_for_signals", "steps"]
+                  "parent_run", "forked_from", "fork_step", "forks", "started_by", "progress",
+                  "last_event", "budget", "waiting_for_signals", "steps"]
 
     @extend_schema_field(AwaitedSignalSerializer(many=True))
     def get_waiting_for_signals(self, run: Run) -> list[dict]:
@@ -461,6 +473,12 @@ class RunDetailSerializer(RunSerializer):
         return {"trigger": str(trigger.id), "name": trigger.name, "kind": trigger.kind,
                 "key": firing.key,
                 "url": _absolute(self, reverse("api:trigger-detail", args=[trigger.id]))}
+
+    @extend_schema_field(ForkLinkSerializer(many=True))
+    def get_forks(self, run: Run) -> list[dict]:
+        """The runs forked from this one, oldest first, with the step each runs again from."""
+        return [{"id": str(f.id), "step": f.fork_step, "state": f.state, "created_at": f.created_at}
+                for f in run.forks.order_by("created_at").only("id", "fork_step", "state", "created_at")]
 
     def get_parent_run(self, run: Run) -> str | None:
         """The run whose sub_workflow step started this one."""

@@ -11,6 +11,7 @@ from evaluation.api import DatasetViewSet, EvaluationViewSet, ReleasePolicyView
 from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 
 from .docs import RedocView, redoc_bundle
+from .forks import RunForkView
 from .gate_policies import GatePolicyViewSet
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
 from .templates import TemplateViewSet
@@ -54,5 +55,6 @@ urlpatterns = [
     path("redoc/redoc.standalone.js", redoc_bundle, name="redoc-bundle"),
     re_path(r"^workflows/(?P<name>[a-z][a-z0-9_-]*)/release-policy/$", ReleasePolicyView.as_view(),
             name="workflow-release-policy"),
+    path("runs/<uuid:pk>/fork/", RunForkView.as_view(), name="run-fork"),
     *router.urls,
 ]
