@@ -16,7 +16,7 @@ permission, admission, budgets, provenance, idempotency and version refusals app
   and never one behind a mandatory gate or a gate policy's gate that the fork does not ask
   again.
 
-It must not run anything itself or write rows other than through `run_start` and `event_record`.
+It must not run anything itself nor write a row: `run_start` creates the fork and its events.
 """
 from collections.abc import Collection
 
@@ -30,7 +30,6 @@ from ..definitions import TemplateError, render_value
 from ..definitions.limits import run_input_problems
 from ..definitions.mandatory_gates import performed_actions
 from ..errors import InputInvalid, NotAllowed
-from ..events import event_record
 from ..provenance import merged, person_entry
 from ..scheduler import Graph, graph_of
 from ..selectors import runs_with_version
@@ -96,9 +95,6 @@ def run_fork(*, run_id, step: str, actor: Actor, version: WorkflowVersion | int 
                      sandbox=source.sandbox,
                      fork=ForkOrigin(source=source, step=step, edits=edits, events=events,
                                      carried={n: (steps[n].input, steps[n].output) for n in carried}))
-    if fork._created:
-        event_record(run=source, kind="run.fork_started", actor=label(actor),
-                     payload={"fork": str(fork.id), "step": step, "version": target.number})
     return fork
 
 

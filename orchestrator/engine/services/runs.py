@@ -128,7 +128,7 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
 
     `fork` (`services.forks.run_fork` builds it) starts the run as a fork of another: linked to
     it, its carried steps created completed with the source's input and output (nothing run,
-    nothing spent), each with a `step.carried` event.
+    nothing spent), each with a `step.carried` event; the source gets a `run.fork_started` event.
     """
     team = version.workflow.team
     require(actor, Action.RUN_START, team=team)
@@ -292,6 +292,9 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
         started += [build_row(Event, run=run, step=step, kind="step.carried", actor=who,
                               payload={"from_run": str(fork.source.id)})
                     for step in named if step.name in carried]
+        started.append(build_row(Event, run=fork.source, kind="run.fork_started", actor=who,
+                                 payload={"fork": str(run.id), "step": fork.step,
+                                          "version": version.number}))
     # A database that cannot return the ids of a bulk INSERT leaves them to be read back.
     run_advance(run, actor=actor, pending=started,
                 steps=steps if all(step.pk for step in steps) else None)
