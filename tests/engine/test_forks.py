@@ -109,9 +109,11 @@ def test_a_fork_is_linked_to_its_source_both_ways(source, requester):
     assert [p["as"] for p in fork.provenance["people"]] == ["started it, forked it"]
     assert Event.objects.get(run=source, kind="run.fork_started").payload["fork"] == str(fork.id)
     api = client_for(requester)
-    assert api.get(f"/api/v1/runs/{fork.id}/").json()["forked_from"] == str(source.id)
-    forks = api.get(f"/api/v1/runs/{source.id}/").json()["forks"]
-    assert [(f["id"], f["step"]) for f in forks] == [(str(fork.id), "send")]
+    detail = api.get(f"/api/v1/runs/{fork.id}/").json()
+    assert (detail["forked_from"], detail["fork_step"]) == (str(source.id), "send")
+    forks = api.get(api.get(f"/api/v1/runs/{source.id}/").json()["forks_url"]).json()["results"]
+    assert [(f["id"], f["forked_from"], f["fork_step"]) for f in forks] == [
+        (str(fork.id), str(source.id), "send")]
 
 
 def test_another_teams_member_cannot_fork_a_run_nor_learn_it_exists(source):

@@ -359,12 +359,16 @@ class RunSerializer(serializers.ModelSerializer):
     created_by = _username("Who started it; null if the engine did or the user was deleted.")
     provenance = serializers.SerializerMethodField()
     duration_s = serializers.SerializerMethodField()
+    forked_from = serializers.UUIDField(source="forked_from_id", read_only=True, allow_null=True,
+                                        help_text="The run this one was forked from, or null.")
+    fork_step = serializers.CharField(read_only=True, help_text=(
+        "The step a fork runs again from (empty for a run that is not a fork)."))
 
     class Meta:
         model = Run
         fields = ["id", "url", "workflow", "version", "team", "state", "trigger", "created_by",
                   "provenance", "created_at", "started_at", "finished_at", "duration_s",
-                  "cost_usd", "tokens_in", "tokens_out"]
+                  "cost_usd", "tokens_in", "tokens_out", "forked_from", "fork_step"]
 
     @extend_schema_field(ProvenanceSerializer)
     def get_provenance(self, run: Run) -> dict:
@@ -411,22 +415,11 @@ class AwaitedSignalSerializer(serializers.Serializer):
     until = serializers.DateTimeField(help_text="When it times out.")
 
 
-class ForkLinkSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
-    step = serializers.CharField(help_text="The step the fork runs again from.")
-    state = serializers.CharField()
-    created_at = serializers.DateTimeField()
-
-
 class RunDetailSerializer(RunSerializer):
     steps = StepRunSerializer(many=True, read_only=True)
     waiting_for_signals = serializers.SerializerMethodField()
     parent_run = serializers.SerializerMethodField()
-    forked_from = serializers.UUIDField(source="forked_from_id", read_only=True, allow_null=True,
-                                        help_text="The run this one was forked from (a fork), or null.")
-    fork_step = serializers.CharField(read_only=True, help_text=(
-        "The step a fork runs again from (empty for a run that is not a fork)."))
-    forks = serializers.SerializerMethodField()
+    forks_url = serializers.SerializerMethodField()
     started_by = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
     last_event = serializers.SerializerMethodField()
@@ -434,8 +427,8 @@ class RunDetailSerializer(RunSerializer):
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "input", "output", "error", "idempotency_key",
-                  "parent_run", "forked_from", "fork_step", "forks", "started_by", "progress",
-                  "last_event", "budget", "waiting_for_signals", "steps"]
+                  "parent_run", "forks_url", "started_by", "progress", "last_event", "budget",
+                  "waiting_for_signals", "steps"]
 
     @extend_schema_field(AwaitedSignalSerializer(many=True))
     def get_waiting_for_signals(self, run: Run) -> list[dict]:
@@ -474,11 +467,9 @@ class RunDetailSerializer(RunSerializer):
                 "key": firing.key,
                 "url": _absolute(self, reverse("api:trigger-detail", args=[trigger.id]))}
 
-    @extend_schema_field(ForkLinkSerializer(many=True))
-    def get_forks(self, run: Run) -> list[dict]:
-        """The runs forked from this one, oldest first, with the step each runs again from."""
-        return [{"id": str(f.id), "step": f.fork_step, "state": f.state, "created_at": f.created_at}
-                for f in run.forks.order_by("created_at").only("id", "fork_step", "state", "created_at")]
+    def get_forks_url(self, run: Run) -> str:
+        """The runs forked from this one: the run list filtered by `forked_from`."""
+        return _absolute(self, f"{reverse('api:run-list')}?forked_from={run.id}")
 
     def get_parent_run(self, run: Run) -> str | None:
         """The run whose sub_workflow step started this one."""
