@@ -248,3 +248,13 @@ def test_a_fork_input_failing_the_schema_is_a_400_with_its_path(source, requeste
                                           {"step": "draft", "input": {"topic": 3}}, format="json")
     assert response.status_code == 400
     assert [e["path"] for e in response.json()["errors"]] == ["input.topic"]
+
+
+def test_an_evaluations_sandboxed_run_is_not_forked(team, requester):
+    version, _ = workflow_save(team=team, definition=CHAIN, actor=SETUP)
+    sandboxed = run_start(version=version, input={"topic": "t"}, actor=SETUP,
+                          capacity="evaluation", sandbox={"purpose": "evaluation"})
+
+    with pytest.raises(NotAllowed):
+        run_fork(run_id=sandboxed.id, step="draft", actor=requester)
+    assert Run.objects.count() == 1

@@ -33,7 +33,7 @@ from ..errors import InputInvalid, NotAllowed
 from ..provenance import merged, person_entry
 from ..scheduler import Graph, graph_of
 from ..selectors import runs_with_version
-from ..states import StepState
+from ..states import RunCapacity, StepState
 from .gate_policies import gate_rules, url_params
 from .runs import ForkOrigin, input_problems, run_start
 
@@ -56,13 +56,17 @@ def run_fork(*, run_id, step: str, actor: Actor, version: WorkflowVersion | int 
     Raises Run.DoesNotExist for a run the actor may not see, Forbidden without run.start in its
     team (or for a version only an owner may start), InputInvalid (each problem by path,
     nothing created) for a bad step, version, input, step input or repeat_effects, NotAllowed
-    for an effect to repeat behind a gate the fork does not ask again, and whatever `run_start`
-    raises.
+    for an effect to repeat behind a gate the fork does not ask again or for a sandboxed run
+    (an evaluation's: its effects were the sandbox's answers), and whatever `run_start` raises.
     """
     source = runs_with_version().select_related("team").filter(id=run_id).first()
     if source is None or not may(actor, Action.VIEW, team=source.team):
         raise Run.DoesNotExist(f"run {run_id} not found")
     require(actor, Action.RUN_START, team=source.team)
+    if source.sandbox is not None or source.capacity != RunCapacity.INTERACTIVE:
+        # Its effects were a sandbox's answers: a live fork would take them as performed.
+        raise NotAllowed(f"run {source.id} is an evaluation's sandboxed run: evaluate again "
+                         "instead of forking it", [{"path": "run", "message": "sandboxed"}])
     target = _target_version(source, version)
     definition = target.normalized
     graph = graph_of(definition)
@@ -91,8 +95,7 @@ def run_fork(*, run_id, step: str, actor: Actor, version: WorkflowVersion | int 
                                        "from_run": str(source.id)}) for name in repeat]
     fork = run_start(version=target, input=run_input, actor=actor,
                      idempotency_key=idempotency_key, trigger="fork",
-                     provenance=_provenance(source, actor, step), capacity=source.capacity,
-                     sandbox=source.sandbox,
+                     provenance=_provenance(source, actor, step),
                      fork=ForkOrigin(source=source, step=step, edits=edits, events=events,
                                      carried={n: (steps[n].input, steps[n].output) for n in carried}))
     return fork
