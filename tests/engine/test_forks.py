@@ -111,6 +111,8 @@ def test_a_fork_is_linked_to_its_source_both_ways(source, requester):
     api = client_for(requester)
     detail = api.get(f"/api/v1/runs/{fork.id}/").json()
     assert (detail["forked_from"], detail["fork_step"]) == (str(source.id), "send")
+    assert detail["provenance"]["summary"] == (f"a fork of run {source.id} from step 'send'; set "
+                                               "in motion by requester (started it, forked it)")
     forks = api.get(api.get(f"/api/v1/runs/{source.id}/").json()["forks_url"]).json()["results"]
     assert [(f["id"], f["forked_from"], f["fork_step"]) for f in forks] == [
         (str(fork.id), str(source.id), "send")]

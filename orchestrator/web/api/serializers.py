@@ -342,10 +342,12 @@ class ProvenanceSerializer(serializers.Serializer):
     """Who set a run in motion: every person separation of duties refuses as its approver."""
 
     path = serializers.CharField(help_text="api, builder, api_trigger, schedule, webhook, queue, "
-                                           "sub_workflow")
+                                           "sub_workflow, fork")
     people = ProvenancePersonSerializer(many=True)
     trigger = ProvenanceTriggerSerializer(required=False)
     parent_run = serializers.UUIDField(required=False)
+    forked_from = serializers.UUIDField(required=False, help_text="A fork's source run.")
+    fork_step = serializers.CharField(required=False, help_text="The step a fork runs again from.")
     summary = serializers.CharField(help_text="The same, in words.")
 
 
