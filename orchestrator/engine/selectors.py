@@ -10,7 +10,7 @@ from django.db import connection
 from django.db.models import QuerySet, Subquery
 from rest_framework.authtoken.models import Token
 
-from orchestrator.models import Effect, Run, StepAttempt, StepRun, Team, Workflow, WorkflowVersion
+from orchestrator.models import Effect, Run, StepRun, Team, Workflow, WorkflowVersion
 from orchestrator.store import Read, read_together
 
 from .keys import idempotency_key_for
@@ -186,19 +186,21 @@ def compensable_steps(run: Run, graph: Graph) -> list[StepRun]:
                   key=lambda s: s.finished_at, reverse=True)
 
 
-def effect_key_of(run: Run, step_name: str) -> str:
-    """The idempotency key of the effect `step_name` of `run` performs.
 
-    A run's own (`keys.idempotency_key_for`), except in a fork (services/forks.py): there a step
-    whose effect the source run performed uses the key the source used, so the effect ledger
-    returns the source's recorded outcome instead of acting again — unless the fork asked for
-    that step's effect to be repeated (`Run.fork_edits["repeat_effects"]`). A fork of a fork
-    finds the first run's key the same way.
+def effect_key_of(run: Run, step_name: str, action: str = "default") -> str:
+    """The idempotency key of the effect `action` of step `step_name` of `run` performs.
+
+    A run's own (`keys.idempotency_key_for`), except in a fork (services/forks.py): there an
+    effect a run it was forked from performed (its source, or the source's source for a step
+    the source did not repeat either) keeps that run's key, so the effect ledger returns the
+    recorded outcome instead of acting again — unless the fork asked for that step's effects
+    to be performed again (`Run.fork_edits["repeat_effects"]`).
     """
-    own = idempotency_key_for(run.id, step_name)
-    if run.forked_from_id is None or step_name in run.fork_edits.get("repeat_effects", ()):
-        return own
-    used = (StepAttempt.objects.filter(step__run_id=run.forked_from_id, step__name=step_name)
-            .order_by("-number").values_list("idempotency_key", flat=True).first())
-    performed = used and Effect.objects.filter(key=used, status=Effect.Status.SUCCEEDED).exists()
-    return used if performed else own
+    own = idempotency_key_for(run.id, step_name, action)
+    source_id, edits = run.forked_from_id, run.fork_edits
+    while source_id is not None and step_name not in edits.get("repeat_effects", ()):
+        key = idempotency_key_for(source_id, step_name, action)
+        if Effect.objects.filter(key=key, status=Effect.Status.SUCCEEDED).exists():
+            return key
+        source_id, edits = Run.objects.values_list("forked_from_id", "fork_edits").get(id=source_id)
+    return own

@@ -177,6 +177,11 @@ def test_a_fork_reuses_the_effects_its_source_performed_unless_told_to_repeat_th
                          reason="the first e-mail bounced")
 
     assert effect_key_of(reusing, "send") == used
+    # Each logical action of the step is found the same way (a map step's items).
+    Effect.objects.create(key=idempotency_key_for(source.id, "send", "item-0"), run=source,
+                          step=send, tool="core.echo", status=Effect.Status.SUCCEEDED)
+    assert effect_key_of(reusing, "send", "item-0") == f"{source.id}:send:item-0"
+    assert effect_key_of(reusing, "send", "item-1") == f"{reusing.id}:send:item-1"
     assert effect_key_of(repeating, "send") == idempotency_key_for(repeating.id, "send")
     audit = Event.objects.get(run=repeating, kind="fork.effect_repeat")
     assert (audit.actor, audit.payload["step"], audit.payload["reason"]) == (
