@@ -222,6 +222,14 @@ class Run(CachedStateFieldsMixin, models.Model):
     # Its workflow's `concurrency.key` rendered over its input (services/concurrency.py); a
     # run held behind others of the key waits `pending` until one of them ends.
     concurrency_key = models.CharField(max_length=200, blank=True, default="")
+    # A fork (services/forks.py): the run it was forked from, and the step it runs again from;
+    # the steps before that were carried over from the source, completed.
+    forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT,
+                                    related_name="forks")
+    fork_step = models.CharField(max_length=64, blank=True)
+    # What the fork changed: {"step_input": {upstream step: output} the fork step reads in place
+    # of theirs, "repeat_effects": [steps whose effects are performed again, not reused]}.
+    fork_edits = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -413,6 +421,14 @@ class StepRun(CachedStateFieldsMixin, models.Model):
     def make_ready(self, *, step_input: dict) -> None:
         self.input = step_input
         self.ready_at = now()
+
+    @transition(field=state, source=StepState.BLOCKED, target=StepState.COMPLETED)
+    def carry(self, *, step_input, output) -> None:
+        """A fork's step before its fork point: completed with the source run's input and output,
+        nothing run (services/forks.py)."""
+        self.input = step_input
+        self.output = output
+        self.ready_at = self.started_at = self.finished_at = now()
 
     @transition(field=state, source=[StepState.BLOCKED, StepState.READY], target=StepState.SKIPPED)
     def skip(self, *, reason: str) -> None:

@@ -229,6 +229,17 @@ def test_starting_a_run(team, starter, who):
     assert response.status_code == (202 if allowed("run.start", who) else refused_code(who))
 
 
+@pytest.mark.parametrize("who", PERSONAS)
+def test_forking_a_run(team, starter, who):
+    """A fork is a start (run.start), of a run the person must be able to see."""
+    version, _ = workflow_save(team=team, definition=FAILING, actor=SETUP)
+    source = run_start(version=version, input={}, actor=starter)
+    response = client_for(persona(team, who)).post(f"/api/v1/runs/{source.id}/fork/",
+                                                   {"step": "after"}, format="json")
+    assert response.status_code == (202 if allowed("run.start", who) else refused_code(who))
+    assert Run.objects.filter(forked_from=source).exists() is allowed("run.start", who)
+
+
 @pytest.mark.parametrize("who", [*PERSONAS, "removed"])
 def test_run_start_itself_refuses_whoever_may_not_start_runs(team, who):
     """The service decides, not the paths that reach it already filtered: every entry point

@@ -4,10 +4,11 @@ A run's provenance is a plain JSON value written once by `run_start`, the point 
 path passes through:
 
     {"path": "api" | "builder" | "schedule" | "webhook" | "queue" | "api_trigger"
-             | "sub_workflow" | ...,
+             | "sub_workflow" | "fork" | ...,
      "people": [{"user": <id>, "username": "alice", "as": "started it"}, ...],
      "trigger": {"id", "name", "kind", "revision"},        # when a trigger started it
-     "parent_run": "<uuid>"}                                 # a child run
+     "parent_run": "<uuid>",                                 # a child run
+     "forked_from": "<uuid>", "fork_step": "<step>"}         # a fork (services/forks.py)
 
 `people` are everyone who set the run in motion: the person who started it through the API or
 the builder, the person who fired an API trigger, and for every trigger the people who created
@@ -74,6 +75,9 @@ def describe(provenance: dict | None) -> str:
         what = f"{trigger['kind']} trigger '{trigger['name']}' (revision {trigger['revision']})"
     elif path == "sub_workflow":
         what = f"a step of run {provenance.get('parent_run', '')}"
+    elif path == "fork":
+        what = (f"a fork of run {provenance.get('forked_from', '')} from step "
+                f"'{provenance.get('fork_step', '')}'")
     else:
         what = {"api": "the API", "builder": "the builder"}.get(path, path)
     return f"{what}; set in motion by {people}" if people else f"{what}; no person"

@@ -13,6 +13,7 @@ from rest_framework.authtoken.models import Token
 from orchestrator.models import Effect, Run, StepRun, Team, Workflow, WorkflowVersion
 from orchestrator.store import Read, read_together
 
+from .keys import idempotency_key_for
 from .scheduler import Graph, graph_of
 from .states import RunState, StepState
 
@@ -197,3 +198,22 @@ def place_in_line(run: Run) -> int | None:
         return None
     ahead = held_runs(run.version.workflow_id, run.concurrency_key).filter(created_at__lt=run.created_at)
     return ahead.count() + 1
+
+
+def effect_key_of(run: Run, step_name: str, action: str = "default") -> str:
+    """The idempotency key of the effect `action` of step `step_name` of `run` performs.
+
+    A run's own (`keys.idempotency_key_for`), except in a fork (services/forks.py): there an
+    effect a run it was forked from performed (its source, or the source's source for a step
+    the source did not repeat either) keeps that run's key, so the effect ledger returns the
+    recorded outcome instead of acting again — unless the fork asked for that step's effects
+    to be performed again (`Run.fork_edits["repeat_effects"]`).
+    """
+    own = idempotency_key_for(run.id, step_name, action)
+    source_id, edits = run.forked_from_id, run.fork_edits
+    while source_id is not None and step_name not in edits.get("repeat_effects", ()):
+        key = idempotency_key_for(source_id, step_name, action)
+        if Effect.objects.filter(key=key, status=Effect.Status.SUCCEEDED).exists():
+            return key
+        source_id, edits = Run.objects.values_list("forked_from_id", "fork_edits").get(id=source_id)
+    return own

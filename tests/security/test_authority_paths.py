@@ -3,7 +3,8 @@
 Each path (`PATHS`) is driven the way its entry point is — the API, the builder's Run (the same
 endpoint with the browser's session), an API trigger fired with a token, a schedule's tick, a
 signed webhook delivery, a queue event, a child run of a parent started by the person, and a
-bulk re-run the person asks for of a run that ended (run by the worker's service here) — by
+bulk re-run the person asks for of a run that ended (run by the worker's service here), and a
+fork of a run the engine started (`POST /api/v1/runs/<id>/fork/`, from the gate) — by
 a person who is in the gate's approvers group and holds one of the team's roles. On each:
 
 (a) the person who set the run in motion cannot approve it (403), while another approver can;
@@ -51,7 +52,7 @@ pytestmark = pytest.mark.django_db
 ROOT = FilePath(__file__).resolve().parents[2]
 SOURCES = {"rabbitmq": "amqp://guest:guest@127.0.0.1:5672//"}
 ROLES = [Role.MEMBER, Role.EDITOR, Role.OPERATOR, Role.OWNER]
-PATHS = ["api", "builder", "api_trigger", "schedule", "webhook", "queue", "child", "rerun"]
+PATHS = ["api", "builder", "api_trigger", "schedule", "webhook", "queue", "child", "rerun", "fork"]
 # The paths a person sets in motion by setting a trigger up (trigger.manage).
 SET_UP = {"schedule", "webhook", "queue"}
 
@@ -98,6 +99,7 @@ class Path:
     person: object
     frozen: list
     trigger: object = None
+    source: object = None  # the run a fork is forked from
     secret: str = ""
     count: int = 0
     answers: list = field(default_factory=list)
@@ -110,6 +112,11 @@ class Path:
             version = WorkflowVersion.objects.get(workflow__name="gated", number=1)
             self.sources = [run_cancel(run_id=run_start(version=version, input={}, actor=SETUP).id,
                                        actor=SETUP) for _ in range(3)]
+            return
+        if self.name == "fork":  # a run the engine started, ended: it counts toward no cap
+            version = WorkflowVersion.objects.get(workflow__name="gated", number=1)
+            self.source = run_start(version=version, input={}, actor=SETUP)
+            run_cancel(run_id=self.source.id, actor=SETUP)
             return
         kind = {"api_trigger": "api", "schedule": "schedule", "webhook": "webhook",
                 "queue": "queue"}.get(self.name)
@@ -148,6 +155,9 @@ class Path:
             item = rerun_advance(rerun_id=answer.json()["id"]).items.get()  # what its worker does
             return SimpleNamespace(status=item.outcome, problems=item.problems,
                                    retry_after_s=item.retry_after_s)
+        if self.name == "fork":
+            return client_for(self.person).post(f"/api/v1/runs/{self.source.id}/fork/",
+                                                {"step": "approve"}, format="json")
         if self.name == "builder":
             browser = APIClient()
             browser.force_login(self.person)
@@ -177,9 +187,11 @@ class Path:
 
     def gated_runs(self):
         """The runs of `gated` this path started (for `child`: the children; for `rerun`: the
-        new runs, not the ended ones it started again)."""
+        new runs, not the ended ones it started again; for `fork`: the forks)."""
         runs = Run.objects.filter(version__workflow__name="gated").order_by("created_at")
-        return runs.filter(trigger="rerun") if self.name == "rerun" else runs
+        if self.name == "rerun":
+            return runs.filter(trigger="rerun")
+        return runs.filter(forked_from__isnull=False) if self.name == "fork" else runs
 
 
 def path_for(name: str, team, person, frozen) -> Path:
@@ -207,7 +219,7 @@ CELLS = [(path, role) for path in PATHS for role in ROLES]
 # The `path` each recorded in the run's provenance (the rows of docs/permissions.md's tables).
 RECORDED = {"api": "api", "builder": "builder", "api_trigger": "api_trigger",
             "schedule": "schedule", "webhook": "webhook", "queue": "queue",
-            "child": "sub_workflow", "rerun": "rerun"}
+            "child": "sub_workflow", "rerun": "rerun", "fork": "fork"}
 
 
 def doc_table(marker: str) -> dict[str, list[str]]:

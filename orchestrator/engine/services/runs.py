@@ -6,6 +6,7 @@ services here are the ones an entry point calls for a whole run. Each checks the
 permission itself (`authz`).
 """
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
@@ -77,12 +78,26 @@ def input_problems(schema: dict, value: object) -> list[dict]:
     return problems
 
 
+@dataclass(frozen=True)
+class ForkOrigin:
+    """What `run_start` needs to start a fork (`services.forks` decides it): the run it comes
+    from, the step it runs again from, the steps carried over completed and what the fork
+    changed."""
+
+    source: Run
+    step: str
+    carried: dict[str, tuple[object, object]]  # step name -> its (input, output) in the source
+    edits: dict  # Run.fork_edits
+    events: list[tuple[str, dict]] = field(default_factory=list)  # (kind, payload) on the fork
+
+
 def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by=None,
               idempotency_key: str | None = None, parent_step: StepRun | None = None,
               trigger: str = "api", origin: dict | None = None,
               known_secrets: Collection[str] = (), callback_url: str = "",
               callback_secret: str = "", provenance: dict | None = None,
-              capacity: str = RunCapacity.INTERACTIVE, sandbox: dict | None = None) -> Run:
+              capacity: str = RunCapacity.INTERACTIVE, sandbox: dict | None = None,
+              fork: ForkOrigin | None = None) -> Run:
     """Create a run pinned to `version`, start it, and schedule its first steps.
 
     `actor` starts it (a person needs the run.start permission in the workflow's team);
@@ -116,6 +131,10 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     run) answers its side-effecting calls, gates and inputs in place of the world; a sandboxed
     run takes no callback. A bad one of either is InputInvalid, each problem by path. A child
     run has its parent's capacity and sandbox, whatever is passed.
+
+    `fork` (`services.forks.run_fork` builds it) starts the run as a fork of another: linked to
+    it, its carried steps created completed with the source's input and output (nothing run,
+    nothing spent), each with a `step.carried` event; the source gets a `run.fork_started` event.
     """
     team = version.workflow.team
     require(actor, Action.RUN_START, team=team)
@@ -132,6 +151,8 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     request = {"workflow": version.workflow.name, "version": version.number, "input": stored_input}
     if capacity != RunCapacity.INTERACTIVE or sandbox is not None:  # a live run's digest as it was
         request |= {"capacity": capacity, "sandbox": sandbox}
+    if fork is not None:
+        request |= {"fork": {"from": str(fork.source.id), "step": fork.step, **fork.edits}}
     request_digest = digest_of({**request, "secrets": keyed_hash(secrets)} if secrets else request)
     if idempotency_key:
         existing = _idempotent_replay(team.id, idempotency_key, request_digest)
@@ -154,7 +175,7 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
             run = _create(version, stored_input, actor, created_by, idempotency_key,
                           request_digest, parent_step, trigger, origin, secrets,
                           (callback_url, callback_secret), provenance, capacity, sandbox,
-                          concurrency_key)
+                          concurrency_key, fork)
     except BudgetExceeded as refused:
         start_refusal_record(limit=refused.detail["level"], actor=actor, team=team.slug,
                              path=provenance["path"], problems=refused.problems,
@@ -227,7 +248,8 @@ def _idempotent_replay(team_id: int, key: str, request_digest: str) -> Run | Non
 
 
 def _create(version, input, actor, created_by, idempotency_key, request_digest, parent_step,
-            trigger, origin, secrets, callback, provenance, capacity, sandbox, concurrency_key) -> Run:
+            trigger, origin, secrets, callback, provenance, capacity, sandbox, concurrency_key,
+            fork=None) -> Run:
     # A child run is part of its parent's; an evaluation run is held to its evaluation's own
     # budget and concurrency, never to the caps of the team's live work.
     if parent_step is None and capacity != RunCapacity.EVALUATION:
@@ -245,6 +267,8 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
         parent_step=parent_step, trigger=trigger, provenance=provenance, capacity=capacity,
         sandbox=sandbox, concurrency_key=concurrency_key,
     )
+    if fork is not None:
+        run.forked_from, run.fork_step, run.fork_edits = fork.source, fork.step, fork.edits
     if not held:
         run.start()
         max_duration = (version.normalized.get("budget") or {}).get("max_duration_s")
@@ -257,7 +281,14 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
         run_callback_register(run=run, url=callback[0], secret=callback[1], team=run.team.slug)
     steps = [StepRun(run=run, name=s["name"], kind=s["type"], position=i)
              for i, s in enumerate(version.normalized["steps"])]
+    carried = fork.carried if fork is not None else {}
+    for step in steps:
+        if step.name in carried:
+            step.carry(step_input=carried[step.name][0], output=carried[step.name][1])
     insert_rows(steps)
+    # Their events name them: a database that cannot return the ids of a bulk INSERT reads them.
+    named = steps if not carried or all(step.pk for step in steps) else \
+        list(StepRun.objects.filter(run=run, name__in=carried).only("id", "name", "state"))
     who = label(actor) if is_person(actor) or origin else f"service:{trigger}"
     created = {"workflow": version.workflow.name, "version": version.number, "trigger": trigger}
     if origin:
@@ -271,14 +302,25 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
                               "decisions": sandbox.get("decisions") or {}}
     if concurrency_key:
         created["concurrency_key"] = concurrency_key
-    if held:  # it starts when a run of its key ends (concurrency.held_runs_release)
-        events_record([build_row(Event, run=run, kind="run.created", actor=who, payload=created),
-                       build_row(Event, run=run, kind="run.held", actor=who, payload={
-                           "concurrency_key": concurrency_key, "place": place_in_line(run)})])
-        return run
     # Written first, in the scheduler's INSERT of events (and its ledger entries), in this order.
-    started = [build_row(Event, run=run, kind="run.created", actor=who, payload=created),
-               build_row(Event, run=run, kind="run.running", actor=who)]
+    started = [build_row(Event, run=run, kind="run.created", actor=who, payload=created)]
+    if held:  # it starts when a run of its key ends (concurrency.held_runs_release)
+        started.append(build_row(Event, run=run, kind="run.held", actor=who, payload={
+            "concurrency_key": concurrency_key, "place": place_in_line(run)}))
+    else:
+        started.append(build_row(Event, run=run, kind="run.running", actor=who))
+    if fork is not None:
+        started += [build_row(Event, run=run, kind=kind, actor=who, payload=payload)
+                    for kind, payload in fork.events]
+        started += [build_row(Event, run=run, step=step, kind="step.carried", actor=who,
+                              payload={"from_run": str(fork.source.id)})
+                    for step in named if step.name in carried]
+        started.append(build_row(Event, run=fork.source, kind="run.fork_started", actor=who,
+                                 payload={"fork": str(run.id), "step": fork.step,
+                                          "version": version.number}))
+    if held:
+        events_record(started)
+        return run
     # A database that cannot return the ids of a bulk INSERT leaves them to be read back.
     run_advance(run, actor=actor, pending=started,
                 steps=steps if all(step.pk for step in steps) else None)

@@ -76,6 +76,8 @@ def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
         steps[name].skip(reason=reason)
         record(steps[name], "step.skipped", {"reason": reason})
     for name, step_input in decided.ready:
+        if name == run.fork_step and run.fork_edits.get("step_input"):
+            step_input = fork_step_input(step_input, run.fork_edits["step_input"])
         steps[name].make_ready(step_input=step_input)
         record(steps[name], "step.ready")
     for name, message in decided.invalid:
@@ -119,6 +121,15 @@ def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
         return taken or again
     _apply_outcome(run, outcome, detail, actor=actor, pending=events)
     return taken
+
+
+def fork_step_input(step_input: dict, edits: dict) -> dict:
+    """The input of a fork's fork step with the fork's edits: each upstream step it names is
+    read as completed with the output the fork gave it (services/forks.py)."""
+    upstream = dict(step_input.get("steps") or {})
+    for name, output in edits.items():
+        upstream[name] = {"state": StepState.COMPLETED, "output": output}
+    return {**step_input, "steps": upstream}
 
 
 def _item_indexes(spec: dict, step: StepRun) -> list[int]:

@@ -70,10 +70,12 @@ class RunFilter(FilterSet):
     created_before = UtcDateTimeFilter(
         field_name="created_at", lookup_expr="lt", help_text="ISO 8601, exclusive."
     )
+    forked_from = django_filters.UUIDFilter(
+        field_name="forked_from_id", help_text="The forks of this run (a run id).")
 
     class Meta(FilterSet.Meta):
         model = Run
-        fields = ["workflow", "team", "state", "created_after", "created_before"]
+        fields = ["workflow", "team", "state", "created_after", "created_before", "forked_from"]
 
 
 class ApprovalFilter(FilterSet):

@@ -362,10 +362,12 @@ class ProvenanceSerializer(serializers.Serializer):
     """Who set a run in motion: every person separation of duties refuses as its approver."""
 
     path = serializers.CharField(help_text="api, builder, api_trigger, schedule, webhook, queue, "
-                                           "sub_workflow")
+                                           "sub_workflow, fork")
     people = ProvenancePersonSerializer(many=True)
     trigger = ProvenanceTriggerSerializer(required=False)
     parent_run = serializers.UUIDField(required=False)
+    forked_from = serializers.UUIDField(required=False, help_text="A fork's source run.")
+    fork_step = serializers.CharField(required=False, help_text="The step a fork runs again from.")
     summary = serializers.CharField(help_text="The same, in words.")
 
 
@@ -379,12 +381,16 @@ class RunSerializer(serializers.ModelSerializer):
     created_by = _username("Who started it; null if the engine did or the user was deleted.")
     provenance = serializers.SerializerMethodField()
     duration_s = serializers.SerializerMethodField()
+    forked_from = serializers.UUIDField(source="forked_from_id", read_only=True, allow_null=True,
+                                        help_text="The run this one was forked from, or null.")
+    fork_step = serializers.CharField(read_only=True, help_text=(
+        "The step a fork runs again from (empty for a run that is not a fork)."))
 
     class Meta:
         model = Run
         fields = ["id", "url", "workflow", "version", "team", "state", "trigger", "created_by",
                   "provenance", "created_at", "started_at", "finished_at", "duration_s",
-                  "cost_usd", "tokens_in", "tokens_out"]
+                  "cost_usd", "tokens_in", "tokens_out", "forked_from", "fork_step"]
 
     @extend_schema_field(ProvenanceSerializer)
     def get_provenance(self, run: Run) -> dict:
@@ -440,6 +446,7 @@ class RunDetailSerializer(RunSerializer):
     steps = StepRunSerializer(many=True, read_only=True)
     waiting_for_signals = serializers.SerializerMethodField()
     parent_run = serializers.SerializerMethodField()
+    forks_url = serializers.SerializerMethodField()
     started_by = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
     last_event = serializers.SerializerMethodField()
@@ -448,7 +455,7 @@ class RunDetailSerializer(RunSerializer):
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "input", "output", "error", "idempotency_key",
-                  "parent_run", "started_by", "progress", "last_event", "budget",
+                  "parent_run", "forks_url", "started_by", "progress", "last_event", "budget",
                   "concurrency_key", "held", "waiting_for_signals", "steps"]
 
     @extend_schema_field(HeldSerializer(allow_null=True))
@@ -493,6 +500,10 @@ class RunDetailSerializer(RunSerializer):
         return {"trigger": str(trigger.id), "name": trigger.name, "kind": trigger.kind,
                 "key": firing.key,
                 "url": _absolute(self, reverse("api:trigger-detail", args=[trigger.id]))}
+
+    def get_forks_url(self, run: Run) -> str:
+        """The runs forked from this one: the run list filtered by `forked_from`."""
+        return _absolute(self, f"{reverse('api:run-list')}?forked_from={run.id}")
 
     def get_parent_run(self, run: Run) -> str | None:
         """The run whose sub_workflow step started this one."""

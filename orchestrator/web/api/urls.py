@@ -11,6 +11,7 @@ from evaluation.api import DatasetViewSet, EvaluationViewSet, ReleasePolicyView
 from triggers.api.views import EventDeadLetterViewSet, TriggerViewSet, webhook
 
 from .docs import RedocView, redoc_bundle
+from .forks import RunForkView
 from .gate_policies import GatePolicyViewSet
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
 from .moves import RunsMoveView
@@ -60,5 +61,6 @@ urlpatterns = [
     # Before the router's runs/<id>/, which would take "move" or "rerun" for a run's id.
     path("runs/move/", RunsMoveView.as_view(), name="runs-move"),
     path("runs/rerun/", RerunStartView.as_view(), name="runs-rerun"),
+    path("runs/<uuid:pk>/fork/", RunForkView.as_view(), name="run-fork"),
     *router.urls,
 ]

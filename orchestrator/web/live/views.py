@@ -30,6 +30,7 @@ from orchestrator.models import Run, StepRun
 from orchestrator.operations.overview import operations_snapshot
 
 from ..progress import run_snapshot
+from .forks import fork_context
 
 
 def _visible_run(request, run_id) -> Run:
@@ -88,6 +89,7 @@ def run_page(request, run_id, *, admin_context: dict) -> TemplateResponse:
         "socket_path": f"/ws/runs/{run.id}/",
         "details_url": reverse("admin:orchestrator_run_change", args=[run.id]),
         "timeline_url": reverse("admin:audit_run_timeline", args=[run.id]),
+        "fork": fork_context(request.user, run),
     }
     return TemplateResponse(request, "admin/orchestrator/run/live.html", context)
 

@@ -33,7 +33,7 @@ from ...keys import idempotency_key_for
 from ...leases import heartbeat, lease_until
 from ...retry import StepError, retry_at
 from ...secret_inputs import revealed_for
-from ...selectors import definition_of, lock_run, lock_run_of_step, runs_with_version
+from ...selectors import definition_of, effect_key_of, lock_run, lock_run_of_step, runs_with_version
 from ...states import RUN_ADVANCING, StepKind, StepState
 from ..budget_gate import dispatch_reserve, run_pause_for_budget
 from ..effects import effect_perform
@@ -119,7 +119,8 @@ def map_item_run(*, step_id: int, index: int) -> ItemOutcome:
         return ItemOutcome(verdict)
     secrets = revealed_for(run.id)  # in memory for this call only (secret_inputs)
     step_input = secrets.reveal({**(item.step.input or {}), "item": item.item, "index": index})
-    key = idempotency_key_for(run.id, item.step.name, f"item-{index}")
+    key = idempotency_key_for(run.id, item.step.name, f"item-{index}") if run.forked_from_id is None \
+        else effect_key_of(run, item.step.name, f"item-{index}")
     ctx = ExecContext(str(run.id), run.version.workflow.name, item.step.name, attempt, key,
                       step_id=item.step_id, scrub=secrets.scrub, fencing_token=attempt,
                       sandbox=run.sandbox,

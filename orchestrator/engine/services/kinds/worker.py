@@ -51,6 +51,7 @@ from ...retry import StepError, retry_at
 from ...secret_inputs import revealed_from, sealed_of
 from ...selectors import (
     definition_of,
+    effect_key_of,
     lock_run_of_step,
     lock_run_with_steps,
     runs_with_version,
@@ -366,7 +367,8 @@ def _claim_attempt(run: Run, step: StepRun, spec: dict, *, worker: str, params_o
         # instead of colliding with this attempt's number. What the claim changed only: the
         # input (every upstream output) is not written back.
         save_row(step, CLAIMED_FIELDS)
-    key = idempotency_key_for(run.id, step.name)
+    key = idempotency_key_for(run.id, step.name) if run.forked_from_id is None \
+        else effect_key_of(run, step.name)
     insert_rows([build_row(StepAttempt, step=step, number=step.attempts, worker=worker,
                            started_at=step.started_at, idempotency_key=key)], keys=False)
     if step.queued_at:
