@@ -30,6 +30,7 @@ RUN_KWARGS = {"pause": {"reason": {}}, "complete": {"output": {}}, "fail": {"err
 
 STEP_ALLOWED = {
     "make_ready": {("blocked", "ready")},
+    "carry": {("blocked", "completed")},
     "skip": {("blocked", "skipped"), ("ready", "skipped")},
     "enqueue": {("ready", "queued"), ("retrying", "queued")},
     "claim": {("queued", "running")},
@@ -45,7 +46,7 @@ STEP_ALLOWED = {
     "skip_failed": {("failed", "skipped"), ("timed_out", "skipped")},
     "reopen": {("cancelled", "blocked")},
 }
-STEP_KWARGS = {"make_ready": {"step_input": {}}, "skip": {"reason": "r"}, "enqueue": {"queue": "q"},
+STEP_KWARGS = {"make_ready": {"step_input": {}}, "carry": {"step_input": {}, "output": {}}, "skip": {"reason": "r"}, "enqueue": {"queue": "q"},
                "claim": {"worker": "w", "timeout_s": 5, "lease_s": 10}, "await_event": {"timeout_s": 5},
                "await_time": {"wake_at": None}, "await_signal": {"timeout_s": 5, "correlation_key": ""},
                "complete": {"output": {}}, "schedule_retry": {"error": {}, "at": None},
