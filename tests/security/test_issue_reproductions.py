@@ -11,6 +11,7 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.db.models import Max
 
 from approvals.models import ApprovalRequest
 from audit.chain import seal_pending
@@ -163,10 +164,17 @@ def test_the_api_and_an_api_trigger_meet_the_same_cap(team, gated, settings, cap
         {"path": "", "message": "team 'support' has 1 unfinished runs; its limit is 1"}]}
 
 
+def newest_entry() -> int:
+    """The ledger's newest entry: a transactional test's entries stay in the ledger (append-only),
+    so a test reads only the ones after it."""
+    return AuditEntry.objects.aggregate(newest=Max("id"))["newest"] or 0
+
+
 def test_a_flood_of_starts_is_refused_and_audited_once_per_window(team, gated, settings,
                                                                    monkeypatch):
     """One member started 818 runs in 90 s. Now past the rate each start is a 429, and the
     ledger has one entry per person and window, the next one counting the refusals."""
+    before = newest_entry()
     settings.STEPWISE_RUN_START_RATES = {"run_start.person": "3/min", "run_start.token": "100/min"}
     minute = clock.now().replace(second=1, microsecond=0)  # an audit window's start
     monkeypatch.setattr(clock, "_source", lambda: minute)
@@ -182,7 +190,7 @@ def test_a_flood_of_starts_is_refused_and_audited_once_per_window(team, gated, s
     assert later == [202] * 3 + [429] * 2
     seal_pending()
     entries = [json.loads(e.payload) for e in AuditEntry.objects.filter(
-        action="admission.refused").order_by("id")]
+        action="admission.refused", id__gt=before).order_by("id")]
     assert [e["limit"] for e in entries] == ["run_start.person", "run_start.person"]
     assert entries[0]["refused_in_previous_window"] == 0
     assert entries[1]["refused_in_previous_window"] == 5
@@ -190,6 +198,7 @@ def test_a_flood_of_starts_is_refused_and_audited_once_per_window(team, gated, s
 
 
 def test_a_token_is_rated_on_its_own(team, gated, settings):
+    before = newest_entry()
     settings.STEPWISE_RUN_START_RATES = {"run_start.person": None, "run_start.token": "1/min"}
     person = member(team, "program", role=Role.MEMBER)
     api = client_for(person)
@@ -200,7 +209,7 @@ def test_a_token_is_rated_on_its_own(team, gated, settings):
     assert refused.status_code == 429 and refused["Retry-After"]
     assert refused.json()["errors"][0]["message"].startswith("this API token started 1 runs")
     seal_pending()
-    entry = AuditEntry.objects.get(action="admission.refused")
+    entry = AuditEntry.objects.get(action="admission.refused", id__gt=before)
     assert entry.subject_id.startswith("token:") and api._credentials["HTTP_AUTHORIZATION"][6:] not in entry.payload
 
 
