@@ -143,3 +143,23 @@ def test_an_evaluation_run_is_not_held_behind_live_runs_of_its_key(team):
     sandboxed = run_start(version=version, input={"customer": "alice"}, actor=SETUP,
                           capacity="evaluation", sandbox={"purpose": "evaluation"})
     assert (live.state, sandboxed.state, sandboxed.concurrency_key) == ("running", "running", "")
+
+
+def test_a_fork_waits_its_turn_with_its_carried_steps_and_runs_from_its_step_when_released(team):
+    from orchestrator.engine.services.forks import run_fork
+
+    version, _ = workflow_save(team=team, actor=SETUP, definition={
+        "name": "refund-one", "input_schema": SCHEMA, "concurrency": {"key": "{{ input.customer }}", "limit": 1},
+        "steps": [ECHO, {**ECHO, "name": "again", "after": ["echo"]}]})
+    done = finish(start(version, "alice"))
+    going = start(version, "alice")
+
+    fork = run_fork(run_id=done.id, step="again", actor=SETUP)
+
+    assert fork.state == "pending" and place_in_line(fork) == 1
+    assert dict(fork.steps.values_list("name", "state")) == {"echo": "completed", "again": "blocked"}
+    assert list(Event.objects.filter(run=fork).values_list("kind", flat=True).order_by("id")) == [
+        "run.created", "run.held", "run.forked", "step.carried"]
+    finish(going)
+    assert finish(Run.objects.get(pk=fork.pk)).state == "completed"
+    assert fork.steps.get(name="echo").attempts == 0  # carried, never run again
