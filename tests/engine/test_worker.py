@@ -66,7 +66,10 @@ def messages(sent, task: str) -> list:
 
 
 def sample(metric, suffix: str, labels: dict) -> float:
-    """A Prometheus sample of `metric` (0 when it has not been observed with these labels)."""
+    """A Prometheus sample of `metric` with these labels. The child is made first: in
+    multiprocess mode it starts from what a dead process of this pid left in its file (pids
+    are reused), so a count read before it exists would miss that."""
+    metric.labels(**labels)
     for family in metric.collect():
         for found in family.samples:
             if found.name.endswith(suffix) and found.labels == labels:
