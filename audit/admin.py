@@ -10,7 +10,6 @@ entries alone (`audit.timeline`).
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import F
 from django.http import (
     FileResponse,
     Http404,
@@ -25,11 +24,17 @@ from django.utils.html import format_html
 
 from orchestrator.engine.errors import Forbidden, NotAllowed
 from orchestrator.web.admin_display import ReadOnlyAdminMixin, pretty_json
+from orchestrator.web.admin_paging import HistoryListMixin, recent_values_filter
 
 from .access import can_read_ledger
 from .models import AuditEntry, CheckpointRecord, LedgerExport, LedgerVerification
 from .timeline import intact, run_timeline
-from .verification import ledger_export_open, ledger_export_request, ledger_verification_request
+from .verification import (
+    ledger_export_open,
+    ledger_export_request,
+    ledger_verification_request,
+    outputs_check,
+)
 
 # How many of the newest entries the run and actor pickers take their suggestions from.
 RECENT_ENTRIES = 500
@@ -106,18 +111,19 @@ class ActorFilter(TextInputFilter):
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class AuditEntryAdmin(HistoryListMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["sequence", "created_at", "actor", "action", "subject", "workflow",
                     "outcome", "run_link"]
-    list_filter = [RunFilter, ActorFilter, "actor_kind", "action", "subject_type", "workflow",
-                   "outcome", "created_at"]
+    list_filter = [RunFilter, ActorFilter, "actor_kind", recent_values_filter("action"),
+                   "subject_type", recent_values_filter("workflow"),
+                   recent_values_filter("outcome"), "created_at"]
     search_fields = ["action", "actor", "idempotency_key", "correlation_id", "proposal_hash",
                      "step_name", "subject_id"]
-    date_hierarchy = "created_at"
     actions = None
-    # Newest first: what an operator opens the ledger for just happened (entries not yet
-    # chained have no sequence and are the newest of all).
-    ordering = [F("sequence").desc(nulls_first=True), "-id"]
+    # Newest first: what an operator opens the ledger for just happened. Along the primary
+    # key, the order entries were written in: a sequence counts within its shard only, and a
+    # date hierarchy would read every entry's day.
+    ordering = ["-id"]
     list_per_page = 100
     show_full_result_count = False  # counting a big ledger on every page is slow
     fields = readonly_fields = [
@@ -185,6 +191,8 @@ class AuditEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             "timeline": timeline,
             "input_pretty": pretty_json(timeline.input) if timeline.started else "",
             "policy_pretty": pretty_json(timeline.policy) if timeline.started else "",
+            # Checked against the steps' rows as they are now, as `audit_verify` checks them.
+            "attestation_problems": outputs_check(run_id=run_id),
         }
         return TemplateResponse(request, "audit/run_timeline.html", context)
 
@@ -199,8 +207,9 @@ class LedgerVerificationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     "finished_at", "result_short"]
     list_filter = ["state"]
     fields = readonly_fields = ["state_shown", "progress", "stage", "requested_by_label",
-                                "allow_missing_checkpoint", "created_at", "started_at",
-                                "finished_at", "result", "warnings_shown"]
+                                "allow_missing_checkpoint", "mode", "created_at", "started_at",
+                                "finished_at", "result", "warnings_shown", "from_sequence",
+                                "through_sequence", "through_hash", "base_checkpoint"]
     actions = None
 
     def has_view_permission(self, request, obj=None) -> bool:
@@ -245,7 +254,8 @@ class LedgerVerificationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         try:
             verification = ledger_verification_request(
                 actor=request.user,
-                allow_missing_checkpoint=bool(request.POST.get("allow_missing_checkpoint")))
+                allow_missing_checkpoint=bool(request.POST.get("allow_missing_checkpoint")),
+                incremental=bool(request.POST.get("incremental")))
         except Forbidden as exc:
             raise PermissionDenied(str(exc)) from exc
         self.message_user(request, "The ledger is being verified; this page follows its progress.",

@@ -29,6 +29,17 @@ A checkpoint file (`checkpoint-<sequence>-<time>-<random>.json`):
 
 The signature is Ed25519 over the canonical JSON of the first five fields.
 
+When the ledger holds entries in more than shard 0 (`audit.chain`: a chain per shard), the
+checkpoint covers every shard's head: `sequence` and `hash` are shard 0's head (0 and the
+genesis hash while shard 0 is empty), and two fields are added:
+
+    "shards": [[0, 1234, "<64 hex>"], [3, 87, "<64 hex>"], ...],   (shard, sequence, hash)
+    "root": "<64 hex>"
+
+`root` is the Merkle root over the heads in shard order (`merkle_root`), and the signature
+covers the first five fields and `root`: a head changed in the file no longer gives the
+root, a root changed no longer matches the signature.
+
 This module reads the ledger, writes checkpoint files and their records; it must not change
 the ledger.
 """
@@ -52,6 +63,19 @@ SIGNED_FIELDS = ("format", "sequence", "hash", "created_at", "reason")
 FIELDS = (*SIGNED_FIELDS, "key_id", "signature")
 
 
+def merkle_root(heads: list[tuple[int, int, str]] | tuple) -> str:
+    """The Merkle root over (shard, sequence, hash) heads, taken in shard order: each leaf is
+    SHA-256 of `shard:sequence:hash`, each node SHA-256 of its two children's hex joined by
+    ":", an odd node out is carried up as it is."""
+    level = [chain.sha256_hex(f"{shard}:{sequence}:{hash}") for shard, sequence, hash in sorted(heads)]
+    if not level:
+        return chain.GENESIS_HASH
+    while len(level) > 1:
+        pairs = [chain.sha256_hex(f"{level[i]}:{level[i + 1]}") for i in range(0, len(level) - 1, 2)]
+        level = pairs + ([level[-1]] if len(level) % 2 else [])
+    return level[0]
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     sequence: int
@@ -61,16 +85,29 @@ class Checkpoint:
     key_id: str
     signature: str
     file: str | None = None  # its name in the checkpoint store
+    # (shard, sequence, hash) of every shard's head, and their Merkle root; empty when the
+    # ledger had entries in shard 0 only.
+    shards: tuple = ()
+    root: str = ""
 
     @staticmethod
-    def signed_text(sequence: int, hash: str, created_at: str, reason: str) -> bytes:
-        return chain.canonical_json({"format": FORMAT, "sequence": sequence, "hash": hash,
-                                     "created_at": created_at, "reason": reason}).encode()
+    def signed_text(sequence: int, hash: str, created_at: str, reason: str, root: str = "") -> bytes:
+        signed = {"format": FORMAT, "sequence": sequence, "hash": hash, "created_at": created_at,
+                  "reason": reason}
+        return chain.canonical_json({**signed, "root": root} if root else signed).encode()
 
     def document(self) -> dict:
+        sharded = {"shards": [list(head) for head in self.shards], "root": self.root} if self.root else {}
         return {"format": FORMAT, "sequence": self.sequence, "hash": self.hash,
-                "created_at": self.created_at, "reason": self.reason, "key_id": self.key_id,
-                "signature": self.signature}
+                "created_at": self.created_at, "reason": self.reason, **sharded,
+                "key_id": self.key_id, "signature": self.signature}
+
+    @property
+    def heads(self) -> dict[int, tuple[int, str]]:
+        """shard -> (sequence, hash) of every head it signed."""
+        if self.shards:
+            return {shard: (sequence, hash) for shard, sequence, hash in self.shards}
+        return {0: (self.sequence, self.hash)}
 
     @classmethod
     def from_document(cls, document: object, file: str | None = None) -> Checkpoint:
@@ -82,9 +119,15 @@ class Checkpoint:
             raise ValueError(f"missing {', '.join(missing)}")
         if not isinstance(document["sequence"], int) or isinstance(document["sequence"], bool):
             raise ValueError("sequence is not an integer")
+        shards = document.get("shards") or []
+        if not isinstance(shards, list) or not all(
+                isinstance(head, list) and len(head) == 3 and all(isinstance(n, int) and not isinstance(n, bool)
+                                                                  for n in head[:2]) for head in shards):
+            raise ValueError("shards is not a list of [shard, sequence, hash]")
         return cls(document["sequence"], str(document["hash"]), str(document["created_at"]),
                    str(document["reason"]), str(document["key_id"]), str(document["signature"]),
-                   file)
+                   file, tuple((shard, sequence, str(hash)) for shard, sequence, hash in shards),
+                   str(document.get("root") or ""))
 
     @property
     def name(self) -> str:
@@ -99,9 +142,15 @@ class Checkpoint:
         if key is None:
             return (f"{self.name} is signed by {self.key_id}, which is not a trusted key (after a "
                     "rotation, list the old public key in AUDIT_VERIFY_KEYS)")
-        message = self.signed_text(self.sequence, self.hash, self.created_at, self.reason)
+        message = self.signed_text(self.sequence, self.hash, self.created_at, self.reason, self.root)
         if not signing.signature_valid(key, message, self.signature):
             return f"{self.name}: the signature does not verify (the file was changed or forged)"
+        if self.root or self.shards:
+            if merkle_root(self.shards) != self.root:
+                return (f"{self.name}: its shard heads do not give its signed Merkle root (a head "
+                        "was changed in the file)")
+            if self.heads.get(0, (0, chain.GENESIS_HASH)) != (self.sequence, self.hash):
+                return f"{self.name}: its shard 0 head is not its sequence and hash"
         return None
 
 
@@ -112,21 +161,25 @@ def checkpoint_write(*, reason: str, store: CheckpointStore | None = None) -> Ch
     configured, and the store's own errors (OSError, botocore's) when it cannot be written.
     """
     chain.seal_pending()
-    head = chain.chain_head()
-    if head is None:
+    heads = chain.chain_heads()
+    if not heads:
         return None
+    head = heads.get(0, (0, chain.GENESIS_HASH))
+    shards = tuple((shard, *heads[shard]) for shard in sorted(heads)) if set(heads) != {0} else ()
+    root = merkle_root(shards) if shards else ""
     store = store or checkpoint_store()
     created = now()
     created_at = chain.timestamp_text(created)
-    key_id, signature = signing.sign(Checkpoint.signed_text(head[0], head[1], created_at, reason))
+    key_id, signature = signing.sign(Checkpoint.signed_text(head[0], head[1], created_at, reason, root))
     # The zero-padded sequence first, so the last name is the newest head; the random part
     # keeps two processes checkpointing the same head at once from writing one name.
     name = f"checkpoint-{head[0]:012d}-{created:%Y%m%dT%H%M%S%fZ}-{secrets.token_hex(3)}.json"
-    checkpoint = Checkpoint(head[0], head[1], created_at, reason, key_id, signature, name)
+    checkpoint = Checkpoint(head[0], head[1], created_at, reason, key_id, signature, name, shards, root)
     store.write(name, (json.dumps(checkpoint.document(), indent=2) + "\n").encode())
     # Noted after the file is stored: a note always names a file that was written.
     CheckpointRecord.objects.create(name=name, sequence=head[0], hash=head[1], created_at=created,
-                                    reason=reason[:32], key_id=key_id, store=store.describe()[:255])
+                                    reason=reason[:32], key_id=key_id, store=store.describe()[:255],
+                                    heads={str(s): [q, h] for s, q, h in shards}, root=root)
     return checkpoint
 
 
@@ -134,16 +187,18 @@ def checkpoint_due(*, at_start: bool = False) -> bool:
     """Whether the head needs a checkpoint now: it moved since the newest one and, unless
     `at_start`, AUDIT_CHECKPOINT_ENTRIES entries were added or AUDIT_CHECKPOINT_INTERVAL_S
     passed since it. Read from the database's notes, so polling it never lists the store."""
-    head = chain.chain_head()
-    if head is None:
+    heads = chain.chain_heads()
+    if not heads:
         return False
     latest = (CheckpointRecord.objects.order_by("-sequence", "-created_at")
-              .values_list("sequence", "hash", "created_at").first())
+              .values_list("sequence", "hash", "created_at", "heads").first())
     if latest is None:
         return True
-    if (latest[0], latest[1]) == head:
+    signed = {int(shard): tuple(head) for shard, head in latest[3].items()} or {0: (latest[0], latest[1])}
+    if signed == heads:
         return False
-    if at_start or head[0] - latest[0] >= settings.AUDIT_CHECKPOINT_ENTRIES:
+    added = sum(head[0] - signed.get(shard, (0, ""))[0] for shard, head in heads.items())
+    if at_start or added >= settings.AUDIT_CHECKPOINT_ENTRIES:
         return True
     return now() - latest[2] >= timedelta(seconds=settings.AUDIT_CHECKPOINT_INTERVAL_S)
 
@@ -203,10 +258,10 @@ class AnchorReport:
         return not self.problems and not self.missing
 
 
-def _hashes_at(sequences: list[int]) -> dict[int, str]:
+def _hashes_at(sequences: list[int], shard: int = 0) -> dict[int, str]:
     found: dict[int, str] = {}
     for start in range(0, len(sequences), 500):
-        found.update(AuditEntry.objects.filter(sequence__in=sequences[start:start + 500])
+        found.update(AuditEntry.objects.filter(shard=shard, sequence__in=sequences[start:start + 500])
                      .values_list("sequence", "hash"))
     return found
 
@@ -253,12 +308,43 @@ def ledger_anchor_check(report: chain.Report, store: CheckpointStore | None = No
             f"history was rewritten: the entry at sequence {bad.sequence} has hash "
             f"{str(actual.get(bad.sequence))[:16]}... but {bad.describe()} signed "
             f"{bad.hash[:16]}...; {where}")
+    problems += _shard_problems(checkpoints, report)
     covered = matched[-1].sequence if matched else first - 1
     # A file present but refused (forged, unreadable) is one of `problems`, not missing.
     missing = _missing(store, set(names), first=first, head=head, covered=covered)
     return AnchorReport(len(within), matched[-1] if matched and not problems else None, problems,
                         predating=len([c for c in checkpoints if c.sequence < first]),
                         missing=missing, store=store.describe())
+
+
+def _shard_problems(checkpoints: list[Checkpoint], report: chain.Report) -> list[str]:
+    """Every other shard's heads the checkpoints signed, compared with that shard's chain as
+    `report` walked it: a head beyond the chain's end (a truncated tail) or an entry at a
+    signed head with another hash (a rewritten history); the first of each, per shard."""
+    signed: dict[int, dict[int, list[tuple[Checkpoint, str]]]] = {}
+    for checkpoint in checkpoints:
+        for shard, sequence, hash in checkpoint.shards:
+            if shard:
+                signed.setdefault(shard, {}).setdefault(sequence, []).append((checkpoint, hash))
+    problems = []
+    for shard, by_sequence in sorted(signed.items()):
+        head = report.heads.get(shard, (0, ""))[0]
+        beyond = [sequence for sequence in by_sequence if sequence > head]
+        if beyond:
+            last = max(beyond)
+            problems.append(
+                f"shard {shard}'s tail was truncated: its chain ends at sequence {head} but "
+                f"{by_sequence[last][0][0].describe()} records its head at sequence {last}")
+        within = sorted(sequence for sequence in by_sequence if sequence <= head)
+        actual = _hashes_at(within, shard)
+        wrong = next(((sequence, checkpoint, hash) for sequence in within
+                      for checkpoint, hash in by_sequence[sequence] if actual.get(sequence) != hash), None)
+        if wrong:
+            sequence, checkpoint, hash = wrong
+            problems.append(
+                f"history was rewritten in shard {shard}: the entry at sequence {sequence} has hash "
+                f"{str(actual.get(sequence))[:16]}... but {checkpoint.describe()} signed {hash[:16]}...")
+    return problems
 
 
 def _missing(store: CheckpointStore, present: set[str], *, first: int, head: int,
@@ -285,3 +371,19 @@ def _missing(store: CheckpointStore, present: set[str], *, first: int, head: int
                 "removed, or none is being written (is the audit worker running, with the "
                 "signing key?)")
     return missing
+
+
+def checkpoint_trusted(record: CheckpointRecord, store: CheckpointStore | None = None) -> tuple[Checkpoint | None, str]:
+    """The checkpoint `record` notes, read from its store with its signature checked, or None
+    and why it cannot be trusted (unreadable, forged, not the one noted)."""
+    store = store or checkpoint_store()
+    try:
+        checkpoint = Checkpoint.from_document(json.loads(store.read(record.name)), record.name)
+    except (OSError, ValueError) as exc:
+        return None, f"the checkpoint {record.name} could not be read from {store.describe()} ({exc})"
+    problem = checkpoint.problem(signing.trusted_keys())
+    if problem:
+        return None, problem
+    if (checkpoint.sequence, checkpoint.hash) != (record.sequence, record.hash):
+        return None, f"the checkpoint {record.name} is not the one the database notes"
+    return checkpoint, ""

@@ -8,16 +8,25 @@ Owns the formulas, and nothing else may compute them:
 The first entry's prev_hash is 64 zeros; every other entry's is the previous entry's hash, and
 its sequence the previous sequence + 1. Canonical JSON is sorted keys, no spaces, ASCII.
 
-Linking must be linear, so appends are serialized:
+The ledger is partitioned into shards (AUDIT_LEDGER_SHARDS on PostgreSQL; one on SQLite), each
+its own chain with its own sequence, head and lock: an entry's shard is a stable hash of its
+run (or, without one, of its subject; the ledger's own entries are shard 0's), so a run's
+history is one ordered chain. A ledger written before shards existed is shard 0's chain.
+
+Linking must be linear within a shard, so appends to one shard are serialized:
 - SQLite: `link_and_insert` reads the head and inserts in the caller's transaction; Stepwise's
   IMMEDIATE transactions already hold the database's write lock, so no two can interleave.
 - PostgreSQL: the row is inserted with the chain fields NULL, and a deferred constraint
-  trigger (`audit_entry_seal`, migrations 0001 and 0002) takes
-  `pg_advisory_xact_lock(CHAIN_LOCK_KEY)`, reads the head and fills them at COMMIT; the
-  transaction's next entries chain onto the head it carries (a transaction-local setting),
-  the lock being theirs already. The lock is therefore held only while the transaction
-  commits, never while it still takes row locks, so it cannot deadlock with the engine's
-  `SELECT ... FOR UPDATE` on runs and steps; the chain order is the commit order.
+  trigger (`audit_entry_seal`, migrations 0001, 0002, 0006 and 0008) takes the advisory lock
+  of every shard the transaction wrote to (`CHAIN_LOCK_KEY + shard`, in shard order, so two
+  transactions never wait for each other in a cycle; the insert trigger lists those shards in a
+  transaction-local setting, so the seal reads no other entries), reads each shard's head and fills the
+  chain fields at COMMIT; the transaction's next entries of a shard chain onto the head it
+  carries (a transaction-local setting), the lock being theirs already. The locks are
+  therefore held only while the transaction commits, never while it still takes row locks,
+  so they cannot deadlock with the engine's `SELECT ... FOR UPDATE` on runs and steps; a
+  shard's chain order is the commit order of its entries, and commits touching different
+  shards do not wait for each other.
   The trigger computes `hash` with the formula above from the digest computed here.
 
 This module must not decide what is recorded (services) or what is hidden (redaction).
@@ -26,9 +35,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from django.conf import settings
 from django.db import connection
 
 from orchestrator.engine.hashing import canonical_json, sha256_hex
@@ -37,7 +47,8 @@ from orchestrator.store import build_row, insert_json_rows, insert_rows
 
 from .models import GENESIS_HASH, AuditEntry
 
-# Any constant works; it only has to be the same in the seal trigger (migrations 0001, 0002).
+# Any constant works; it only has to be the same in the seal trigger (migrations 0001, 0002,
+# 0006). Shard s is sealed under CHAIN_LOCK_KEY + s.
 CHAIN_LOCK_KEY = 727_001
 PRUNE_ACTION = "audit.pruned"
 
@@ -48,7 +59,7 @@ CONTENT_FIELDS = (
     "proposal_hash", "model", "prompt_version", "idempotency_key", "correlation_id", "outcome",
     "payload", "payload_ref",
 )
-CHAIN_FIELDS = ("sequence", "prev_hash", "hash", "digest")
+CHAIN_FIELDS = ("sequence", "prev_hash", "hash", "digest", "shard")
 _ROW_FIELDS = (*CONTENT_FIELDS, *CHAIN_FIELDS)
 
 
@@ -82,6 +93,24 @@ def seals_in_database() -> bool:
     return connection.vendor == "postgresql"
 
 
+def ledger_shards() -> int:
+    """How many chains new entries are spread over: AUDIT_LEDGER_SHARDS on PostgreSQL; one on
+    SQLite, whose single writer serializes every transaction whatever the chains."""
+    return max(1, int(settings.AUDIT_LEDGER_SHARDS)) if seals_in_database() else 1
+
+
+def shard_of(fields: Mapping, shards: int | None = None) -> int:
+    """The shard of an entry given by its content fields: a stable hash of its run, else of
+    its subject, so all of a run's entries are one chain; the ledger's own entries (prune
+    checkpoints, verification and export requests) are shard 0's."""
+    shards = ledger_shards() if shards is None else shards
+    if shards == 1 or fields.get("subject_type") == "ledger":
+        return 0
+    run = fields.get("run_id")
+    key = f"run:{str(run).lower()}" if run else f"{fields.get('subject_type')}:{fields.get('subject_id')}"
+    return int(sha256_hex(key)[:8], 16) % shards
+
+
 # SQLite: the head this transaction's last append left. The transaction holds the database's
 # write lock from its BEGIN IMMEDIATE, so no one else can append before it ends; the memo
 # forgets at commit, at rollback and at the rollback of a savepoint taken before the append.
@@ -99,7 +128,10 @@ def link_and_insert_all(entries: list[AuditEntry], *, keys: bool = True) -> list
 
     On SQLite the chain head is read once per transaction, then carried from append to append.
     """
+    shards = ledger_shards()
     for entry in entries:
+        entry.shard = shard_of({"subject_type": entry.subject_type, "subject_id": entry.subject_id,
+                                "run_id": entry.run_id}, shards)
         entry.digest = content_digest(entry_row(entry))
     if seals_in_database():
         insert_rows(entries, keys=keys)  # the seal fills the chain fields at COMMIT
@@ -123,7 +155,9 @@ def append_all(entries: list[dict]) -> None:
     model instance is built. Elsewhere `link_and_insert_all` links and inserts their instances.
     """
     if seals_in_database():
-        rows = [_plain({**fields, "sequence": None, "prev_hash": None, "hash": None}) for fields in entries]
+        shards = ledger_shards()
+        rows = [_plain({**fields, "sequence": None, "prev_hash": None, "hash": None,
+                        "shard": shard_of(fields, shards)}) for fields in entries]
         for row in rows:
             row["digest"] = content_digest(row)
         if insert_json_rows(AuditEntry, rows):
@@ -131,18 +165,40 @@ def append_all(entries: list[dict]) -> None:
     link_and_insert_all([build_row(AuditEntry, **fields) for fields in entries], keys=False)
 
 
-def chain_head() -> tuple[int, str] | None:
-    """(sequence, hash) of the newest linked entry, or None when the ledger is empty."""
+def chain_head(shard: int = 0) -> tuple[int, str] | None:
+    """(sequence, hash) of `shard`'s newest linked entry, or None when that chain is empty."""
     # One fixed statement, read by every audited transaction on SQLite: compiling it through
     # the ORM each time cost several times what the query does.
     with connection.cursor() as cursor:
-        cursor.execute(_HEAD_SQL)
+        cursor.execute(_HEAD_SQL, [shard])
         row = cursor.fetchone()
     return (row[0], row[1]) if row else None
 
 
 _HEAD_SQL = (f'SELECT "sequence", "hash" FROM "{AuditEntry._meta.db_table}" '
-             'WHERE "sequence" IS NOT NULL ORDER BY "sequence" DESC LIMIT 1')
+             'WHERE "shard" = %s AND "sequence" IS NOT NULL ORDER BY "sequence" DESC LIMIT 1')
+
+
+def chain_heads() -> dict[int, tuple[int, str]]:
+    """shard -> (sequence, hash) of its newest linked entry, for every shard with one."""
+    heads = {}
+    for shard in shards_present():
+        head = chain_head(shard)
+        if head is not None:
+            heads[shard] = head
+    return heads
+
+
+def shards_present() -> list[int]:
+    """The shards holding at least one entry, in order (one index probe per shard)."""
+    found, after = [], -1
+    while True:
+        shard = (AuditEntry.objects.filter(shard__gt=after).order_by("shard")
+                 .values_list("shard", flat=True).first())
+        if shard is None:
+            return found
+        found.append(shard)
+        after = shard
 
 
 def seal_pending() -> None:
@@ -158,10 +214,13 @@ def seal_pending() -> None:
 
 
 def chain_lock() -> None:
-    """Hold the append lock until the transaction ends (PostgreSQL; SQLite already holds it)."""
+    """Hold every shard's append lock until the transaction ends, taken in shard order as the
+    seal takes them (PostgreSQL; SQLite already holds its one writer lock)."""
     if seals_in_database():
+        last = max([ledger_shards() - 1, *shards_present()])
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK_KEY])
+            cursor.execute("SELECT pg_advisory_xact_lock(%s + s) FROM generate_series(0, %s) AS s",
+                           [CHAIN_LOCK_KEY, last])
 
 
 # --- verification ---------------------------------------------------------------------------
@@ -172,9 +231,12 @@ class Break:
     sequence: int | None
     entry_id: int | None
     reason: str
+    shard: int = 0
 
     def __str__(self) -> str:
         where = f"sequence {self.sequence}" if self.sequence is not None else "the ledger"
+        if self.shard and self.sequence is not None:
+            where = f"shard {self.shard} {where}"
         ident = f" (entry id {self.entry_id})" if self.entry_id is not None else ""
         return f"{where}{ident}: {self.reason}"
 
@@ -186,6 +248,8 @@ class Report:
     head_sequence: int | None
     head_hash: str | None
     broken: Break | None = None
+    # shard -> (sequence, hash) of every shard's head walked; the fields above are shard 0's.
+    heads: dict = field(default_factory=dict, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -231,37 +295,65 @@ def checkpoints() -> dict[int, str]:
 
 
 def verify_ledger(*, progress: Callable[[int], None] | None = None) -> Report:
-    """Walk the whole ledger in the database. A pruned prefix is anchored by its checkpoint.
+    """Walk every shard's chain in the database. A pruned prefix of shard 0 is anchored by its
+    checkpoint; every other shard starts at the genesis hash.
 
     `progress(count)` is called with the number of entries read, every `PROGRESS_EVERY`.
+    The report's count is every shard's; its sequences and head are shard 0's, and `heads`
+    holds each shard's.
     """
     seal_pending()
     unsealed = AuditEntry.objects.filter(sequence__isnull=True).values_list("id", flat=True).first()
     if unsealed is not None:
         return Report(0, None, None, None, Break(None, unsealed, "entry was never linked into the chain"))
-    first = (AuditEntry.objects.filter(sequence__isnull=False).order_by("sequence")
-             .values_list("sequence", flat=True).first())
+    total, heads, zero = 0, {}, Report(0, None, None, None)
+    for shard in shards_present():
+        counted = _offset(progress, total)
+        report = _verify_shard(shard, counted)
+        total += report.count
+        if report.head_sequence is not None:
+            heads[shard] = (report.head_sequence, report.head_hash)
+        if shard == 0:
+            zero = report
+        if report.broken is not None:
+            return replace(zero if shard == 0 else Report(0, None, None, None, report.broken),
+                           count=total, heads=heads)
+    return replace(zero, count=total, heads=heads)
+
+
+def _offset(progress: Callable[[int], None] | None, before: int) -> Callable[[int], None] | None:
+    return None if progress is None else (lambda count: progress(before + count))
+
+
+def _verify_shard(shard: int, progress: Callable[[int], None] | None) -> Report:
+    sealed = AuditEntry.objects.filter(shard=shard, sequence__isnull=False)
+    first = sealed.order_by("sequence").values_list("sequence", flat=True).first()
     if first is None:
         return Report(0, None, None, None)
     if first == 1:
         anchor = GENESIS_HASH
     else:
-        anchor = checkpoints().get(first - 1)
+        anchor = checkpoints().get(first - 1) if shard == 0 else None
         if anchor is None:
-            entry_id = AuditEntry.objects.values_list("id", flat=True).get(sequence=first)
+            entry_id = sealed.values_list("id", flat=True).get(sequence=first)
             return Report(0, None, None, None, Break(
-                first, entry_id, f"entries 1..{first - 1} are missing and no prune checkpoint covers them"))
-    return verify_rows(_rows(progress), anchor=anchor, start=first)
+                first, entry_id, f"entries 1..{first - 1} are missing and no prune checkpoint covers them",
+                shard))
+    report = verify_rows(_rows(progress, shard=shard), anchor=anchor, start=first)
+    if report.broken is not None and shard:
+        report = replace(report, broken=replace(report.broken, shard=shard))
+    return report
 
 
 PROGRESS_EVERY = 2000
 
 
-def _rows(progress: Callable[[int], None] | None = None) -> Iterator[dict]:
+def _rows(progress: Callable[[int], None] | None = None, *, after: int | None = None,
+          shard: int = 0) -> Iterator[dict]:
     # Read in pages by sequence rather than through one open cursor, so that a caller may
     # write (its progress) on the same connection between two pages.
-    sealed = AuditEntry.objects.filter(sequence__isnull=False).order_by("sequence")
-    count, last = 0, None
+    sealed = AuditEntry.objects.filter(shard=shard, sequence__isnull=False).order_by("sequence")
+    count, last = 0, after
     while True:
         page = list((sealed if last is None else sealed.filter(sequence__gt=last))[:PROGRESS_EVERY])
         for entry in page:
@@ -272,3 +364,47 @@ def _rows(progress: Callable[[int], None] | None = None) -> Iterator[dict]:
         last = page[-1].sequence
         if progress is not None:
             progress(count)
+
+
+def verify_ledger_after(*, sequence: int, hash: str, heads: Mapping[int, tuple[int, str]] | None = None,
+                        progress: Callable[[int], None] | None = None) -> Report:
+    """Walk only the entries after `sequence` in shard 0, whose entry must have `hash` (a link
+    already known intact: an incremental verification starts from one), and in every other
+    shard those after its head in `heads` (the whole chain of a shard not in it). The report
+    counts the entries walked; its head is shard 0's entry at `sequence` when there are none.
+    """
+    seal_pending()
+    unsealed = AuditEntry.objects.filter(sequence__isnull=True).values_list("id", flat=True).first()
+    if unsealed is not None:
+        return Report(0, None, None, None, Break(None, unsealed, "entry was never linked into the chain"))
+    known = {**(heads or {}), 0: (sequence, hash)}
+    total, found_heads, zero = 0, {}, Report(0, None, None, None)
+    for shard in sorted({0, *shards_present()}):
+        counted = _offset(progress, total)
+        report = (_verify_shard_after(shard, *known[shard], counted) if shard in known
+                  else _verify_shard(shard, counted))
+        total += report.count
+        if report.head_sequence is not None:
+            found_heads[shard] = (report.head_sequence, report.head_hash)
+        if shard == 0:
+            zero = report
+        if report.broken is not None:
+            return replace(zero if shard == 0 else Report(0, None, None, None, report.broken),
+                           count=total, heads=found_heads)
+    return replace(zero, count=total, heads=found_heads)
+
+
+def _verify_shard_after(shard: int, sequence: int, hash: str,
+                        progress: Callable[[int], None] | None) -> Report:
+    found = AuditEntry.objects.filter(shard=shard, sequence=sequence).values_list("id", "hash").first()
+    if found is None or found[1] != hash:
+        return Report(0, None, None, None, Break(
+            sequence, found[0] if found else None,
+            "the entry an earlier verification found intact is missing" if found is None
+            else "the entry an earlier verification found intact has another hash now", shard))
+    report = verify_rows(_rows(progress, after=sequence, shard=shard), anchor=hash, start=sequence + 1)
+    if report.broken is not None and shard:
+        report = replace(report, broken=replace(report.broken, shard=shard))
+    if report.count == 0 and report.broken is None:
+        return Report(0, None, sequence, hash)
+    return report

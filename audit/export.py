@@ -9,20 +9,27 @@ the previous manifest, or the published head, can tell that nothing was cut out 
 The manifest also carries a signed checkpoint of the ledger head (`audit.anchoring`): an
 export rewritten whole, chain and manifest recomputed, no longer matches its signature.
 
-Entries are chosen by time but exported as a contiguous run of sequences (from the first
-entry created at or after `start` to the last created before `end`): the chain cannot have
-holes, and an entry's time is taken when it is recorded while its sequence is fixed when its
-transaction commits, so a few entries at the edges may lie just outside the range.
+The ledger is a chain per shard (`audit.chain`). Entries are chosen by time but exported as a
+contiguous run of sequences of each shard (from its first entry created at or after `start`
+to its last created before `end`), ordered by shard then sequence: a chain cannot have holes, and an entry's time is taken when it is recorded while its sequence is fixed when its
+transaction commits, so a few entries at the edges may lie just outside the range. The
+manifest's top-level range is shard 0's; with entries of other shards, `shards` holds each
+shard's range (`count`, `first_sequence`, `last_sequence`, `anchor_prev_hash`,
+`export_head_hash`), and an export without a `shard` column is shard 0's.
 """
 from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import groupby
 from pathlib import Path
+
+from django.db.models import Q
 
 from orchestrator.engine.clock import now
 
@@ -32,8 +39,9 @@ from .models import AuditEntry
 FIELDS = ("id", "sequence", "created_at", "actor", "actor_kind", "action", "subject_type",
           "subject_id", "team", "workflow", "workflow_version", "definition_digest", "run_id",
           "step_name", "event_id", "proposal_hash", "model", "prompt_version", "idempotency_key",
-          "correlation_id", "outcome", "payload", "payload_ref", "digest", "prev_hash", "hash")
-INT_FIELDS = {"id", "sequence", "workflow_version", "event_id"}
+          "correlation_id", "outcome", "payload", "payload_ref", "digest", "prev_hash", "hash",
+          "shard")
+INT_FIELDS = {"id", "sequence", "workflow_version", "event_id", "shard"}
 NULLABLE_TEXT = {"run_id"}
 FORMATS = ("jsonl", "csv")
 HASH_FORMULA = ("digest = sha256(canonical JSON of the content fields); "
@@ -54,17 +62,20 @@ def manifest_path_for(path: Path) -> Path:
 
 def _selected(start: datetime, end: datetime):
     sealed = AuditEntry.objects.filter(sequence__isnull=False)
-    first = (sealed.filter(created_at__gte=start, created_at__lt=end).order_by("sequence")
-             .values_list("sequence", flat=True).first())
-    last = (sealed.filter(created_at__gte=start, created_at__lt=end).order_by("-sequence")
-            .values_list("sequence", flat=True).first())
-    if first is None:
-        return sealed.none()
-    return sealed.filter(sequence__gte=first, sequence__lte=last).order_by("sequence")
+    ranges = Q(pk__in=[])
+    for shard in chain.shards_present():
+        inside = sealed.filter(shard=shard, created_at__gte=start, created_at__lt=end)
+        first = inside.order_by("sequence").values_list("sequence", flat=True).first()
+        last = inside.order_by("-sequence").values_list("sequence", flat=True).first()
+        if first is not None:
+            ranges |= Q(shard=shard, sequence__gte=first, sequence__lte=last)
+    return sealed.filter(ranges).order_by("shard", "sequence")
 
 
-def export_range(*, start: datetime, end: datetime, fmt: str, path: Path) -> ExportResult:
-    """Write the entries of [start, end) to `path` in `fmt`, and the manifest beside it."""
+def export_range(*, start: datetime, end: datetime, fmt: str, path: Path,
+                 sequences: tuple[int, int] | None = None) -> ExportResult:
+    """Write the entries of [start, end) to `path` in `fmt`, and the manifest beside it; with
+    `sequences` (first, last), exactly those entries (what a prune is about to delete)."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,20 +83,25 @@ def export_range(*, start: datetime, end: datetime, fmt: str, path: Path) -> Exp
     # export can be checked against a key the database does not hold (audit.anchoring).
     checkpoint = anchoring.checkpoint_write(reason="export")
     head = (checkpoint.sequence, checkpoint.hash) if checkpoint else None
-    count, first_row, last_row = 0, None, None
+    count, ranges = 0, {}
     with path.open("w", newline="", encoding="utf-8") as out:
         writer = csv.DictWriter(out, fieldnames=FIELDS) if fmt == "csv" else None
         if writer:
             writer.writeheader()
-        for entry in _selected(start, end).iterator(chunk_size=2000):
+        selected = (_selected(start, end) if sequences is None else
+                    AuditEntry.objects.filter(shard=0, sequence__gte=sequences[0], sequence__lte=sequences[1])
+                    .order_by("sequence"))
+        for entry in selected.iterator(chunk_size=2000):
             row = {"id": entry.id, **chain.entry_row(entry)}
             if writer:
                 writer.writerow({k: "" if row[k] is None else row[k] for k in FIELDS})
             else:
                 out.write(json.dumps({k: row[k] for k in FIELDS}, ensure_ascii=False) + "\n")
             count += 1
-            first_row = first_row or row
-            last_row = row
+            shard = ranges.setdefault(row["shard"], {"count": 0, "first": row, "last": row})
+            shard["count"] += 1
+            shard["last"] = row
+    first_row, last_row = (ranges[0]["first"], ranges[0]["last"]) if 0 in ranges else (None, None)
     manifest = {
         "generated_by": "stepwise audit_export",
         "exported_at": chain.timestamp_text(now()),
@@ -98,6 +114,8 @@ def export_range(*, start: datetime, end: datetime, fmt: str, path: Path) -> Exp
         "last_sequence": last_row["sequence"] if last_row else None,
         "anchor_prev_hash": first_row["prev_hash"] if first_row else None,
         "export_head_hash": last_row["hash"] if last_row else None,
+        **({"shards": {str(shard): _range_of(part) for shard, part in sorted(ranges.items())}}
+           if set(ranges) - {0} else {}),
         "ledger_head": {"sequence": head[0], "hash": head[1]} if head else None,
         "checkpoint": checkpoint.document() if checkpoint else None,
         "hash_formula": HASH_FORMULA,
@@ -105,6 +123,12 @@ def export_range(*, start: datetime, end: datetime, fmt: str, path: Path) -> Exp
     manifest_path = manifest_path_for(path)
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return ExportResult(path, manifest_path, manifest)
+
+
+def _range_of(part: dict) -> dict:
+    return {"count": part["count"], "first_sequence": part["first"]["sequence"],
+            "last_sequence": part["last"]["sequence"], "anchor_prev_hash": part["first"]["prev_hash"],
+            "export_head_hash": part["last"]["hash"]}
 
 
 def _file_sha256(path: Path) -> str:
@@ -126,7 +150,8 @@ def read_rows(path: Path, fmt: str) -> Iterator[dict]:
         for raw in csv.DictReader(handle):
             row: dict = dict(raw)
             for name in INT_FIELDS:
-                row[name] = int(row[name]) if row[name] not in ("", None) else None
+                if name in row:
+                    row[name] = int(row[name]) if row[name] not in ("", None) else None
             for name in NULLABLE_TEXT:
                 row[name] = row[name] or None
             yield row
@@ -144,6 +169,8 @@ def verify_export(path: Path, *, previous_manifest: Path | None = None) -> tuple
         problems.append("the file's SHA-256 does not match the manifest (the file was changed)")
     if manifest["count"] == 0:
         return chain.Report(0, None, None, None), problems
+    if manifest.get("shards"):
+        return _verify_shards(path, manifest, problems)
     report = chain.verify_rows(read_rows(path, manifest["format"]),
                                anchor=manifest["anchor_prev_hash"], start=manifest["first_sequence"])
     if report.ok:
@@ -161,6 +188,33 @@ def verify_export(path: Path, *, previous_manifest: Path | None = None) -> tuple
     return report, problems
 
 
+def _verify_shards(path: Path, manifest: dict, problems: list[str]) -> tuple[chain.Report, list[str]]:
+    """An export holding several shards: each shard's rows walked as its own chain from the
+    range its manifest gives; the report's count is every shard's, its head shard 0's."""
+    ranges = {int(shard): part for shard, part in manifest["shards"].items()}
+    total, heads, zero = 0, {}, chain.Report(0, None, None, None)
+    rows = read_rows(path, manifest["format"])
+    for shard, part in groupby(rows, key=lambda row: row.get("shard") or 0):
+        expected = ranges.pop(shard, None)
+        if expected is None:
+            problems.append(f"the file holds entries of shard {shard}, which the manifest does not list")
+            continue
+        report = chain.verify_rows(part, anchor=expected["anchor_prev_hash"], start=expected["first_sequence"])
+        total += report.count
+        if report.broken is not None:
+            return chain.Report(total, None, None, None, replace(report.broken, shard=shard)), problems
+        heads[shard] = (report.head_sequence, report.head_hash)
+        zero = report if shard == 0 else zero
+        if report.count != expected["count"] or report.head_hash != expected["export_head_hash"]:
+            problems.append(f"shard {shard}'s entries are not the {expected['count']} its manifest "
+                            "range lists, ending at its export_head_hash")
+    problems += [f"the manifest lists entries of shard {shard} the file does not hold" for shard in ranges]
+    if total != manifest["count"]:
+        problems.append(f"the manifest lists {manifest['count']} entries, the file holds {total}")
+    problems += _checkpoint_problems(path, manifest)
+    return replace(zero, count=total, heads=heads), problems
+
+
 def _checkpoint_problems(path: Path, manifest: dict) -> list[str]:
     """The manifest's signed checkpoint: trusted, the manifest's head, and the file's entry."""
     if not manifest.get("checkpoint"):
@@ -175,11 +229,76 @@ def _checkpoint_problems(path: Path, manifest: dict) -> list[str]:
     head = manifest.get("ledger_head") or {}
     if (head.get("sequence"), head.get("hash")) != (checkpoint.sequence, checkpoint.hash):
         return ["the manifest's ledger_head is not the head its checkpoint signed"]
-    first, last = manifest["first_sequence"], manifest["last_sequence"]
-    if first is not None and first <= checkpoint.sequence <= last:
-        found = next((row.get("hash") for row in read_rows(path, manifest["format"])
-                      if row.get("sequence") == checkpoint.sequence), None)
-        if found != checkpoint.hash:
-            return [f"the entry at sequence {checkpoint.sequence} does not have the hash the "
-                    "manifest's checkpoint signed (the export was rewritten)"]
+    ranges = {int(shard): (part["first_sequence"], part["last_sequence"])
+              for shard, part in (manifest.get("shards") or {}).items()}
+    ranges.setdefault(0, (manifest["first_sequence"], manifest["last_sequence"]))
+    for shard, (sequence, hash) in sorted(checkpoint.heads.items()):
+        first, last = ranges.get(shard, (None, None))
+        if first is not None and first <= sequence <= last:
+            found = next((row.get("hash") for row in read_rows(path, manifest["format"])
+                          if (row.get("shard") or 0) == shard and row.get("sequence") == sequence), None)
+            if found != hash:
+                where = f"shard {shard}'s entry" if shard else "the entry"
+                return [f"{where} at sequence {sequence} does not have the hash the "
+                        "manifest's checkpoint signed (the export was rewritten)"]
     return []
+
+
+# --- a selection of entries, streamed ---------------------------------------------------------
+
+STREAM_FORMAT = "stepwise-audit-selection/1"
+_CONTENT_TYPES = {"jsonl": "application/x-ndjson", "csv": "text/csv"}
+
+
+def content_type(fmt: str) -> str:
+    return _CONTENT_TYPES[fmt]
+
+
+def stream_lines(entries, fmt: str) -> Iterator[str]:
+    """The export file of `entries` (a queryset in chain order), as pieces of text: the same
+    bytes for the same entries, so its manifest can be computed by reading them again."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}")
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=FIELDS) if fmt == "csv" else None
+    if writer:
+        writer.writeheader()
+    for count, entry in enumerate(entries.iterator(chunk_size=2000), start=1):
+        row = {"id": entry.id, **chain.entry_row(entry)}
+        if writer:
+            writer.writerow({k: "" if row[k] is None else row[k] for k in FIELDS})
+        else:
+            buffer.write(json.dumps({k: row[k] for k in FIELDS}, ensure_ascii=False) + "\n")
+        if count % 500 == 0:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    if buffer.tell():
+        yield buffer.getvalue()
+
+
+def stream_manifest(*, entries, fmt: str, selection: dict, through: int,
+                    checkpoint: anchoring.Checkpoint) -> dict:
+    """The manifest of `stream_lines(entries, fmt)`: the file's SHA-256, its entries, and the
+    signed checkpoint of the chain through `through`, the last sequence it may hold."""
+    digest, count, first, last = hashlib.sha256(), 0, None, None
+    for piece in stream_lines(entries, fmt):
+        digest.update(piece.encode("utf-8"))
+    for sequence in entries.values_list("sequence", flat=True).iterator(chunk_size=5000):
+        count += 1
+        first = sequence if first is None else first
+        last = sequence
+    return {
+        "format": STREAM_FORMAT,
+        "generated_by": "stepwise ledger API",
+        "exported_at": chain.timestamp_text(now()),
+        "file_format": fmt,
+        "file_sha256": digest.hexdigest(),
+        "selection": selection,
+        "count": count,
+        "first_sequence": first,
+        "last_sequence": last,
+        "through_sequence": through,
+        "checkpoint": checkpoint.document(),
+        "hash_formula": HASH_FORMULA,
+    }

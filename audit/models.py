@@ -45,8 +45,8 @@ class AuditEntry(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    sequence = models.BigIntegerField(null=True, unique=True,
-                                      help_text="Position in the chain: the previous entry's + 1.")
+    sequence = models.BigIntegerField(null=True,
+                                      help_text="Position in its shard's chain: the previous entry's + 1.")
     created_at = models.DateTimeField(db_index=True)
     actor = models.CharField(max_length=200, help_text='"user:alice", "worker:host", "service:reaper"')
     actor_kind = models.CharField(max_length=16, choices=ActorKind.choices)
@@ -75,6 +75,8 @@ class AuditEntry(models.Model):
     payload_ref = models.CharField(max_length=255, blank=True,
                                    help_text="Where data kept out of the ledger lives.")
     digest = models.CharField(max_length=64, help_text="SHA-256 of the canonical entry.")
+    # Which chain the entry is linked into (`audit.chain.shard_of`); `sequence` counts within it.
+    shard = models.IntegerField(default=0)
     # NULL, not "", until the entry is chained (PostgreSQL: until its transaction commits).
     prev_hash = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     hash = models.CharField(max_length=64, null=True, blank=True,  # noqa: DJ001
@@ -88,6 +90,7 @@ class AuditEntry(models.Model):
         verbose_name_plural = "audit ledger"
         indexes = [
             models.Index(fields=["run_id", "sequence"], name="audit_entry_run"),
+            models.Index(fields=["sequence"], name="audit_entry_sequence"),
             models.Index(fields=["action", "created_at"], name="audit_entry_action"),
             models.Index(fields=["actor", "created_at"], name="audit_entry_actor"),
             models.Index(fields=["workflow", "created_at"], name="audit_entry_workflow"),
@@ -118,6 +121,10 @@ class CheckpointRecord(models.Model):
     reason = models.CharField(max_length=32)
     key_id = models.CharField(max_length=64)
     store = models.CharField(max_length=255, help_text="Where it was written.")
+    # With entries in more than shard 0: {shard: [sequence, hash]} of every head it signed
+    # (`sequence` and `hash` above are shard 0's), and their Merkle root.
+    heads = models.JSONField(default=dict, blank=True)
+    root = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-sequence", "-created_at"]
@@ -153,6 +160,19 @@ class LedgerVerification(models.Model):
     stage = models.CharField(max_length=64, blank=True)
     result = models.TextField(blank=True)
     warnings = models.JSONField(default=list, blank=True)
+    #: "full" walks the whole chain; "incremental" only what follows the newest signed
+    #: checkpoint that an earlier verification found intact (`ledger_check`).
+    mode = models.CharField(max_length=16, default="full")
+    from_sequence = models.BigIntegerField(null=True, blank=True,
+                                           help_text="The first entry this verification walked.")
+    through_sequence = models.BigIntegerField(null=True, blank=True,
+                                              help_text="The last entry it found intact.")
+    through_hash = models.CharField(max_length=64, blank=True)
+    # With entries in more than shard 0: {shard: [sequence, hash]}, each shard's last entry it
+    # found intact (`through_sequence` and `through_hash` are shard 0's).
+    through_heads = models.JSONField(default=dict, blank=True)
+    base_checkpoint = models.CharField(max_length=255, blank=True,
+                                       help_text="The signed checkpoint an incremental one started from.")
 
     class Meta:
         ordering = ["-created_at", "-id"]

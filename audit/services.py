@@ -9,20 +9,27 @@
 - `external_call_authorize(...)` is called by the executors right before a tool or model call.
   It commits its entry in its own transaction *before* the call, so a worker that dies during
   the call leaves the evidence that the call was authorized, with its idempotency key.
-- `audit_prune(...)` is retention: the only way entries leave the ledger (see docs/audit.md).
+- `audit_prune(...)` is retention: the only way entries leave the ledger (see docs/audit.md),
+  behind a signed checkpoint, and exported to the archive storage first when one is configured.
 
-Nothing here calls the network or schedules work.
+Nothing here schedules work; only a prune writes outside the database (its archive and its
+signed checkpoints).
 """
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
+from pathlib import Path
 from typing import Protocol
 
 from django.conf import settings
+from django.core.files import File
+from django.core.files.storage import storages
 from django.db import connection, transaction
 
+from orchestrator.engine.artifacts import MARKER, offload, threshold
 from orchestrator.engine.clock import now
 from orchestrator.engine.hashing import canonical_json
 from orchestrator.engine.keys import idempotency_key_for, worker_id
@@ -31,8 +38,9 @@ from orchestrator.engine.selectors import definition_of
 from orchestrator.engine.states import WORKER_KINDS
 from orchestrator.models import Event, Run, StepRun
 
-from . import chain
-from .models import ActorKind, AuditEntry, SubjectType
+from . import anchoring, chain
+from .export import export_range
+from .models import ActorKind, AuditEntry, CheckpointRecord, SubjectType
 from .redaction import Policy, Redactor, keyed_hash, reference
 from .triggers import SQLITE_NO_DELETE
 
@@ -109,8 +117,20 @@ def _entry_fields(*, action: str, actor: str, subject_type: str, subject_id: obj
         event_id=event_id, proposal_hash=proposal_hash, model=model[:100],
         prompt_version=prompt_version, idempotency_key=redactor.text(idempotency_key)[:255],
         correlation_id=redactor.text(correlation_id)[:255], outcome=outcome[:32],
-        payload=canonical_json(redactor.scrub(payload or {})), payload_ref=payload_ref[:255],
+        payload=_payload_text(redactor.scrub(payload or {})), payload_ref=payload_ref[:255],
     )
+
+
+def _payload_text(scrubbed: dict) -> str:
+    """The payload's canonical JSON, a long value in it referenced by its SHA-256 (an artifact,
+    stored once, shared with the row that holds the same value) rather than copied: the digest
+    then covers the reference. A short payload is serialized once, as it always was."""
+    text = canonical_json(scrubbed)
+    if len(text) <= threshold() and MARKER not in text or threshold() <= 0:
+        return text
+    # Each top-level value on its own, never the payload whole: its short fields (the
+    # attestation a completion chains, an id) stay readable where they are searched for.
+    return canonical_json({key: offload(value) for key, value in scrubbed.items()})
 
 
 # --- what a run's entries are explained by --------------------------------------------------
@@ -337,10 +357,18 @@ class PruneResult:
     deleted: int
     through_sequence: int | None
     checkpoint: AuditEntry | None
+    archive: str = ""   # the export of what was deleted, in the archive storage
 
 
 def audit_prune(*, before: datetime, actor: str, dry_run: bool = False) -> PruneResult:
     """Delete the oldest entries, all created before `before`, leaving a checkpoint.
+
+    With an archive storage (`STORAGES["audit_archive"]`), what is deleted is exported there
+    first, as a JSON Lines file and its manifest (`audit_verify --export` checks them offline).
+    The deleted entries are covered by a signed checkpoint before they go (the archive's, or
+    one written for the prune), and the head after the prune is signed once it is committed.
+    Raises ImproperlyConfigured without a signing key, and the stores' errors (OSError,
+    botocore's), which leave the ledger as it was.
 
     Deletes a prefix of the chain (sequences 1..N, or the first remaining..N after an earlier
     prune), where N is the last entry such that it and every entry before it are older than
@@ -348,11 +376,13 @@ def audit_prune(*, before: datetime, actor: str, dry_run: bool = False) -> Prune
     `audit_verify` can anchor the remaining chain. The triggers let a DELETE through only
     inside this transaction (PostgreSQL: `SET LOCAL stepwise.audit_prune = 'on'`; SQLite: the
     delete guard is dropped and recreated) and only for entries a checkpoint covers.
+    Only shard 0's chain is pruned: the other shards' (AUDIT_LEDGER_SHARDS > 1) are kept whole.
     """
     with transaction.atomic(durable=True):
         chain.chain_lock()
         chain.seal_pending()
-        sealed = AuditEntry.objects.filter(sequence__isnull=False)
+        # Shard 0's chain (`audit.chain`): the only one a prune checkpoint anchors.
+        sealed = AuditEntry.objects.filter(shard=0, sequence__isnull=False)
         first_kept = (sealed.filter(created_at__gte=before).order_by("sequence")
                       .values_list("sequence", flat=True).first())
         through = (sealed.filter(sequence__lt=first_kept) if first_kept else sealed).order_by(
@@ -364,24 +394,56 @@ def audit_prune(*, before: datetime, actor: str, dry_run: bool = False) -> Prune
         if dry_run:
             return PruneResult(count, through[0], None)
         first = doomed.order_by("sequence").values_list("sequence", flat=True).first()
+        # What goes is first archived (when an archive is configured) and covered by a signed
+        # checkpoint, both of the head before this prune's own entry, which could still roll back.
+        archived = _archive(first, through[0]) if ARCHIVE in settings.STORAGES else ""
+        if not archived and not CheckpointRecord.objects.filter(sequence__gte=through[0]).exists():
+            anchoring.checkpoint_write(reason="prune")
         checkpoint = audit_record(
             action=chain.PRUNE_ACTION, actor=actor, subject_type=SubjectType.LEDGER,
             subject_id="audit_entry", outcome="pruned",
             payload={"through_sequence": through[0], "through_hash": through[1],
-                     "from_sequence": first, "deleted": count, "before": before.isoformat()})
+                     "from_sequence": first, "deleted": count, "before": before.isoformat(),
+                     **({"archive": archived} if archived else {})})
         # Link the checkpoint now, while the entries it covers are still the head. Sealed at
         # COMMIT (PostgreSQL), after the delete, it would find no head once every entry was
         # pruned, and start the chain again at sequence 1 from the genesis hash.
         chain.seal_pending()
         with _deletes_allowed():
             deleted, _ = doomed.delete()
-    return PruneResult(deleted, through[0], checkpoint)
+    # The new head, the prune's own entry in it, signed once the prune is committed.
+    anchoring.checkpoint_write(reason="pruned")
+    return PruneResult(deleted, through[0], checkpoint, archived)
+
+
+ARCHIVE = "audit_archive"
+
+
+def _archive(first: int, last: int) -> str:
+    """Export entries first..last with their signed manifest into the archive storage
+    (`STORAGES["audit_archive"]`); the file's name there. Raises the storage's errors (OSError,
+    botocore's), which leave the ledger unpruned."""
+    storage = storages[ARCHIVE]
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / f"audit-ledger-{first:012d}-{last:012d}.jsonl"
+        result = export_range(start=_EPOCH, end=now(), fmt="jsonl", path=path, sequences=(first, last))
+        if result.manifest["last_sequence"] != last or result.manifest["count"] != last - first + 1:
+            raise OSError(f"the archive export holds {result.manifest['count']} entries, not "
+                          f"sequences {first}..{last}")
+        names = []
+        for written in (result.path, result.manifest_path):
+            with written.open("rb") as handle:
+                names.append(storage.save(f"pruned/{written.name}", File(handle, name=written.name)))
+    return names[0]
 
 
 def retention_cutoff(days: int | None = None) -> datetime | None:
     """`now - AUDIT_RETENTION_DAYS` (or `days`); None when retention is unlimited."""
     days = days if days is not None else getattr(settings, "AUDIT_RETENTION_DAYS", None)
     return None if days is None else now() - timedelta(days=int(days))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class _deletes_allowed:

@@ -48,6 +48,17 @@ class StepStory:
         return ends[-1].entry.outcome if ends else (self.lines[-1].entry.outcome if self.lines else "")
 
     @property
+    def produced(self) -> str:
+        """Who produced the step's output, as the ledger chained its signed record."""
+        for line in reversed(self.lines):
+            if line.entry.action in ("step.completed", "step.attested") and line.data.get("attestation"):
+                who = line.data.get("producer") or line.entry.actor
+                who = who.removeprefix("worker:")
+                kind = "worker " if line.entry.action == "step.completed" else ""
+                return f"produced by {kind}{who}, signed (record {_short(line.data['attestation'])})"
+        return ""
+
+    @property
     def why(self) -> str:
         """The first entry that says why the step ran or not."""
         for line in self.lines:
@@ -138,7 +149,19 @@ def explain(entry: AuditEntry, data: dict) -> str:
                 f"{', side effect' if data.get('side_effect') else ''}).")
     if a == "step.completed":
         cost = f", cost ${data['cost_usd']}" if data.get("cost_usd") not in (None, "0", "0.000000") else ""
-        return f"Completed by {who}" + (f" (attempt {data['attempt']}{cost})" if "attempt" in data else "") + "."
+        signed = (f"; produced by worker {who.removeprefix('worker:')}, signed (record "
+                  f"{_short(data['attestation'])})" if data.get("attestation") else "")
+        return (f"Completed by {who}" + (f" (attempt {data['attempt']}{cost})" if "attempt" in data else "")
+                + signed + ".")
+    if a == "step.routes":
+        tried = "; ".join(_route_said(r) for r in data.get("routes") or [])
+        return f"Model routes tried in attempt {data.get('attempt', '?')}: {tried or 'none'}."
+    if a == "step.attested":
+        return (f"Output produced by {data.get('producer') or who}, signed with key {data.get('key')} "
+                f"(record {_short(data.get('attestation'))}).")
+    if a == "step.attestation_invalid":
+        return (f"Output flagged: {data.get('problem')} (record by {data.get('producer') or 'nobody'});"
+                " the run paused for an investigation.")
     if a in ("step.failed", "step.retrying", "step.timed_out"):
         message = f"{data.get('class', 'error')}: {data.get('message', '')}".strip(": ")
         retry = f"; retry at {data['at']}" if a == "step.retrying" and data.get("at") else ""
@@ -204,6 +227,17 @@ def explain(entry: AuditEntry, data: dict) -> str:
         detail = data.get("message") or data.get("reason") or ""
         return f"Run {entry.outcome.replace('_', ' ')} ({who})" + (f": {detail}." if detail else ".")
     return f"{a} by {who}" + (f" ({entry.outcome})" if entry.outcome else "") + "."
+
+
+def _route_said(route: dict) -> str:
+    """One route of a model call as `step.routes` records it: what it was, and how it went."""
+    where = f"{route.get('route')} ({route.get('provider')} {route.get('model_id')})"
+    outcome = route.get("outcome")
+    if outcome == "answered":
+        cost = f", ${route['cost_usd']}" if route.get("cost_usd") not in (None, "0", "0.000000") else ""
+        return f"{where} answered ({route.get('tokens_in', 0)}+{route.get('tokens_out', 0)} tokens{cost})"
+    why = ": ".join(p for p in (route.get("error_class"), route.get("error")) if p)
+    return f"{where} {outcome}" + (f" ({why})" if why else "")
 
 
 def run_timeline(run_id) -> Timeline:

@@ -6,14 +6,17 @@ worker would write. Tampering goes around the triggers the way a person with dat
 would (dropping or disabling them), inside the test's transaction, so it is rolled back.
 """
 from contextlib import contextmanager
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group, User
-from django.db import connection
+from django.db import connection, transaction
 
 from approvals.models import ApprovalRequest
 from audit.chain import seal_pending
 from audit.models import AuditEntry
+from audit.services import audit_record
+from orchestrator.engine import clock
 from orchestrator.engine.services.kinds.human_gate import approval_grant
 from orchestrator.engine.services.runs import run_start
 from orchestrator.engine.services.workflows import workflow_save
@@ -107,3 +110,18 @@ def member(requester):
     requester.is_staff = True
     requester.save()
     return requester
+
+
+@pytest.fixture
+def old_and_new(monkeypatch):
+    """Five entries recorded 400 days ago, then three today."""
+    today = clock.now()
+    monkeypatch.setattr(clock, "_source", lambda: today - timedelta(days=400))
+    with transaction.atomic():
+        for i in range(5):
+            audit_record(action="test.old", actor="service:test", subject_type="ledger", subject_id=i)
+    monkeypatch.setattr(clock, "_source", lambda: today)
+    with transaction.atomic():
+        for i in range(3):
+            audit_record(action="test.new", actor="service:test", subject_type="ledger", subject_id=i)
+    return ledger(action="test.old"), ledger(action="test.new")

@@ -9,7 +9,7 @@ from django.db import DatabaseError, connection, transaction
 from audit import chain
 from audit.chain import verify_ledger
 from audit.models import AuditEntry
-from audit.services import audit_prune, audit_record
+from audit.services import audit_prune
 from audit.triggers import SQLITE_NO_DELETE
 from orchestrator.engine import clock
 
@@ -19,21 +19,6 @@ from .conftest import ledger
 # own (`make test`: the `ledger_prefix` tests, the API fuzzer and on the embedded default the
 # fault suite, without xdist).
 pytestmark = [pytest.mark.django_db, pytest.mark.ledger_prefix]
-
-
-@pytest.fixture
-def old_and_new(monkeypatch):
-    """Five entries recorded 400 days ago, then three today."""
-    today = clock.now()
-    monkeypatch.setattr(clock, "_source", lambda: today - timedelta(days=400))
-    with transaction.atomic():
-        for i in range(5):
-            audit_record(action="test.old", actor="service:test", subject_type="ledger", subject_id=i)
-    monkeypatch.setattr(clock, "_source", lambda: today)
-    with transaction.atomic():
-        for i in range(3):
-            audit_record(action="test.new", actor="service:test", subject_type="ledger", subject_id=i)
-    return ledger(action="test.old"), ledger(action="test.new")
 
 
 def test_pruning_deletes_the_old_prefix_and_leaves_a_checkpoint_that_anchors_the_rest(old_and_new):

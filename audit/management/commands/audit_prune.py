@@ -2,8 +2,9 @@
 
 Deletes the entries older than N days (default AUDIT_RETENTION_DAYS; unset means keep forever)
 as an audited operation: an `audit.pruned` checkpoint entry records what was removed and the
-hash the remaining chain continues from, so `audit_verify` still passes afterwards. Export the
-range first if it must be kept elsewhere (`audit_export`).
+hash the remaining chain continues from, so `audit_verify` still passes afterwards. What it
+deletes is covered by a signed checkpoint first, and exported to the archive storage first when
+one is configured (AUDIT_ARCHIVE_DIR, AUDIT_ARCHIVE_S3_BUCKET; `audit.services.audit_prune`).
 """
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -34,4 +35,5 @@ class Command(BaseCommand):
                               f"{result.through_sequence})")
         else:
             self.stdout.write(f"deleted {result.deleted} entries through sequence "
-                              f"{result.through_sequence}; checkpoint entry {result.checkpoint.id}")
+                              f"{result.through_sequence}; checkpoint entry {result.checkpoint.id}"
+                              + (f"; archived as {result.archive}" if result.archive else ""))

@@ -7,7 +7,8 @@ naming the entry's sequence and id and what is wrong with it; when a checkpoint 
 rewritten history or a truncated tail, naming the checkpoint and the sequences; when a
 checkpoint the database notes as written is missing from the store, or entries older than
 the checkpoint interval allows are covered by none (`audit.anchoring`).
-`--allow-missing-checkpoint` accepts the last kind, with a warning. It also warns when one of
+`--allow-missing-checkpoint` accepts the last kind, with a warning. `--incremental` walks only
+what follows the newest signed checkpoint an earlier verification found intact. It also warns when one of
 the triggers that make the ledger append-only is missing or disabled. With `--export FILE` it
 checks an export file against its manifest (and the signed checkpoint the manifest carries)
 instead, without the database. The check is `audit.verification.ledger_check`, the same the
@@ -33,12 +34,17 @@ class Command(BaseCommand):
         parser.add_argument("--allow-missing-checkpoint", action="store_true",
                             help="Accept (with a warning) a signed checkpoint that is expected "
                                  "and missing, e.g. after moving the checkpoint store.")
+        parser.add_argument("--incremental", action="store_true",
+                            help="Walk only the entries after the newest signed checkpoint an "
+                                 "earlier verification (admin, API) found intact.")
 
-    def handle(self, *args, export=None, previous=None, allow_missing_checkpoint=False, **options):
+    def handle(self, *args, export=None, previous=None, allow_missing_checkpoint=False,
+               incremental=False, **options):
         if export is not None:
             return self.verify_export(export, previous)
         try:
-            check = ledger_check(allow_missing_checkpoint=allow_missing_checkpoint)
+            check = ledger_check(allow_missing_checkpoint=allow_missing_checkpoint,
+                                 incremental=incremental)
         except ImproperlyConfigured as exc:  # no key to check the checkpoints with
             raise CommandError(f"{WHAT}: cannot check its signed checkpoints: {exc}") from exc
         except (OSError, BotoCoreError, ClientError) as exc:
