@@ -13,7 +13,8 @@ Fixtures any browser test may use (the approvals inbox, the live run pages, ...)
 * `browser_page` — a fresh page in a context of its own (its own cookies), 1440x900, closed
   after the test.
 * `web_server` (session) — a real ASGI server (uvicorn, as `make run`'s web process) on a free
-  port, serving the test database; the value is its base URL. Static files are collected first.
+  port, serving the test database; the value is its base URL. Static files are collected first
+  (once per test process, for this server and any `fresh_web_server`).
   Steps are run by the real Celery workers of the `workers` fixture
   (tests/integration/conftest.py, re-exported here with `wait_for_run`).
 * `screenshot(page, name)` — saves a full-page PNG under STEPWISE_SCREENSHOT_DIR when it is set
@@ -73,7 +74,7 @@ def browser_page(browser):
     context = browser.new_context(viewport={"width": 1440, "height": 900}, locale="en-US",
                                   color_scheme="light")
     page = context.new_page()
-    page.set_default_timeout(15000)
+    page.set_default_timeout(30_000)
     # What the Content-Security-Policy refused (Chromium reports each on the console): a page
     # that needs an inline script or another host to work fails its test.
     refused = []
@@ -96,6 +97,16 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+_static_collected: list[bool] = []  # once per test process: the files do not change meanwhile
+
+
+def _collect_static(env: dict) -> None:
+    if not _static_collected:
+        subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
+                       cwd=ROOT, env=env, check=True)
+        _static_collected.append(True)
+
+
 class Server:
     """A uvicorn process serving the ASGI app, as `make run` does, on a port of its own that it
     keeps when started again."""
@@ -104,8 +115,7 @@ class Server:
         self.name, self.port, self.proc = name, _free_port(), None
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**worker_env(), "STEPWISE_REAP_INTERVAL_S": "3600", "PORT": str(self.port)}
-        subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
-                       cwd=ROOT, env=self.env, check=True)
+        _collect_static(self.env)
 
     def start(self) -> None:
         log = Path(settings.VAR_DIR) / (

@@ -18,7 +18,7 @@ def phone_page(browser):
     context = browser.new_context(viewport=PHONE, locale="en-US", color_scheme="light",
                                   device_scale_factor=1, is_mobile=True, has_touch=True)
     page = context.new_page()
-    page.set_default_timeout(15000)
+    page.set_default_timeout(30_000)
     yield page
     context.close()
 

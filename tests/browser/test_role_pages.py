@@ -47,7 +47,7 @@ def visit(browser, web_server: str, username: str, url: str, ready: str, name: s
     4xx/5xx answers)."""
     context = browser.new_context(viewport=viewport, locale="en-US", color_scheme="light")
     page = context.new_page()
-    page.set_default_timeout(15000)
+    page.set_default_timeout(30_000)
     outside, errors = [], []
     local = (web_server, web_server.replace("http", "ws"), "data:", "blob:")
     page.on("console", lambda msg: errors.append(f"{msg.text} {msg.location}") if msg.type == "error" else None)

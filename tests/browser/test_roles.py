@@ -206,7 +206,7 @@ def walk_as(browser, web_server: str, role: str, user: User) -> tuple[list[str],
     """Every page `user` reaches from the admin index; (problems, pages visited, run rows)."""
     context = browser.new_context(viewport={"width": 1440, "height": 900}, locale="en-US")
     page = context.new_page()
-    page.set_default_timeout(15000)
+    page.set_default_timeout(30_000)
     walk = Walk(page, web_server, role)
     api = client_for(user)
     seen: set[str] = set()
