@@ -16,25 +16,31 @@ from .support.egress import LOCAL_SERVERS
 def pytest_collection_modifyitems(items):
     """The `ledger_prefix` tests first: they need a ledger no other test wrote to. Under xdist
     (`make test`: `--dist loadfile --no-loadscope-reorder` hands out files in this order) the
-    soak comes next, then the files whose tests start worker processes or a browser, then the
-    rest, each group with the files of most tests first: a long file handed out last would run
-    alone at the end while the other processes wait.
+    soak comes next, then the files whose tests start worker processes (those without the web
+    server first, then those with it), then those that start only a browser (and a web server),
+    then the rest, each group with the files of most tests first: a long file handed out last
+    would run alone at the end while the other processes wait. A process so takes its files
+    needing each session process (`session_processes_only_where_asked`) one after the other and
+    starts and stops each about once, not for every file between two that need it.
     Tests of the fast store's own statements (`fast_store`) run with that store only."""
     from django.conf import settings
 
     per_file = Counter(item.path for item in items)
     # Files whose tests run real worker processes or a browser: they take most of the time.
-    with_processes = {item.path for item in items
-                      if {"workers", "browser_page"} & set(item.fixturenames)}
+    with_workers = {item.path for item in items if "workers" in item.fixturenames}
+    with_server = {item.path for item in items
+                   if {"web_server", "browser_page", "browser"} & set(item.fixturenames)}
 
     def rank(item) -> tuple[int, int]:
         if item.get_closest_marker("ledger_prefix"):
             return 0, 0
         if not os.environ.get("PYTEST_XDIST_WORKER"):
-            return 3, 0
+            return 6, 0
         if item.get_closest_marker("soak"):
             return 1, 0
-        return (2 if item.path in with_processes else 3), -per_file[item.path]
+        group = {(True, False): 2, (True, True): 3, (False, True): 4, (False, False): 5}[
+            item.path in with_workers, item.path in with_server]
+        return group, -per_file[item.path]
 
     items.sort(key=rank)  # stable: each file's tests keep their order
     if settings.STEPWISE_STORE != "fast":
@@ -342,3 +348,37 @@ def workers(django_db_setup, django_db_blocker):
     stopped_when_not_asked_for("workers", group)
     yield group
     group.stop()
+
+
+# The attestation keys processes registered (orchestrator.engine.attestation), by key id.
+_ATTESTATION_KEYS: dict[str, dict] = {}
+
+
+@pytest.fixture(autouse=True)
+def attestation_keys_outlive_the_test_database(request):
+    """A deployment's key table outlives its runs; a test database does not (a transactional
+    test's tables are emptied after it, another test's rows rolled back). Every process of the
+    session — this one, the real workers — registered its key once, as it signed its first
+    record: each test that uses the database starts with the keys registered before it."""
+    marker = request.node.get_closest_marker("django_db")
+    if marker is None and not {"db", "transactional_db"} & set(request.fixturenames):
+        yield
+        return
+    from orchestrator.models import WorkerKey  # Django's apps are loaded once a test runs
+
+    if marker is None:
+        request.getfixturevalue("db" if "db" in request.fixturenames else "transactional_db")
+    try:
+        # One statement for every key, not a lookup per key: tests after many worker restarts
+        # would otherwise each spend dozens of queries here.
+        WorkerKey.objects.bulk_create([WorkerKey(**row) for row in _ATTESTATION_KEYS.values()],
+                                      ignore_conflicts=True)
+    except RuntimeError:  # a `db` fixture of the test's own (tests/tools/test_sql.py): no Django database
+        yield
+        return
+    yield
+    try:
+        _ATTESTATION_KEYS.update({row["key_id"]: row
+                                  for row in WorkerKey.objects.filter(revoked_at=None).values()})
+    except Exception:  # noqa: BLE001 - a test that broke its connection: nothing more to keep
+        pass

@@ -108,6 +108,7 @@ ROW_ACTIONS = {
     "view the team's workflows and runs": Action.VIEW,
     "dataset.edit": Action.DATASET_EDIT, "dataset.add_run": Action.DATASET_ADD_RUN,
     "evaluation.run": Action.EVALUATION_RUN,
+    "retention.manage": Action.RETENTION_MANAGE, "legal_hold.manage": Action.LEGAL_HOLD,
 }
 
 

@@ -1,14 +1,14 @@
 """Query parameters the API cannot use are a 400 naming them, never silently ignored.
 
 Found by the API fuzzer (tests/api/test_openapi_fuzz.py): `?offset=null`, `?offset=false` and
-`?limit=abc` returned the first page as if no value were given, a limit of 10**25 reached the
+`?limit=abc` (under the pagination by offset that cursors replaced) returned the first page as if no value were given, a limit of 10**25 reached the
 database and gave a 500, `?run=` (empty) listed every run's approvals, and a parameter given
 twice quietly used the last value.
 """
 import pytest
 
 from orchestrator.engine.services.workflows import workflow_save
-from orchestrator.web.api.pagination import MAX_LIMIT, MAX_OFFSET
+from orchestrator.web.api.pagination import MAX_CURSOR_CHARS, MAX_LIMIT, MAX_OFFSET
 from tests.factories import example_definition
 
 from .published import assert_documented, published_schema
@@ -52,15 +52,21 @@ def test_a_limit_that_is_not_one_whole_number_in_range_is_a_400(api, query):
     assert message.startswith(f"limit must be one whole number from 1 to {MAX_LIMIT}")
 
 
-def test_limit_and_offset_in_range_page_as_before(api, workflows):
+@pytest.mark.parametrize("path", LISTS)
+def test_an_offset_past_the_first_page_is_a_400_pointing_at_the_cursor(api, path):
+    message = assert_refused(api, f"{path}?offset=2", "offset")
+
+    assert "follow the `next` link" in message and "cursor" in message
+
+
+def test_a_limit_pages_and_offset_zero_is_the_first_page(api, workflows):
     page = api.get("/api/v1/workflows/?limit=2&offset=0").json()
-    rest = api.get("/api/v1/workflows/?limit=2&offset=2").json()
-    beyond = api.get(f"/api/v1/workflows/?offset={MAX_OFFSET}&limit={MAX_LIMIT}").json()
+    rest = api.get(page["next"]).json()
 
     assert [w["name"] for w in page["results"]] == ["alpha", "beta"]
-    assert page["next"].endswith("?limit=2&offset=2")
-    assert [w["name"] for w in rest["results"]] == ["gamma"]
-    assert (beyond["count"], beyond["results"]) == (3, [])
+    assert "offset" not in page["next"] and "cursor=" in page["next"]
+    assert [w["name"] for w in rest["results"]] == ["gamma"] and rest["next"] is None
+    assert "count" not in page
     assert len(api.get("/api/v1/workflows/").json()["results"]) == 3
 
 
@@ -70,9 +76,9 @@ def test_the_schema_publishes_the_ranges_and_the_400(api):
 
     assert parameters["limit"] == {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
                                    "default": 50}
-    assert parameters["offset"] == {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET,
-                                    "default": 0}
-    assert_documented(api, api.get("/api/v1/runs/?offset=null"), "GET", "/api/v1/runs/")
+    assert parameters["cursor"] == {"type": "string", "maxLength": MAX_CURSOR_CHARS}
+    assert "offset" not in parameters
+    assert_documented(api, api.get("/api/v1/runs/?cursor=null"), "GET", "/api/v1/runs/")
 
 
 @pytest.mark.parametrize("url, parameter", [

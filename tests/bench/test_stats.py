@@ -1,8 +1,9 @@
-"""The bench's pure helpers for the sleeping runs' phase (bench/stats.py, bench/scale.py): the
-lags read from persisted times, and the wake-up times spread over a window."""
+"""The bench's pure helpers (bench/stats.py, bench/scale.py): the lags read from persisted times,
+the wake-up times spread over a window, and when the API phase's clients send."""
+import statistics
 from datetime import UTC, datetime, timedelta
 
-from bench.scale import wake_times
+from bench.scale import due_times, wake_times
 from bench.stats import lags_ms
 
 T = datetime(2026, 12, 6, 18, 0, tzinfo=UTC)
@@ -26,3 +27,21 @@ def test_wake_times_are_spread_evenly_over_the_window_from_its_start():
     times = wake_times(0.0, window_s=200, runs=10_000)
     assert len(times) == 10_000 and times[0] == 0.0 and times[-1] < 200
     assert {round(b - a, 9) for a, b in zip(times, times[1:], strict=False)} == {0.02}
+
+
+def test_even_arrivals_interleave_the_clients_at_the_rate():
+    sent = sorted(t for i in range(4) for t in due_times(10.0, index=i, clients=4, count=5,
+                                                          rate=20, poisson=False))
+    assert sent[0] == 10.0 and len(sent) == 20
+    assert {round(b - a, 9) for a, b in zip(sent, sent[1:], strict=False)} == {0.05}
+
+
+def test_poisson_arrivals_keep_the_rate_with_gaps_as_random_as_an_exponential_s():
+    sent = sorted(t for i in range(8) for t in due_times(0.0, index=i, clients=8, count=1_000,
+                                                          rate=50, poisson=True))
+    gaps = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+    assert 45 < len(sent) / sent[-1] < 55  # requests per second, all clients together
+    # An exponential's standard deviation equals its mean; even spacing's is 0.
+    assert 0.9 < statistics.pstdev(gaps) / statistics.mean(gaps) < 1.1
+    assert due_times(0.0, index=3, clients=8, count=5, rate=50, poisson=True) == due_times(
+        0.0, index=3, clients=8, count=5, rate=50, poisson=True)  # the same each run

@@ -157,17 +157,43 @@ def test_nested_macros_are_stopped_by_the_cost_limit():
         evaluate_expression(NESTED_ALL, CONTEXT)
 
 
-def test_a_process_held_up_for_a_second_still_evaluates_an_ordinary_condition(monkeypatch):
-    """The cost limit bounds an expression; the time limit is only a backstop, far enough
-    above what the cost limit allows that a busy worker (descheduled for a while between two
-    steps of the evaluation) does not fail a run's condition."""
-    from orchestrator.engine.definitions import expressions
+@pytest.mark.parametrize("evaluate", [
+    lambda: evaluate_expression(
+        "input.body.contains('refund') || input.body.contains('invoice') || size(input.body) > 3",
+        {"input": {"body": "a refund"}}),
+    lambda: render_template(
+        "{% for word in input.body.split() %}{{ word | upper }} {% endfor %}",
+        {"input": {"body": "a refund " * 300}}),
+], ids=["expression", "template"])
+def test_a_process_held_up_for_seconds_still_evaluates_an_ordinary_condition(monkeypatch, evaluate):
+    """The cost limits bound a render or an evaluation; the time limit is a backstop on the
+    thread's own CPU time, so a busy worker descheduled between two of its operations (here the
+    wall clock jumps ten seconds) does not fail a run's condition or its parameters."""
+    start = limits.time.monotonic()
+    readings = iter([start])  # the budget's start; every later reading is ten seconds on
+    monkeypatch.setattr(limits.time, "monotonic", lambda: next(readings, start + 10.0))
+    assert evaluate()
 
-    start = expressions.time.monotonic()
-    readings = iter([start, start + 1.0])  # the budget's start, then the first time check
-    monkeypatch.setattr(expressions.time, "monotonic", lambda: next(readings, start + 1.0))
-    condition = "input.body.contains('refund') || input.body.contains('invoice') || size(input.body) > 3"
-    assert evaluate_expression(condition, {"input": {"body": "a refund"}}) is True
+
+def test_time_a_thread_waits_or_other_threads_work_is_not_charged_to_a_render():
+    """Renders and evaluations are timed by their own thread's CPU time: on a machine busy
+    enough to deschedule a worker for seconds, a cheap template still renders."""
+    import threading
+    import time
+
+    def burn(until):
+        while time.monotonic() < until:
+            pass
+
+    before = limits.spent_seconds()
+    others = [threading.Thread(target=burn, args=(time.monotonic() + 0.3,)) for _ in range(2)]
+    for other in others:
+        other.start()
+    time.sleep(0.3)
+    for other in others:
+        other.join()
+
+    assert limits.spent_seconds() - before < 0.1
 
 
 @pytest.mark.parametrize(

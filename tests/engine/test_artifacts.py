@@ -169,16 +169,17 @@ def test_a_large_output_reaches_the_next_step_and_is_stored_once(team, artifact_
     assert len(measure_input) < 400 and MARKER in measure_input
 
 
-def test_the_ledger_records_the_value_itself_not_the_reference(team, artifact_dir):
-    """The audit entry of the step's completion is what the step produced: the ledger stays
-    complete whether or not the value lives in an artifact."""
+def test_the_ledger_records_the_reference_its_digest_covers(team, artifact_dir):
+    """The audit entry of the step's completion names the step's output by its SHA-256, the
+    artifact the step's row names too, rather than copying it (tests/audit/test_large_values.py)."""
     from audit.models import AuditEntry
 
     run = start(team, echo("read", params={"text": "{{ input.document }}"}), input={"document": DOCUMENT})
     step_execute(step_id=step_of(run, "read").id, worker="w")
 
     entry = AuditEntry.objects.get(run_id=run.id, action="step.completed")
-    assert entry.data["output"] == {"text": DOCUMENT}
+    assert set(entry.data["output"]["text"]) == {MARKER, "bytes"}
+    assert restore(entry.data["output"]) == {"text": DOCUMENT}
     completed = Event.objects.get(run=run, kind="run.completed")
     assert completed.payload == {"read": {"text": DOCUMENT}}
     assert Run.objects.get(id=run.id).output == {"read": {"text": DOCUMENT}}

@@ -159,7 +159,7 @@ def test_a_fork_waits_its_turn_with_its_carried_steps_and_runs_from_its_step_whe
     assert fork.state == "pending" and place_in_line(fork) == 1
     assert dict(fork.steps.values_list("name", "state")) == {"echo": "completed", "again": "blocked"}
     assert list(Event.objects.filter(run=fork).values_list("kind", flat=True).order_by("id")) == [
-        "run.created", "run.held", "run.forked", "step.carried"]
+        "run.created", "run.held", "run.forked", "step.carried", "step.attested"]
     finish(going)
     assert finish(Run.objects.get(pk=fork.pk)).state == "completed"
     assert fork.steps.get(name="echo").attempts == 0  # carried, never run again

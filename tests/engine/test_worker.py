@@ -12,6 +12,7 @@ from decimal import Decimal
 import pytest
 
 from orchestrator.engine import limits
+from orchestrator.engine.attestation import attestation_digest
 from orchestrator.engine.clock import now
 from orchestrator.engine.leases import lease_until
 from orchestrator.engine.retry import StepError
@@ -251,7 +252,9 @@ def test_a_success_stores_the_output_charges_the_usage_and_closes_the_attempt(te
     assert attempt.finished_at is not None
     [completed] = events(step, "step.completed")
     assert completed.actor == "worker:w"
-    assert completed.payload == {"attempt": 1, "tokens_in": 10, "tokens_out": 5, "cost_usd": "0.25"}
+    assert completed.payload == {"attempt": 1, "tokens_in": 10, "tokens_out": 5, "cost_usd": "0.25",
+                                 "attestation": attestation_digest(step.attestation)}
+    assert attempt.attestation == step.attestation  # signed by this process, beside the attempt
     assert step_of(run, "next").state == "queued"  # the run moved on in the same transaction
 
 

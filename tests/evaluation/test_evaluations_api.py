@@ -144,13 +144,13 @@ def test_an_evaluations_summary_and_its_cases_by_tier_and_outcome(cases, editor,
 
     url = f"/api/v1/evaluations/{evaluation.id}/cases/"
     high = editor_api.get(f"{url}?risk_tier=high")
-    assert high.json()["count"] == 10 and {c["risk_tier"] for c in high.json()["results"]} == {"high"}
+    assert len(high.json()["results"]) == 10 and {c["risk_tier"] for c in high.json()["results"]} == {"high"}
     assert_documented(editor_api, high, "GET", "/api/v1/evaluations/{id}/cases/")
     failed = editor_api.get(f"{url}?passed=false").json()["results"]
     assert [c["key"] for c in failed] == ["decline-01", "never-arrived-01", "never-arrived-02"]
     assert failed[0]["scores"]["action:propose"] is False and failed[0]["run"] is None
-    assert editor_api.get(f"{url}?passed=true&risk_tier=low").json()["count"] == 9
-    assert editor_api.get(f"{url}?state=pending").json()["count"] == 0
+    assert len(editor_api.get(f"{url}?passed=true&risk_tier=low").json()["results"]) == 9
+    assert editor_api.get(f"{url}?state=pending").json()["results"] == []
     assert len(editor_api.get(f"{url}?limit=5").json()["results"]) == 5
     for query, path in [("passed=", "passed"), ("passed=yes", "passed"), ("risk_tier=", "risk_tier"),
                         ("risk_tier=low&risk_tier=high", "risk_tier"), ("state=gone", "state")]:

@@ -63,6 +63,7 @@ def evaluate(workflow: Workflow, version: int, actor) -> Evaluation:
                     timeout=180, interval=0.2)
 
 
+@pytest.mark.timeout(900)  # three evaluations of 30 runs, each allowed 180 s
 def test_a_draft_that_raises_the_refund_limit_is_held_back_and_a_fixed_one_is_published(workers, team):
     owner, editor = member(team, "owner", role="owner"), member(team, "editor", role="editor")
     with HttpSink() as provider:

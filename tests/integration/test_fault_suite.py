@@ -319,6 +319,9 @@ def check_every_call(sink: HttpSink, account: dict[str, dict], lost_keys: set[st
     return figures
 
 
+# Each iteration's waits are bounded (the moment, the workers' restart, the recovery): the
+# test's limit grows with the iterations asked for, so only a hang reaches it.
+@pytest.mark.timeout(600 + 300 * ITERATIONS)
 def test_crashes_restarts_and_duplicates_never_lose_a_run_nor_repeat_an_effect(workers, team, api, capsys, settings):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         pytest.skip("restarts shared servers: run it alone, `pytest -p no:xdist -m restarts_services`")

@@ -49,10 +49,11 @@ def smtp(workers):
         saved, settings.STEPWISE_CONNECTIONS = settings.STEPWISE_CONNECTIONS, connections
         yield sink
         settings.STEPWISE_CONNECTIONS = saved
+        # Left stopped with the session's environment: the next test that asks for the
+        # workers starts them (tests/conftest.py), and one that does not never waits for them.
         workers.stop()
         workers.env.clear()
         workers.env.update(before)
-        workers.start()
 
 
 @pytest.fixture

@@ -100,10 +100,11 @@ def rig(workers, django_db_blocker):
     settings.STEPWISE_CONNECTIONS = rig.connections  # the save-time checks in this process
     yield rig
     settings.STEPWISE_CONNECTIONS = saved
+    # Left stopped with the session's environment: the next test that asks for the workers
+    # starts them (tests/conftest.py).
     workers.stop()
     workers.env.clear()
     workers.env.update(before)
-    workers.start()
     rig.channel.queue_delete(rig.queue)
     rig.channel.exchange_delete(rig.exchange)
     channel_conn.close()

@@ -22,8 +22,10 @@ from .conftest import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.soak]
 MINUTES = float(os.environ.get("STEPWISE_SOAK_TEST_MINUTES", "0.5"))
+SOAK_TIMEOUT_S = 1200  # the soak's whole process: start, faults, drain and checks
 
 
+@pytest.mark.timeout(SOAK_TIMEOUT_S + 120)  # beyond the process's own limit, which reports better
 def test_a_short_soak_under_random_faults_breaks_no_invariant(tmp_path):
     missing = missing_binaries()
     if missing:
@@ -38,7 +40,7 @@ def test_a_short_soak_under_random_faults_breaks_no_invariant(tmp_path):
     result = subprocess.run(
         [sys.executable, "manage.py", "stepwise_soak", "--minutes", str(MINUTES), "--seed", "7",
          "--faults", "20", "--report", str(report)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=SOAK_TIMEOUT_S)
     assert result.returncode == 0, (result.stdout[-5000:], result.stderr[-5000:])
     totals = json.loads(report.read_text())
     assert totals["violations"] == 0 and totals["settled"], totals["violation_list"]

@@ -141,7 +141,10 @@ def test_the_client_saves_a_workflow_written_in_python(live_server, team, people
     editor, _ = people
     wf = Workflow("from-python", input_schema={"type": "object"})
     wf.tool("echo", tool="core.echo", params={"hello": "world"})
-    with Stepwise(live_server.url, token=Token.objects.create(user=editor).key) as stepwise:
+    # The server's first request warms it (URLs, schemas, templates): on a loaded machine that
+    # takes longer than the client's default timeout, which this test is not about.
+    with Stepwise(live_server.url, token=Token.objects.create(user=editor).key,
+                  timeout=120) as stepwise:
         saved = stepwise.save_workflow(wf)
         assert (saved["workflow"], saved["number"], saved["created"]) == ("from-python", 1, True)
         assert stepwise.save_workflow(wf.to_dict())["created"] is False

@@ -51,8 +51,8 @@ def headers_for(user=None) -> list[tuple[bytes, bytes]]:
 
 async def _connect(path: str, headers):
     ws = WebsocketCommunicator(application, path, headers=headers)
-    connected, code = await ws.connect()
-    first = await ws.receive_json_from(timeout=5) if connected else None
+    connected, code = await ws.connect(timeout=30)
+    first = await ws.receive_json_from(timeout=30) if connected else None
     await ws.disconnect()
     return connected, code, first
 
@@ -112,11 +112,11 @@ def test_a_page_that_reconnects_is_told_about_what_it_missed(run, team):
 
 async def _nudged(path: str, headers, run_id) -> dict:
     ws = WebsocketCommunicator(application, path, headers=headers)
-    await ws.connect()
-    await ws.receive_json_from(timeout=5)
+    await ws.connect(timeout=30)
+    await ws.receive_json_from(timeout=30)
     await get_channel_layer().group_send(run_group(run_id), {"type": "run.changed", "run": str(run_id),
                                                              "event": 123})
-    message = await ws.receive_json_from(timeout=5)
+    message = await ws.receive_json_from(timeout=30)
     await ws.disconnect()
     return message
 

@@ -11,12 +11,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from orchestrator.engine import attestation
+from orchestrator.engine.services import attestations
 from orchestrator.engine.services.kinds.worker import Carry, step_execute
 from orchestrator.engine.services.runs import run_start
 from orchestrator.engine.services.workflows import workflow_save
+from orchestrator.models import WorkerKey
 from tests.factories import SETUP
 
 # A worker the session started (an integration test) must not take these steps first.
@@ -110,6 +114,25 @@ def test_a_step_of_a_chain_stays_within_its_statements_and_transactions(chain):
     measured, _ = counted(lambda: step_execute(step_id=middle, worker="w"))
 
     assert_within(measured, STEP[connection.vendor], "a step (claim + execute + succeed + advance)")
+
+
+def test_a_process_registers_its_key_inside_its_first_step_s_transactions(chain, monkeypatch):
+    """A new worker process (a key never registered) opens no transaction of its own for the
+    registration: the key is registered with the first output it signs."""
+    first, middle, last = chain
+    step_execute(step_id=first, worker="w")
+    fresh = Ed25519PrivateKey.generate()
+    monkeypatch.setattr(attestation, "_load_private", lambda: (fresh, "generated"))
+    monkeypatch.setattr(attestation, "_process_key", None)
+    monkeypatch.setattr(attestations, "_registered_in", None)
+
+    measured, _ = counted(lambda: step_execute(step_id=middle, worker="w"))
+
+    assert WorkerKey.objects.filter(key_id=attestation.process_key().key_id).exists()
+    bound = STEP[connection.vendor]
+    assert measured.transactions <= bound.transactions, (
+        f"a process's first step: {measured.transactions} transactions, bound "
+        f"{bound.transactions}\n{measured.listing()}")
 
 
 def test_a_carried_step_of_a_chain_stays_within_its_statements_and_transactions(team):

@@ -39,6 +39,15 @@ STEP = 6
 CARRIED_STEP = 3
 
 
+@pytest.fixture(autouse=True)
+def fresh_connection():
+    """A connection of this test's own: the driver's prepared statements are a per-connection
+    cache of bounded size, and what earlier tests sent on a shared one would evict and
+    prepare again the step's statements while their round trips are counted."""
+    connection.close()
+    yield
+
+
 def chain_steps(version) -> list[int]:
     return list(run_start(version=version, input={}, actor=SETUP).steps.order_by(
         "position").values_list("id", flat=True))

@@ -13,7 +13,9 @@ like the real APIs do, with behaviours the test chooses:
 Behaviours queued with `then(...)` answer the next requests in order; rules added with
 `when_prompt_contains(text, behaviour)` answer any request whose messages contain `text` —
 that is how the fake "obeys" a prompt injection. Otherwise `default` answers. Every request
-is recorded (path, headers, body, time) for the test to inspect.
+is recorded (path, headers, body, time) for the test to inspect, and counted as a provider
+would meter it: the most requests in flight at once (`most_in_flight`) and the tokens answered
+in each calendar minute (`tokens_by_minute`).
 """
 import json
 import threading
@@ -74,6 +76,8 @@ class FakeLLM:
         self.queue: list[Behaviour] = []
         self.rules: list[tuple[str, Behaviour]] = []
         self.requests: list[dict] = []
+        self.in_flight = self.most_in_flight = 0
+        self.tokens_by_minute: dict[int, int] = {}
         self._lock = threading.Lock()
         fake = self
 
@@ -88,7 +92,17 @@ class FakeLLM:
                     fake.requests.append({"path": self.path, "headers": dict(self.headers),
                                           "body": body, "at": time.monotonic()})
                     behaviour = fake._choose(body)
-                fake._answer(self, body, behaviour)
+                    fake.in_flight += 1
+                    fake.most_in_flight = max(fake.most_in_flight, fake.in_flight)
+                try:
+                    fake._answer(self, body, behaviour)
+                finally:
+                    with fake._lock:
+                        fake.in_flight -= 1
+                        if behaviour.kind != "status":
+                            minute = int(time.time() // 60)
+                            fake.tokens_by_minute[minute] = (fake.tokens_by_minute.get(minute, 0)
+                                                             + TOKENS_IN + TOKENS_OUT)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -113,6 +127,8 @@ class FakeLLM:
             self.queue.clear()
             self.rules.clear()
             self.requests.clear()
+            self.in_flight = self.most_in_flight = 0
+            self.tokens_by_minute.clear()
 
     @property
     def openai_base_url(self) -> str:

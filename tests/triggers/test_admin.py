@@ -17,7 +17,7 @@ FORM = {"name": "inbox", "description": "", "enabled": "on", "input_template": "
         "cron": "", "timezone": "UTC", "interval_s": "", "missed_slots": "skip",
         "catch_up_max": "3", "replay_window_s": "300", "max_body_bytes": "262144",
         "source": "", "exchange": "", "binding_key": "", "queue": "", "stream": "", "correlate": "",
-        "uncorrelated": "refuse"}
+        "uncorrelated": "refuse", "capacity": ""}
 
 
 def admin_for(team, role: str) -> Client:
@@ -74,7 +74,7 @@ def test_the_rotate_action_shows_the_new_secret_once(team, support):
 
 SCHEDULE_PAGE = ["name", "description", "workflow", "workflow_version", "enabled", "input_template",
                  "filter", "max_per_minute", "when_limited", "max_queued", "cron", "timezone",
-                 "interval_s", "missed_slots", "catch_up_max"]
+                 "interval_s", "missed_slots", "catch_up_max", "capacity"]
 
 
 def test_a_schedule_is_changed_on_its_page_with_the_fields_the_page_shows(team, support, frozen):

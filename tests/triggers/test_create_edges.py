@@ -123,7 +123,7 @@ def test_a_created_trigger_is_recorded_with_its_settings_and_never_its_secret(te
         "filter", "max_per_minute", "when_limited", "max_queued", "cron", "timezone",
         "interval_s", "missed_slots", "catch_up_max", "replay_window_s", "max_body_bytes",
         "source", "exchange", "binding_key", "queue", "stream", "correlate", "uncorrelated",
-        "debounce_s", "debounce_key", "debounce_max_s"}
+        "debounce_s", "debounce_key", "debounce_max_s", "capacity"}
     assert secret not in entry.payload
 
 
