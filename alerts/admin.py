@@ -9,16 +9,18 @@ from django.utils.html import format_html
 from orchestrator.engine.authz import Action, teams_where
 from orchestrator.engine.errors import Forbidden, NotAllowed
 from orchestrator.web.admin_display import ReadOnlyAdminMixin, TeamScopedAdminMixin, badge_column
+from orchestrator.web.admin_paging import HistoryListMixin
 
 from .models import Alert, AlertRule
 from .services import alert_acknowledge, alert_resolve
 
 
 @admin.register(Alert)
-class AlertAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class AlertAdmin(HistoryListMixin, TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["created_at", "rule", "severity", "subject", "team", badge_column("state"),
                     "run_live", "acknowledged_by", "resolved_by"]
     list_filter = ["state", "rule", "severity", "team"]
+    ordering = ["-created_at", "-id"]  # along `created_at`'s index
     search_fields = ["subject", "body", "key", "run__id"]
     fields = readonly_fields = ["key", "rule", "severity", "team", "run", "subject", "body",
                                 "state", "notification", "created_at", "acknowledged_at",

@@ -5,7 +5,7 @@
 paused (by the budget gate or for an operator), a budget past its warning fraction or refusing a
 step (the budget gate's `budget.warning` and `budget.denied` events, which carry the level and
 the figures: `budgets.alerts`), work dead-lettered, a step retried more than its rule allows or
-held back by an open circuit breaker, a run flagged stuck by the reaper, a run past its deadline.
+held back by an open circuit breaker, an output whose attestation failed, a run flagged stuck by the reaper, a run past its deadline.
 `alerts_check_time` finds what no event reports: runs without progress, deadlines at risk or
 passed, steps waiting too long in a queue. Both run from beat (`alerts.tasks.scan`) and only read
 the engine's rows; every alert goes through `alerts.services.alert_raise`, whose unique key makes
@@ -122,9 +122,17 @@ def _on_event(event: Event) -> int:
     if kind in BUDGET_KINDS:
         return int(budget_alert(kind=kind, run=run, key=payload["key"], level=payload["level"],
                                 message=payload["message"]))
+    if kind == "step.attestation_invalid" and event.step is not None:
+        return _raise(RuleKind.ATTESTATION_INVALID, run,
+                      f"step.attestation_invalid:{run.pk}:{event.step.name}",
+                      f"Output of step {event.step.name} of run {short} failed its attestation",
+                      f"{payload.get('problem', 'no valid attestation')}. The run is paused for "
+                      "an investigation: nothing reads this output until an operator acts.")
     if kind == "run.paused":
-        if payload.get("class") == "budget":
-            return 0  # its `budget.denied` event raises the alert, with the level and the figures
+        if payload.get("class") in ("budget", "attestation"):
+            # The budget gate's `budget.denied` event raises the alert, with the level and the
+            # figures; an attestation's, the step's `step.attestation_invalid`.
+            return 0
         return _raise(RuleKind.RUN_PAUSED, run, f"run.paused:{run.pk}",
                       f"Run {short} of {name} is paused",
                       "\n".join([f"Reason: {_message(payload) or 'a step failed'}.",

@@ -21,6 +21,7 @@ class RuleKind(StrEnum):
     BREAKER_OPENED = "breaker.opened"
     QUEUE_AGE = "queue.age"
     TRIGGER_REFUSED = "trigger.refused"
+    ATTESTATION_INVALID = "step.attestation_invalid"
 
 
 class Severity(StrEnum):
@@ -65,4 +66,8 @@ DEFAULTS: dict[RuleKind, Rule] = {r.kind: r for r in [
          description="a schedule's slot started no run (its input was refused, or its rate, "
                      "quota or budget held it back); once per trigger and reason until the "
                      "trigger is changed"),
+    Rule(RuleKind.ATTESTATION_INVALID, True, None, Severity.CRITICAL,
+         description="a step's output has no valid attestation (changed after it was produced, "
+                     "or signed by an unregistered or revoked key): its run paused for an "
+                     "investigation"),
 ]}

@@ -12,13 +12,14 @@ of their groups, or that they acted on (`approvals.authority.requests_visible_to
 """
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Count, F, QuerySet
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.timesince import timesince, timeuntil
 
+from orchestrator.engine.authz import visible
 from orchestrator.engine.clock import now
 from orchestrator.engine.errors import Forbidden, InputInvalid, NotAllowed, ServiceError
 from orchestrator.engine.services.kinds.human_gate import (
@@ -28,7 +29,9 @@ from orchestrator.engine.services.kinds.human_gate import (
     approval_revoke,
 )
 from orchestrator.engine.services.kinds.human_input import input_answer
+from orchestrator.models import Workflow
 from orchestrator.web.admin_display import ReadOnlyAdminMixin, badge_column, money, state_badge
+from orchestrator.web.admin_paging import HistoryListMixin, recent_values_filter
 
 from .actions import action_summary
 from .authority import (
@@ -39,7 +42,7 @@ from .authority import (
     requests_visible_to,
 )
 from .forms import ABSTAIN, AnswerForm, DecisionForm, EditForm, RevokeForm
-from .models import ApprovalRequest, ApprovalState, InputState, InputTask
+from .models import ApprovalDecision, ApprovalRequest, ApprovalState, InputState, InputTask
 from .review import review_of
 
 STATUS_OF = {Forbidden: 403, NotAllowed: 409, InputInvalid: 400}
@@ -109,12 +112,17 @@ class WorkflowFilter(admin.SimpleListFilter):
     parameter_name = "workflow"
 
     def lookups(self, request, model_admin):
-        names = (model_admin.get_queryset(request).order_by()
-                 .values_list("run__version__workflow__name", flat=True).distinct())
+        # The workflows of the teams the person sees, not the names behind every request ever
+        # made (a join of every request with its run).
+        names = (visible(Workflow.objects.all(), request.user)
+                 .order_by().values_list("name", flat=True).distinct())
         return [(name, name) for name in sorted(set(names))]
 
     def queryset(self, request, queryset):
         return queryset.filter(run__version__workflow__name=self.value()) if self.value() else queryset
+
+
+_UNREAD = object()
 
 
 def tier_badge(tier: str) -> str:
@@ -122,14 +130,22 @@ def tier_badge(tier: str) -> str:
 
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class ApprovalRequestAdmin(HistoryListMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["summary", "workflow", "risk", "amount", "requester", "age", "deadline",
                     "progress", badge_column("state")]
     list_display_links = ["summary"]
-    list_filter = [StateFilter, AssignedFilter, TierFilter, WorkflowFilter, "approvers"]
+    list_filter = [StateFilter, AssignedFilter, TierFilter, WorkflowFilter,
+                   recent_values_filter("approvers")]
     list_select_related = ["run__version__workflow", "run__created_by", "step"]
     search_fields = ["run__id", "step__name", "approvers", "instructions"]
     ordering = ["deadline_at", "id"]
+
+    def get_ordering(self, request):
+        # Requests waiting: the nearest deadline first (along `approval_state_deadline`);
+        # decided ones, or all of them: the newest first (along `approval_requested_id`).
+        if request.GET.get(StateFilter.parameter_name, StateFilter.default) == ApprovalState.PENDING:
+            return self.ordering
+        return ["-requested_at", "-id"]
     actions = None
     change_form_template = "admin/approvals/approvalrequest/decision.html"
     change_list_template = "admin/approvals/approvalrequest/change_list.html"
@@ -185,17 +201,30 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="approvals")
     def progress(self, approval: ApprovalRequest) -> str:
-        given = (approval.decisions.filter(verdict="approve", proposal_hash=approval.proposal_hash)
-                 .values("user").distinct().count())
+        given = getattr(approval, "approvals_given", _UNREAD)
+        if given is _UNREAD:  # a request the changelist did not count for
+            given = (approval.decisions.filter(verdict="approve", proposal_hash=approval.proposal_hash)
+                     .values("user").distinct().count())
         return f"{given} of {approval.approvals_required}"
 
     def changelist_view(self, request, extra_context=None):
         # The same inbox lists the input tasks waiting for this person's answer, above.
         tasks = (input_inbox(request.user)
                  .select_related("run__version__workflow", "step").order_by("deadline_at", "id"))
-        return super().changelist_view(request, {"title": "Approval inbox",
-                                                 "input_tasks": list(tasks[:100]),
-                                                 **(extra_context or {})})
+        response = super().changelist_view(request, {"title": "Approval inbox",
+                                                     "input_tasks": list(tasks[:100]),
+                                                     **(extra_context or {})})
+        listed = getattr(response, "context_data", None) or {}
+        if "cl" in listed:  # the page's approvals counted in one query, not one per row
+            page = list(listed["cl"].result_list)
+            given = dict(ApprovalDecision.objects
+                         .filter(request__in=page, verdict="approve",
+                                 proposal_hash=F("request__proposal_hash"))
+                         .order_by().values("request").annotate(n=Count("user", distinct=True))
+                         .values_list("request", "n"))
+            for approval in page:
+                approval.approvals_given = given.get(approval.pk, 0)
+        return response
 
     # --- the decision page ------------------------------------------------------------------
 
@@ -301,7 +330,7 @@ class InputStateFilter(StateFilter):
 
 
 @admin.register(InputTask)
-class InputTaskAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class InputTaskAdmin(HistoryListMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Input tasks of `human_input` steps: listed in the approvals inbox (and here, with their
     history), answered on their own page, whose form is drawn from the step's JSON Schema
     (`forms.AnswerForm`) and posts to `input_answer`, the service the API calls. A refusal
@@ -313,6 +342,13 @@ class InputTaskAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ["run__version__workflow", "step", "answered_by"]
     search_fields = ["run__id", "step__name", "group", "assignee"]
     ordering = ["deadline_at", "id"]
+
+    def get_ordering(self, request):
+        # Requests waiting: the nearest deadline first (along `approval_state_deadline`);
+        # decided ones, or all of them: the newest first (along `approval_requested_id`).
+        if request.GET.get(StateFilter.parameter_name, StateFilter.default) == ApprovalState.PENDING:
+            return self.ordering
+        return ["-requested_at", "-id"]
     actions = None
     change_form_template = "admin/approvals/inputtask/answer.html"
 

@@ -82,6 +82,9 @@ class ApprovalRequest(ConcurrentTransitionMixin, models.Model):
         indexes = [
             models.Index(fields=["state", "deadline_at"], name="approval_state_deadline"),
             models.Index(fields=["state", "remind_at"], name="approval_state_remind"),
+            # The approval list: a keyset page, newest first, by state or not.
+            models.Index(fields=["requested_at", "id"], name="approval_requested_id"),
+            models.Index(fields=["state", "requested_at", "id"], name="approval_state_requested"),
         ]
         constraints = [
             models.UniqueConstraint(fields=["step"], condition=models.Q(state="pending"),
@@ -202,7 +205,12 @@ class InputTask(ConcurrentTransitionMixin, models.Model):
 
     class Meta:
         ordering = ["-requested_at"]
-        indexes = [models.Index(fields=["state", "deadline_at"], name="input_state_deadline")]
+        indexes = [
+            models.Index(fields=["state", "deadline_at"], name="input_state_deadline"),
+            # The input-task list: a keyset page by deadline, by state or not.
+            models.Index(fields=["deadline_at", "id"], name="input_deadline_id"),
+            models.Index(fields=["state", "deadline_at", "id"], name="input_state_deadline_id"),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["step"], condition=models.Q(state="open"),
                                     name="one_open_input_task_per_step"),

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 PG_SERVER, PG_DATABASE = os.environ.get(
     "BENCH_DATABASE_URL", "postgres://root@127.0.0.1:5432/stepwise_bench").rsplit("/", 1)
@@ -79,3 +80,28 @@ def _redis_flush() -> None:
         client.flushdb()
     finally:
         client.close()
+
+
+def database_recreate(url: str) -> None:
+    """An empty database at `url` (PostgreSQL), for a bench of its own (bench/ledger_*.py)."""
+    admin, name = _admin_url(url)
+    with _admin_connection(admin) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        connection.execute(f'CREATE DATABASE "{name}"')
+
+
+def database_drop(url: str) -> None:
+    admin, name = _admin_url(url)
+    with _admin_connection(admin) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _admin_url(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/postgres")), parts.path.lstrip("/")
+
+
+def _admin_connection(admin: str):
+    import psycopg
+
+    return psycopg.connect(admin, autocommit=True)

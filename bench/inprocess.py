@@ -7,6 +7,7 @@ services make on commit stay in the broker, which is deleted with the backend's 
 """
 from __future__ import annotations
 
+import base64
 import time
 from collections import Counter
 
@@ -161,6 +162,58 @@ def _carried_run_ms_per_step(version, run_input: dict) -> float:
     return (time.perf_counter() - t0) * 1000 / len(ids)
 
 
+def attestation_cost_per_step(version, *, runs: int = 5) -> dict:
+    """What attestation adds to a step (docs/audit.md#attestation), against the step's carried
+    service time measured in the same process just before: per step, the worker's record (the
+    hashes of the input, the definition's step and the output, one Ed25519 signature) and the
+    scheduler's checks of the outputs the next step reads (every upstream step's output hashed
+    again; a record's signature verified once per process, and not at all by the process that
+    signed it), timed on the real rows of the chains just run; and one signature's verify, the
+    cost a process pays the first time it reads a record another process signed. Medians over
+    the chains' steps; `share` is their sum over the service time."""
+    from orchestrator.engine.attestation import attestation_problem, known_key
+    from orchestrator.engine.authz import System
+    from orchestrator.engine.hashing import canonical_json
+    from orchestrator.engine.selectors import spec_of
+    from orchestrator.engine.services.kinds import worker as services
+    from orchestrator.engine.services.runs import run_start
+    from orchestrator.models import StepRun
+
+    service = carried_service_time_per_step(version, runs=runs)
+    sign, check, verify = [], [], []
+    for _ in range(runs):
+        run = run_start(version=version, input={}, actor=System("bench"))
+        ids = _step_ids(run)
+        services.step_execute(step_id=ids[0], worker="bench",
+                              carry=services.Carry("tools", len(ids), time.monotonic() + 3600))
+        steps = list(StepRun.objects.filter(run=run).order_by("position"))
+        for n, step in enumerate(steps):
+            claim = services.Claim(step.id, step.attempts, run.id, "bench", spec_of(run, step.name),
+                                   step.input or {}, "key")
+            t0 = time.perf_counter()
+            signed = services.Trace(claim).record(step_id=step.id, attempt=step.attempts,
+                                                  worker="bench", output=step.output,
+                                                  usage=services.Usage())
+            sign.append((time.perf_counter() - t0) * 1e6)
+            # The next step's start reads every step up to this one, each checked.
+            t0 = time.perf_counter()
+            for upstream in steps[:n + 1]:
+                assert attestation_problem(step_id=upstream.id, output=upstream.output,
+                                           attestation=upstream.attestation) is None
+            check.append((time.perf_counter() - t0) * 1e6)
+            public = known_key(signed["key"]).public
+            message = canonical_json(signed["record"]).encode("ascii")
+            raw = base64.b64decode(signed["sig"])
+            t0 = time.perf_counter()
+            public.verify(raw, message)
+            verify.append((time.perf_counter() - t0) * 1e6)
+    per_step_us = summary(sign)["p50"] + summary(check)["p50"]
+    return {"sign_us": summary(sign), "checks_of_upstream_us": summary(check),
+            "verify_us": summary(verify), "service_ms": service,
+            "per_step_us": round(per_step_us, 1),
+            "share": round(per_step_us / (service["p50"] * 1000), 4)}
+
+
 def large_values(team, *, steps: int = 5, value_kb: int = 256, runs: int = 3) -> dict:
     """A chain whose every step outputs a value of `value_kb` KB (a document read and passed
     on), run from its first message in this process, with large values in the row and as
@@ -236,7 +289,10 @@ def queries_per_step(version) -> dict:
     from orchestrator.engine.authz import System
     from orchestrator.engine.services.runs import run_start
 
-    run_start(version=version, input={}, actor=System("bench"))  # warm the per-process definition cache first
+    # Warm what a process does once, not per step: its definition cache, and the registration
+    # of the key it signs with (made with its first step's output).
+    warm = run_start(version=version, input={}, actor=System("bench"))
+    _step_through(warm, _step_ids(warm)[0])
     with CaptureQueriesContext(connection) as started:
         run = run_start(version=version, input={}, actor=System("bench"))
     phases = ("claim", "execute", "succeed")

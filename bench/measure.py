@@ -235,6 +235,8 @@ def measure(args, result: dict) -> None:
         "concurrency": args.workers_concurrency, "web_processes": args.web_processes,
         "cpus": os.cpu_count(),
         "debug": settings.DEBUG, "python": sys.version.split()[0],
+        "net_delay_ms": float(os.environ["BENCH_NET_DELAY_MS"])
+        if os.environ.get("BENCH_NET_DELAY_MS") else None,
         # 1, 5, 15-minute load: other work on the machine shows up here, and in the figures
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
     }
@@ -277,6 +279,13 @@ def measure(args, result: dict) -> None:
             say(f"live: {args.live_runs} runs, commit to a re-read after the websocket's nudge")
             result["live"] = live.commit_to_screen(base_url, fixtures["token"], "bench-chain",
                                                    runs=args.live_runs, deadline=args.deadline)
+            checkpoint()
+        if args.quota_steps:
+            from . import capacity
+
+            result["quota"] = capacity.quota_phase(
+                args, base_url=base_url, token=fixtures["token"], env=env, var_dir=var_dir,
+                deadline=time.time() + 0.6 * (args.deadline - time.time()), check=workers.check)
             checkpoint()
         if (args.api_clients or args.held_runs or args.fanout_items or args.sleeping_runs
                 or args.signalled_runs or args.evaluation_cases):
@@ -322,6 +331,7 @@ def measure(args, result: dict) -> None:
     result["service_ms"] = inprocess.service_time_per_step(fixtures["chain"])
     result["carried_service_ms"] = inprocess.carried_service_time_per_step(fixtures["chain"])
     result["python_calls"] = inprocess.python_calls_per_carried_step(fixtures["chain"])
+    result["attestation"] = inprocess.attestation_cost_per_step(fixtures["chain"])
     result["round_trips"] = inprocess.round_trips_per_carried_step(fixtures["chain"])
     result["db_connect_ms"] = inprocess.db_connect_ms()
     checkpoint()
@@ -410,6 +420,25 @@ def scale_phases(args, result: dict, *, base_url: str, token: str, server, worke
             result["api_paced"] = scale.api_submission(
                 base_url, token, "bench-api", clients=args.api_clients,
                 requests=args.api_requests // 2, deadline=until(), rate=capacity / 2)
+            checkpoint()
+        # Starts of runs that execute (one tool step each) while more arrive: the closed loop's
+        # rate, then Poisson arrivals at half of it, each followed by the runs' drain.
+        say(f"api: {args.api_requests} POSTs of runs that execute from {args.api_clients} clients")
+        result["api_executing"] = scale.api_submission(
+            base_url, token, "bench-single", clients=args.api_clients,
+            requests=args.api_requests, deadline=until())
+        result["api_executing"]["drained_s"] = scale.runs_drained("bench-single", deadline=until())
+        checkpoint()
+        executing = result["api_executing"]["requests_per_s"]
+        if executing:
+            say(f"api: {args.api_requests // 2} POSTs of runs that execute, Poisson arrivals at "
+                f"{executing / 2:.1f}/s")
+            result["api_poisson"] = scale.api_submission(
+                base_url, token, "bench-single", clients=args.api_clients,
+                requests=args.api_requests // 2, deadline=until(), rate=executing / 2,
+                poisson=True)
+            result["api_poisson"]["drained_s"] = scale.runs_drained("bench-single",
+                                                                    deadline=until())
             checkpoint()
     if args.fanout_items:
         say(f"fan-out: {args.fanout_items} map items while single-step runs start one at a time")
@@ -528,6 +557,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fanout-items", type=int, default=0)
     parser.add_argument("--fanout-probes", type=int, default=30)
     parser.add_argument("--evaluation-cases", type=int, default=0)
+    parser.add_argument("--quota-steps", type=int, default=0)
+    parser.add_argument("--quota-concurrent", type=int, default=4)
+    parser.add_argument("--quota-tokens-per-minute", type=int, default=1_000_000)
+    parser.add_argument("--quota-window-s", type=float, default=240)
+    parser.add_argument("--model-latency-ms", type=float, default=50)
     parser.add_argument("--evaluation-concurrency", type=int, default=4)
     parser.add_argument("--evaluation-budget-share", type=float, default=0.65)
     parser.add_argument("--evaluation-workers", type=int, default=1)

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,13 +22,16 @@ if str(ROOT) not in sys.path:  # run as a script: make the `bench` package impor
     sys.path.insert(0, str(ROOT))
 
 from bench.backends import BACKENDS, backend_env  # noqa: E402
+from bench.netdelay import DelayProxy, target_of, through  # noqa: E402
 from bench.procs import reap_ledger  # noqa: E402
 from bench.stats import table  # noqa: E402
 
 
 def run_backend(backend: str, args, deadline: float) -> dict:
     print(f"=== {backend}: deadline in {deadline - time.time():.0f}s", flush=True)
-    with backend_env(backend, keep=args.keep) as (env, var_dir):
+    with backend_env(backend, keep=args.keep) as (env, var_dir), ExitStack() as proxies:
+        if args.net_delay_ms is not None:
+            network(env, args.net_delay_ms, proxies)
         # Outside the scratch dir: what the measuring process wrote survives an interruption.
         args.out_dir.mkdir(parents=True, exist_ok=True)
         out = args.out_dir / f"results-{backend}.json"
@@ -49,6 +53,11 @@ def run_backend(backend: str, args, deadline: float) -> dict:
                    "--signal-rate", str(args.signal_rate),
                    "--fanout-probes", str(args.fanout_probes),
                    "--evaluation-cases", str(args.evaluation_cases),
+                   "--quota-steps", str(args.quota_steps),
+                   "--quota-concurrent", str(args.quota_concurrent),
+                   "--quota-tokens-per-minute", str(args.quota_tokens_per_minute),
+                   "--quota-window-s", str(args.quota_window_s),
+                   "--model-latency-ms", str(args.model_latency_ms),
                    "--evaluation-concurrency", str(args.evaluation_concurrency),
                    "--evaluation-budget-share", str(args.evaluation_budget_share),
                    "--evaluation-workers", str(args.evaluation_workers),
@@ -82,6 +91,33 @@ def run_backend(backend: str, args, deadline: float) -> dict:
             killed = reap_ledger(var_dir)
             if killed:
                 print(f"=== {backend}: killed {killed} leftover process group(s)", flush=True)
+
+
+def network(env: dict, delay_ms: float, proxies: ExitStack) -> None:
+    """Put a proxy adding `delay_ms` to each round trip between every process the bench
+    starts and PostgreSQL and Redis (bench/netdelay.py)."""
+    for name, default_port in (("DATABASE_URL", 5432), ("CELERY_BROKER_URL", 6379),
+                               ("REDIS_URL", 6379)):
+        if name not in env:
+            continue
+        proxy = DelayProxy(target_of(env[name], default_port), delay_ms)
+        proxies.callback(proxy.stop)
+        env[name] = through(env[name], proxy)
+    env["BENCH_NET_DELAY_MS"] = str(delay_ms)
+
+
+def scale_history(args) -> int:
+    """The scale-history phase alone, on a fresh PostgreSQL database."""
+    with backend_env("postgres", keep=args.keep) as (env, _var_dir):
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        out = args.out_dir / "results-scale-history.json"
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env,
+                       check=True)
+        done = subprocess.run([sys.executable, "-m", "bench.scale_history",
+                               "--runs", str(args.scale_history),
+                               "--requests", str(args.scale_requests), "--out", str(out)],
+                              cwd=ROOT, env=env, timeout=args.timeout)
+        return done.returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,6 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--evaluation-cases", type=int, default=0,
                         help="cases of an evaluation run while live runs are started one at a "
                         "time (default 0: skip; the target is 1000)")
+    parser.add_argument("--quota-steps", type=int, default=0,
+                        help="an evaluation of N model steps beside interactive runs, every call "
+                             "under one provider quota (bench/capacity.py; 0: skip)")
+    parser.add_argument("--quota-concurrent", type=int, default=4,
+                        help="the quota's calls in flight at once (default 4)")
+    parser.add_argument("--quota-tokens-per-minute", type=int, default=1_000_000,
+                        help="the quota's tokens a minute (default 1,000,000)")
+    parser.add_argument("--quota-window-s", type=float, default=240,
+                        help="the longest the quota phase's evaluation runs (default 300 s)")
+    parser.add_argument("--model-latency-ms", type=float, default=50,
+                        help="how long the local model server takes to answer (default 50 ms)")
     parser.add_argument("--evaluation-concurrency", type=int, default=4,
                         help="the evaluation's runs at a time (default 4, the engine's default)")
     parser.add_argument("--evaluation-budget-share", type=float, default=0.65,
@@ -132,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
                         "0: one worker on every queue)")
     parser.add_argument("--evaluation-nice", type=int, default=0,
                         help="the CPU priority (nice -n) of the evaluation worker (default 0)")
+    parser.add_argument("--net-delay-ms", type=float, default=None,
+                        help="PostgreSQL and Redis behind proxies adding this to each round "
+                        "trip, as a network between machines (postgres backend)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="loaded throughput rounds, Stepwise then the floor in each; the "
                         "table gives each round's ratio and their median (default 3)")
@@ -141,9 +191,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="where results-<backend>.json go (default var/bench, gitignored)")
     parser.add_argument("--keep", action="store_true",
                         help="keep each backend's temporary var dir (logs, SQLite file)")
+    parser.add_argument("--scale-history", type=int, default=0, metavar="N",
+                        help="only the scale-history phase (PostgreSQL): seed N finished runs "
+                        "in the database, then p50/p99 of each list and page (bench/scale_history.py)")
+    parser.add_argument("--scale-requests", type=int, default=30,
+                        help="requests per page in the scale-history phase (default 30)")
     args = parser.parse_args(argv)
+    if args.scale_history:
+        return scale_history(args)
     if args.steps < 2 or args.runs < 1 or args.start_runs < 1 or args.rounds < 1:
         parser.error("--steps must be >= 2, --runs, --start-runs and --rounds >= 1")
+    if args.net_delay_ms is not None and args.backend != "postgres":
+        parser.error("--net-delay-ms needs --backend postgres (the embedded default has no network)")
 
     backends = list(BACKENDS) if args.backend == "both" else [args.backend]
     end = time.time() + args.timeout

@@ -31,6 +31,7 @@ its state through its models.
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -182,15 +183,33 @@ def make_fixtures(team_slug: str = "bench") -> dict:
 # --- API submission under concurrent clients ------------------------------------------------
 
 
+def due_times(start: float, *, index: int, clients: int, count: int, rate: float,
+              poisson: bool) -> list[float]:
+    """When client `index` of `clients` sends each of its `count` requests, for `rate` requests
+    per second in all: evenly interleaved with the other clients', or (`poisson`) after gaps
+    drawn from an exponential distribution of mean `clients / rate`, seeded by the client."""
+    if not poisson:
+        return [start + (k * clients + index) / rate for k in range(count)]
+    gap = random.Random(index).expovariate
+    due, at = [], start
+    for _ in range(count):
+        at += gap(rate / clients)
+        due.append(at)
+    return due
+
+
 def api_submission(base_url: str, token: str, workflow: str, *, clients: int, requests: int,
-                   deadline: float, rate: float | None = None) -> dict:
+                   deadline: float, rate: float | None = None, poisson: bool = False) -> dict:
     """`requests` POSTs spread over `clients` threads; latency of each, and the rate.
 
     Closed loop (no `rate`): each client sends its next request as soon as the last one is
     answered, so the server is saturated and the figure is its capacity. Open loop (`rate`
     requests per second in all): request k of client i is due at start + (k * clients + i) /
     rate whatever came before, and its latency counts from when it was due, so a server that
-    falls behind is charged for the wait (no coordinated omission).
+    falls behind is charged for the wait (no coordinated omission). With `poisson`, the due
+    times are random instead of even: each client's gaps are exponential with mean
+    clients / rate, so together the requests arrive as one Poisson stream of `rate` per second,
+    as independent users' do.
     """
     import httpx
 
@@ -201,6 +220,8 @@ def api_submission(base_url: str, token: str, workflow: str, *, clients: int, re
     start = time.perf_counter() + 1.0  # every client connected before the first is due
 
     def client(index: int) -> None:
+        due = due_times(start, index=index, clients=clients, count=share[index], rate=rate,
+                        poisson=poisson) if rate else []
         with httpx.Client(base_url=base_url, timeout=30,
                           headers={"Authorization": f"Token {token}"}) as http:
             http.get("/api/v1/health/")  # open the connection outside the measurement
@@ -208,7 +229,7 @@ def api_submission(base_url: str, token: str, workflow: str, *, clients: int, re
                 if time.time() > deadline:
                     return
                 if rate:
-                    t0 = start + (k * clients + index) / rate
+                    t0 = due[k]
                     time.sleep(max(t0 - time.perf_counter(), 0))
                 else:
                     t0 = time.perf_counter()
@@ -223,9 +244,23 @@ def api_submission(base_url: str, token: str, workflow: str, *, clients: int, re
         list(pool.map(client, range(clients)))
     wall = time.time() - t0 - (1.0 if rate else 0)
     return {"clients": clients, "requests": len(latencies), "latency_ms": summary(latencies),
-            "offered_per_s": rate,
+            "offered_per_s": rate, "arrivals": "poisson" if poisson else "even" if rate else None,
             "requests_per_s": round(len(latencies) / wall, 2) if wall > 0 else None,
             "statuses": {str(k): v for k, v in sorted(statuses.items())}, "wall_s": round(wall, 2)}
+
+
+def runs_drained(workflow: str, *, deadline: float) -> float | None:
+    """Wait until every run of `workflow` has ended; the seconds it took, None at the deadline."""
+    from orchestrator.models import Run
+
+    t0 = time.time()
+    unfinished = Run.objects.filter(version__workflow__name=workflow).exclude(
+        state__in=RUN_ENDED)
+    while unfinished.exists():
+        if time.time() > deadline:
+            return None
+        time.sleep(0.2)
+    return round(time.time() - t0, 2)
 
 
 # --- runs held at once ---------------------------------------------------------------------

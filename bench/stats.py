@@ -110,6 +110,11 @@ def table(results: list[dict]) -> str:
         sps, fps = sw.get("steps_per_s"), fl.get("steps_per_s")
         lines.append(f"{b:<10}throughput steps/s  stepwise={_fmt(sps)} floor={_fmt(fps)} "
                      f"ratio={_fmt(ratio(sps, fps))}")
+        config = r.get("config", {})
+        if config.get("net_delay_ms") is not None and sps:
+            processes = config.get("concurrency") or 1
+            lines.append(f"{b:<10}network +{_fmt(config['net_delay_ms'])} ms a round trip: "
+                         f"{_fmt(sps / processes)} steps/s per worker process ({processes})")
         rounds = r.get("throughput_rounds") or []
         if len(rounds) > 1:
             ratios = [x["ratio"] for x in rounds if x["ratio"] is not None]
@@ -143,6 +148,8 @@ def table(results: list[dict]) -> str:
                          f"({sw['db_connections_opened']} opened during the loaded run)")
         row(b, "in-process service time per step (ms)", r.get("service_ms"))
         row(b, "  the same, steps carried (ms)", r.get("carried_service_ms"))
+        if att := r.get("attestation"):
+            lines.append(attestation_line(b, att))
         if calls := r.get("python_calls"):
             lines.append(f"{b:<10}Python calls per carried step  {calls['calls_per_step']} "
                          f"({calls['steps']} steps, run starts included)")
@@ -180,6 +187,17 @@ def scale_rows(b: str, r: dict, row, lines: list[str]) -> None:
         api = r["api_paced"]
         row(b, f"API POST paced at {_fmt(api['offered_per_s'])}/s (ms)", api["latency_ms"])
         lines.append(f"{b:<10}API paced  {api['requests_per_s']} requests/s, statuses {api['statuses']}")
+    if r.get("api_executing"):
+        api = r["api_executing"]
+        row(b, f"API POST of executing runs, {api['clients']} clients (ms)", api["latency_ms"])
+        lines.append(f"{b:<10}API executing  {api['requests_per_s']} requests/s, statuses "
+                     f"{api['statuses']}, runs drained {_fmt(api['drained_s'])} s after")
+    if r.get("api_poisson"):
+        api = r["api_poisson"]
+        row(b, f"API POST, Poisson at {_fmt(api['offered_per_s'])}/s, runs executing (ms)",
+            api["latency_ms"])
+        lines.append(f"{b:<10}API Poisson  {api['requests_per_s']} requests/s, statuses "
+                     f"{api['statuses']}, runs drained {_fmt(api['drained_s'])} s after")
     if r.get("fanout"):
         fan = r["fanout"]
         row(b, f"single step's wait, {fan['items']}-item fan-out (ms)", fan["probe_wait_ms"])
@@ -285,3 +303,13 @@ def _rss(info: dict | None) -> str:
         return "-"
     return (f"{info['total_mb']:.0f} total over {info['processes']} processes "
             f"(largest {info['max_mb']:.0f})")
+
+
+def attestation_line(backend: str, att: dict) -> str:
+    """The attestation's cost per step (bench/attestation.py), against the carried service time."""
+    return (f"{backend:<10}attestation per step  sign p50={_fmt(att['sign_us']['p50'])} us, "
+            f"checks of upstream outputs p50={_fmt(att['checks_of_upstream_us']['p50'])} us "
+            f"(+{_fmt(att['verify_us']['p50'])} us the first time a process reads a record "
+            f"another signed); "
+            f"{_fmt(att['per_step_us'])} us of a {_fmt(att['service_ms']['p50'])} ms carried step "
+            f"= {_fmt(att['share'] * 100)} %")

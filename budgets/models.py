@@ -167,6 +167,44 @@ class BudgetAlert(models.Model):
         return f"{self.kind} {self.key}"
 
 
+class CostDay(models.Model):
+    """What one team's model calls of one workflow and model cost on one day that is over (in
+    the site's time zone `zone`): the costs report reads these for the days it covers rather
+    than every call (budgets/selectors.py). Written once per day, by the first report that
+    covers the day after it ended, never by the engine."""
+
+    zone = models.CharField(max_length=64)
+    day = models.DateField()
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    workflow = models.CharField(max_length=200)
+    model = models.CharField(max_length=100, blank=True)
+    cost_usd = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal("0"))
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    calls = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["zone", "day", "team", "workflow", "model"],
+                                               name="one_cost_day")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.team_id} {self.workflow} {self.model}: {self.cost_usd}"
+
+
+class CostDayDone(models.Model):
+    """That the CostDay rows of `day` (in `zone`) are written: a day without calls has this
+    and no CostDay."""
+
+    zone = models.CharField(max_length=64)
+    day = models.DateField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["zone", "day"], name="one_cost_day_done")]
+
+    def __str__(self) -> str:
+        return f"{self.zone} {self.day}"
+
+
 class CostReport(Reservation):
     """The admin's cost page (no table of its own: a view over what calls cost)."""
 

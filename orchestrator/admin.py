@@ -27,6 +27,7 @@ from django.utils.module_loading import import_string
 from django.utils.safestring import mark_safe
 
 from budgets.selectors import run_budget
+from orchestrator.web.admin_paging import HistoryListMixin, recent_values_filter
 
 from .engine.authz import Action, may, teams_where, visible
 from .engine.clock import now
@@ -476,15 +477,17 @@ def _seconds(total: float) -> str:
 
 
 @admin.register(Run)
-class RunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class RunAdmin(HistoryListMixin, TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["run_id", "workflow", "version_number", "team", badge_column("state"),
                     "cost_usd", "trigger_column", "started_by", "created", "duration", "live_page"]
     list_display_links = ["run_id"]
-    list_filter = [RunViewFilter, "state", "version__workflow__name", "team", "trigger"]
+    list_filter = [RunViewFilter, "state", "version__workflow__name", "team",
+                   recent_values_filter("trigger", newest=("-created_at", "-id")), "created_at"]
     list_select_related = ["team", "version__workflow", "created_by", "trigger_firing__trigger",
                            "parent_step__run"]
     search_fields = ["id", "idempotency_key", "version__workflow__name"]
-    date_hierarchy = "created_at"
+    # Newest first along `run_created_id`; no date hierarchy (it reads every run's day).
+    ordering = ["-created_at", "-id"]
     fields = readonly_fields = _RUN_FIELDS
     inlines = [StepRunInline, EventInline]
     actions = ["cancel_runs", "move_runs", "rerun_runs"]
@@ -792,12 +795,12 @@ class StepAttemptInline(ReadOnlyInline):
     model = StepAttempt
     fields = ["number", "worker", "started_at", "finished_at", "outcome", "error_class",
               "error_message", "tokens_in", "tokens_out", "cost_usd", "model", "idempotency_key",
-              "model_id", "prompt_hash", "proposal_hash", "risk_tier", "repair_count"]
+              "model_id", "prompt_hash", "proposal_hash", "risk_tier", "repair_count", "routes"]
     show_change_link = False
 
 
 @admin.register(StepRun)
-class StepRunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class StepRunAdmin(HistoryListMixin, TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     team_field = "run__team"
 
     list_display = ["name", "run", "kind", badge_column("state"), "attempts", "cost_usd", "started_at",
@@ -805,6 +808,9 @@ class StepRunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ["state", "kind"]
     list_select_related = ["run"]
     search_fields = ["name", "run__id"]
+    # Newest first along the primary key: the model's own order (by its run's creation) sorts
+    # the join of every step with its run.
+    ordering = ["-id"]
     fields = readonly_fields = [
         "run", "name", "kind", "position", "state", "queue", "attempts", "lease_owner",
         "lease_expires_at", "deadline_at", "next_attempt_at", "ready_at", "queued_at",
@@ -815,13 +821,14 @@ class StepRunAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class EventAdmin(HistoryListMixin, TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     team_field = "run__team"
 
     list_display = ["created_at", "kind", "run", "step", "actor"]
-    list_filter = ["kind"]
+    list_filter = [recent_values_filter("kind")]
     list_select_related = ["run", "step"]
     search_fields = ["run__id", "kind", "actor"]
+    ordering = ["-id"]
     fields = readonly_fields = ["created_at", "run", "step", "kind", "actor", "payload"]
 
 
@@ -859,15 +866,16 @@ class WorkerHeartbeatAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class DeadLetterAdmin(HistoryListMixin, TeamScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Dead-lettered work. "Redrive selected" calls the same service as the API."""
 
     team_field = "run__team"
 
     list_display = ["id", "run", "step", "error_class", "attempts", badge_column("status"), "created_at",
                     "redriven_by"]
-    list_filter = ["status", "error_class", "created_at"]
+    list_filter = ["status", recent_values_filter("error_class"), "created_at"]
     search_fields = ["run__id", "step__name", "trace_id", "error_message"]
+    ordering = ["-created_at", "-id"]  # `dead_letter_created_id`
     readonly_fields = ["run", "step", "error_class", "error_message", "attempts", "payload_ref",
                        "trace_id", "status", "created_at", "redriven_at", "redriven_by"]
     actions = ["redrive"]

@@ -193,8 +193,11 @@ def _state_fields(model: type[models.Model]) -> tuple[FSMFieldMixin, ...]:
 
 class Run(CachedStateFieldsMixin, models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="runs")
-    version = models.ForeignKey(WorkflowVersion, on_delete=models.PROTECT, related_name="runs")
+    # Each indexed by an index of Meta.indexes whose first column it is (`run_team_created_id`,
+    # `run_version_created`): an index of its own would be one more write per run for nothing.
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="runs", db_index=False)
+    version = models.ForeignKey(WorkflowVersion, on_delete=models.PROTECT, related_name="runs",
+                                db_index=False)
     state = FSMField(default=RunState.PENDING, choices=RunState.choices, protected=True)
     input = ArtifactJSONField(default=dict)
     output = ArtifactJSONField(null=True, blank=True)
@@ -212,10 +215,10 @@ class Run(CachedStateFieldsMixin, models.Model):
     # Who set the run in motion, on whatever path (orchestrator/engine/provenance.py): written once
     # by run_start; separation of duties refuses every person it names as an approver.
     provenance = models.JSONField(default=dict, blank=True)
-    # Where the run's work is sent and whether it counts toward the team's admission caps
-    # (engine/states.py: RunCapacity); a child run has its parent's.
-    capacity = models.CharField(max_length=16, choices=RunCapacity.choices,
-                                default=RunCapacity.INTERACTIVE)
+    # Where the run's work is sent, whose share of each provider quota it draws on and whether
+    # it counts toward the team's admission caps (engine/capacity.py: the built-in classes and
+    # those a deployment adds); a child run has its parent's.
+    capacity = models.CharField(max_length=16, default=RunCapacity.INTERACTIVE)
     # Null: a live run. Else what answers in place of the world (orchestrator/engine/sandbox.py):
     # {"purpose", "responses", "decisions"}; no side-effecting call, person or callback is reached.
     sandbox = ArtifactJSONField(null=True, blank=True)
@@ -230,7 +233,7 @@ class Run(CachedStateFieldsMixin, models.Model):
     # What the fork changed: {"step_input": {upstream step: output} the fork step reads in place
     # of theirs, "repeat_effects": [steps whose effects are performed again, not reused]}.
     fork_edits = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(default=now, db_index=True)
+    created_at = models.DateTimeField(default=now)  # indexed by run_created_id
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True,
@@ -258,6 +261,10 @@ class Run(CachedStateFieldsMixin, models.Model):
             models.Index(fields=["state", "deadline_at"], name="run_state_deadline"),
             models.Index(fields=["concurrency_key", "created_at"], name="run_concurrency_key",
                          condition=~models.Q(concurrency_key="")),
+            # The API's and the admin's run lists: a keyset page, newest first, by state or team.
+            models.Index(fields=["created_at", "id"], name="run_created_id"),
+            models.Index(fields=["state", "created_at", "id"], name="run_state_created_id"),
+            models.Index(fields=["team", "created_at", "id"], name="run_team_created_id"),
         ]
         ordering = ["-created_at"]
 
@@ -384,6 +391,15 @@ class StepRun(CachedStateFieldsMixin, models.Model):
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
     tokens_in = models.PositiveBigIntegerField(default=0)
     tokens_out = models.PositiveBigIntegerField(default=0)
+    # The signed record of who produced `output` and from what (engine/attestation.py): written
+    # with the output; the scheduler reads no output whose record does not verify.
+    attestation = models.JSONField(null=True, blank=True)
+    # Why a queued step is not running yet (a provider quota it waits for, its place behind a
+    # concurrency key); blank once it is claimed. Shown on the run page and in the API.
+    waiting_for = models.CharField(max_length=300, blank=True, default="")
+    # The step's rendered `concurrency.key` (blank: it has none): at most `limit` steps of one
+    # key of its workflow run at once (engine/services/step_concurrency.py).
+    concurrency_key = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "name"], name="step_name_per_run")]
@@ -567,9 +583,18 @@ class StepAttempt(models.Model):
         null=True, blank=True,
         help_text="The attempt copied an earlier run's output instead of calling anything: "
                   "{run, step} it came from (services/results_cache.py).")
+    routes = models.JSONField(
+        default=list, blank=True,
+        help_text="Each model route the attempt's calls tried or skipped, in order: route, "
+                  "provider, model_id, outcome, error class, tokens, cost, duration.")
+    attestation = models.JSONField(
+        null=True, blank=True,
+        help_text="The record the worker signed as the attempt succeeded (engine/attestation.py).")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["step", "number"], name="attempt_number_unique")]
+        # The costs report reads the calls of a range of days through it (budgets/selectors.py).
+        indexes = [models.Index(fields=["finished_at"], name="attempt_finished")]
         ordering = ["step", "number"]
 
     def __str__(self) -> str:
@@ -585,7 +610,9 @@ class MapItem(models.Model):
     message is lost.
     """
 
-    step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="map_items")
+    # Indexed by `map_item_unique`, whose first column it is.
+    step = models.ForeignKey(StepRun, on_delete=models.CASCADE, related_name="map_items",
+                             db_index=False)
     index = models.PositiveIntegerField()
     item = ArtifactJSONField(null=True)
     attempts = models.PositiveIntegerField(default=0)
@@ -601,9 +628,16 @@ class MapItem(models.Model):
     tokens_out = models.PositiveBigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
     finished_at = models.DateTimeField(null=True, blank=True)
+    attestation = models.JSONField(
+        null=True, blank=True,
+        help_text="The record the worker signed as the item's attempt succeeded "
+                  "(engine/attestation.py); the join reads no output without one that holds.")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["step", "index"], name="map_item_unique")]
+        # The costs report's read of a range of days' model calls (budgets/selectors.py).
+        indexes = [models.Index(fields=["finished_at"], name="map_item_finished",
+                                condition=models.Q(attempts__gt=0))]
         ordering = ["step", "index"]
 
     def __str__(self) -> str:
@@ -719,12 +753,17 @@ class DeadLetter(models.Model):
     payload_ref = models.CharField(max_length=200, help_text="Where the step input lives.")
     trace_id = models.CharField(max_length=100, help_text="Correlates logs, events and audit.")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
-    created_at = models.DateTimeField(default=now, db_index=True)
+    created_at = models.DateTimeField(default=now)  # indexed by dead_letter_created_id
     redriven_at = models.DateTimeField(null=True, blank=True)
     redriven_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                     on_delete=models.SET_NULL)
 
     class Meta:
+        # The dead-letter list: a keyset page, newest first, by status or not.
+        indexes = [
+            models.Index(fields=["created_at", "id"], name="dead_letter_created_id"),
+            models.Index(fields=["status", "created_at", "id"], name="dead_letter_status_created"),
+        ]
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
@@ -855,3 +894,51 @@ class RerunItem(models.Model):
 
     def __str__(self) -> str:
         return f"source run {self.source_run_id} of re-run {self.rerun_id} ({self.outcome})"
+
+
+class WorkerKey(models.Model):
+    """A process's attestation key (engine/attestation.py): the public half of the Ed25519 key a
+    worker or web process signs its steps' outputs with. Registered by the process as it starts
+    (or provisioned by an operator first); a revoked key's records no longer let a run advance."""
+
+    key_id = models.CharField(max_length=40, primary_key=True)
+    public_key = models.CharField(max_length=64, help_text="Base64 of the raw 32-byte public key.")
+    process = models.CharField(max_length=200, blank=True,
+                               help_text="The worker or process that registered it.")
+    provisioned = models.BooleanField(default=False,
+                                      help_text="Added by an operator before any process used it.")
+    registered_at = models.DateTimeField(default=now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-registered_at"]
+
+    def __str__(self) -> str:
+        return f"{self.key_id} ({self.process or 'provisioned'})"
+
+
+class SsoGrant(models.Model):
+    """A team membership, a Django group or the staff flag that single sign-on gave a person.
+
+    Each sign-in changes only what is recorded here (orchestrator/web/sso/), so a membership,
+    a group or the staff flag granted locally stays whatever the identity provider says.
+    """
+
+    class Kind(models.TextChoices):
+        TEAM = "team"
+        GROUP = "group"
+        STAFF = "staff"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="sso_grants")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    #: The team's slug or the group's name; empty for the staff flag.
+    name = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "kind", "name"],
+                                               name="one_sso_grant_per_target")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name} of {self.user} (single sign-on)"

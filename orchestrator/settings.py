@@ -106,6 +106,7 @@ INSTALLED_APPS = [
     "notifications",
     "alerts",
     "evaluation",
+    "retention",
 ]
 
 MIDDLEWARE = [
@@ -431,6 +432,16 @@ STEPWISE_MAX_CHILD_DEPTH = int(os.environ.get("STEPWISE_MAX_CHILD_DEPTH", "8"))
 STEPWISE_RATE_LIMITS = json.loads(os.environ.get("STEPWISE_RATE_LIMITS", "{}"))
 STEPWISE_BREAKER_FAILURES = int(os.environ.get("STEPWISE_BREAKER_FAILURES", "5"))
 STEPWISE_BREAKER_COOLDOWN_S = float(os.environ.get("STEPWISE_BREAKER_COOLDOWN_S", "30"))
+# Capacity classes beside interactive, batch and evaluation, and each class's guaranteed share
+# of every provider quota (orchestrator/engine/capacity.py, docs/operations.md#capacity): JSON,
+# e.g. {"bulk": {"shares": {"model:fast": 0.1}, "default_share": 0.05}}.
+STEPWISE_CAPACITY_CLASSES = json.loads(os.environ.get("STEPWISE_CAPACITY_CLASSES", "{}"))
+# Quotas of model providers and named connections shared by all workers and divided between
+# the capacity classes (orchestrator/engine/quotas.py): JSON, e.g.
+# {"model:fast": {"tokens_per_minute": 200000, "concurrent": 8}}.
+STEPWISE_QUOTAS = json.loads(os.environ.get("STEPWISE_QUOTAS", "{}"))
+# A class that has not asked for a dependency for this long lends its guaranteed share out.
+STEPWISE_QUOTA_IDLE_S = float(os.environ.get("STEPWISE_QUOTA_IDLE_S", "30"))
 # Where outbound calls may go (orchestrator.integrations.egress, docs/egress.md): JSON with a
 # `default` policy, `tools` ({"http.request": {...}}) and `teams` ({"<slug>": {..., "tools":
 # {...}}}) layers. Unset: http/https to public addresses on ports 80 and 443, 1 MiB responses.
@@ -530,7 +541,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "orchestrator.web.api.schema.StepwiseAutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "orchestrator.web.api.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "orchestrator.web.api.pagination.KeysetPagination",
     "PAGE_SIZE": 50,
     # Every error in one shape, {"errors": [{"path", "message"}]} (orchestrator/web/api/errors.py).
     "EXCEPTION_HANDLER": "orchestrator.web.api.errors.exception_handler",
@@ -630,6 +641,9 @@ AUDIT_VERIFY_KEYS = deployment.env_list("AUDIT_VERIFY_KEYS")
 AUDIT_CHECKPOINT_INTERVAL_S = float(os.environ.get("STEPWISE_CHECKPOINT_S")
                                     or os.environ.get("AUDIT_CHECKPOINT_INTERVAL_S") or 60)
 AUDIT_CHECKPOINT_ENTRIES = int(os.environ.get("AUDIT_CHECKPOINT_ENTRIES", "1000"))
+# How many chains the ledger is partitioned into on PostgreSQL, each sealed under its own lock
+# (docs/audit.md#shards); SQLite, one writer at a time, always keeps one.
+AUDIT_LEDGER_SHARDS = int(os.environ.get("AUDIT_LEDGER_SHARDS", "1"))
 # audit_verify fails when entries older than the interval plus this are covered by no checkpoint.
 AUDIT_CHECKPOINT_GRACE_S = float(os.environ.get("AUDIT_CHECKPOINT_GRACE_S", "60"))
 # Where checkpoints are kept: this directory, or with AUDIT_CHECKPOINT_S3_BUCKET an S3 bucket
@@ -644,6 +658,19 @@ if os.environ.get("AUDIT_CHECKPOINT_S3_BUCKET"):
         "retain_days": int(os.environ.get("AUDIT_CHECKPOINT_S3_RETAIN_DAYS", "0")),
         "lock_mode": os.environ.get("AUDIT_CHECKPOINT_S3_LOCK_MODE", "COMPLIANCE"),
         "default_acl": None, "querystring_auth": False, "file_overwrite": True}}
+# The archive a prune exports what it deletes to first (audit/services.py: audit_prune): a
+# directory, or an S3 bucket with object lock; unset, a prune deletes without an archive.
+if os.environ.get("AUDIT_ARCHIVE_S3_BUCKET"):
+    STORAGES["audit_archive"] = {"BACKEND": "audit.s3.LockedS3Storage", "OPTIONS": {
+        "bucket_name": os.environ["AUDIT_ARCHIVE_S3_BUCKET"],
+        "location": os.environ.get("AUDIT_ARCHIVE_S3_PREFIX", "audit-archive"),
+        "endpoint_url": os.environ.get("AUDIT_ARCHIVE_S3_ENDPOINT") or None,
+        "region_name": os.environ.get("AUDIT_ARCHIVE_S3_REGION") or None,
+        "retain_days": int(os.environ.get("AUDIT_ARCHIVE_S3_RETAIN_DAYS", "0")),
+        "default_acl": None, "querystring_auth": False, "file_overwrite": False}}
+elif os.environ.get("AUDIT_ARCHIVE_DIR"):
+    STORAGES["audit_archive"] = {"BACKEND": "django.core.files.storage.FileSystemStorage",
+                                 "OPTIONS": {"location": os.environ["AUDIT_ARCHIVE_DIR"]}}
 
 # --- request size limits (docs/limits.md) -----------------------------------------------------
 # The largest API request body, in bytes. Our parsers refuse a larger one with 413 in the
@@ -666,3 +693,84 @@ REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
     "orchestrator.web.api.parsers.FormBodyParser",
     "orchestrator.web.api.parsers.MultiPartBodyParser",
 ]
+#: Attestation (docs/audit.md#attestation): this process's Ed25519 signing key, from a PEM file
+#: or as base64 of its raw 32 bytes; neither: generated as the process starts.
+STEPWISE_ATTESTATION_KEY_FILE = os.environ.get("STEPWISE_ATTESTATION_KEY_FILE", "")
+STEPWISE_ATTESTATION_KEY = os.environ.get("STEPWISE_ATTESTATION_KEY", "")
+#: Accept only keys an operator provisioned first (`manage.py attestation_keys provision`).
+STEPWISE_ATTESTATION_PROVISIONED_ONLY = os.environ.get(
+    "STEPWISE_ATTESTATION_PROVISIONED_ONLY", "").lower() in ("1", "true", "yes")
+#: How long a process trusts what it read of a key's registration: a revocation holds within it.
+STEPWISE_ATTESTATION_KEY_CACHE_S = float(os.environ.get("STEPWISE_ATTESTATION_KEY_CACHE_S", "5"))
+
+# --- single sign-on (orchestrator/web/sso/, docs/operations.md#single-sign-on) ---------------
+# OpenID Connect through mozilla-django-oidc; off unless a client id is set. The admin's
+# username and password form stays either way.
+STEPWISE_OIDC_ENABLED = bool(os.environ.get("STEPWISE_OIDC_CLIENT_ID"))
+#: The name on the login page's button: "Sign in with <name>".
+STEPWISE_OIDC_PROVIDER_NAME = os.environ.get("STEPWISE_OIDC_PROVIDER_NAME", "single sign-on")
+OIDC_RP_CLIENT_ID = os.environ.get("STEPWISE_OIDC_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = os.environ.get("STEPWISE_OIDC_CLIENT_SECRET", "")
+#: The ID token's `iss` must be this when set (the provider's issuer identifier).
+STEPWISE_OIDC_ISSUER = os.environ.get("STEPWISE_OIDC_ISSUER", "")
+OIDC_OP_AUTHORIZATION_ENDPOINT = os.environ.get("STEPWISE_OIDC_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = os.environ.get("STEPWISE_OIDC_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = os.environ.get("STEPWISE_OIDC_USERINFO_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = os.environ.get("STEPWISE_OIDC_JWKS_ENDPOINT", "")
+OIDC_RP_SIGN_ALGO = os.environ.get("STEPWISE_OIDC_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = os.environ.get("STEPWISE_OIDC_SCOPES", "openid email profile groups")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = float(os.environ.get("STEPWISE_OIDC_TIMEOUT_S", "10"))
+#: The claims holding the username and the list of the provider's groups.
+STEPWISE_OIDC_USERNAME_CLAIM = os.environ.get("STEPWISE_OIDC_USERNAME_CLAIM", "preferred_username")
+STEPWISE_OIDC_GROUPS_CLAIM = os.environ.get("STEPWISE_OIDC_GROUPS_CLAIM", "groups")
+#: Create an account at a person's first sign-in; off, only existing accounts may sign in.
+OIDC_CREATE_USER = deployment.env_bool("STEPWISE_OIDC_CREATE_USERS", False)
+#: Refuse a person none of whose groups is in STEPWISE_OIDC_GROUPS.
+STEPWISE_OIDC_REFUSE_UNMAPPED = deployment.env_bool("STEPWISE_OIDC_REFUSE_UNMAPPED", True)
+#: The provider's groups -> teams, roles, groups, staff (orchestrator/web/sso/mapping.py).
+STEPWISE_OIDC_GROUPS = json.loads(
+    Path(os.environ["STEPWISE_OIDC_GROUPS_FILE"]).read_text()
+    if os.environ.get("STEPWISE_OIDC_GROUPS_FILE") else os.environ.get("STEPWISE_OIDC_GROUPS", "{}"))
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
+LOGIN_REDIRECT_URL = "/admin/"
+LOGIN_REDIRECT_URL_FAILURE = "/sso/refused/"
+if STEPWISE_OIDC_ENABLED:
+    AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend",
+                               "orchestrator.web.sso.backends.StepwiseOIDCBackend"]
+TEMPLATES[0]["OPTIONS"]["context_processors"].append("orchestrator.web.sso.context.sso")
+
+# --- retention (retention/, docs/operations.md#retention) ---------------------------------------
+# What owners may set, per kind of row: {"runs": {"min_days": 1, "max_days": 3650}, ...}; a
+# policy outside these is refused. Defaults (days, or null: kept forever) apply to a team
+# without its own policy. Both from JSON in the environment.
+STEPWISE_RETENTION_LIMITS = {
+    "runs": {"min_days": 1, "max_days": 3650}, "notifications": {"min_days": 1, "max_days": 3650},
+    "firings": {"min_days": 1, "max_days": 3650}, "dead_letters": {"min_days": 1, "max_days": 3650},
+    "ledger": {"min_days": 365, "max_days": 3650},
+    **json.loads(os.environ.get("STEPWISE_RETENTION_LIMITS", "{}"))}
+STEPWISE_RETENTION_DEFAULTS = json.loads(os.environ.get("STEPWISE_RETENTION_DEFAULTS", "{}"))
+# A sweep deletes at most this many rows of a kind per transaction, and stops starting new
+# batches after this many seconds (the next sweep carries on).
+STEPWISE_RETENTION_BATCH = int(os.environ.get("STEPWISE_RETENTION_BATCH", "200"))
+STEPWISE_RETENTION_BUDGET_S = float(os.environ.get("STEPWISE_RETENTION_BUDGET_S", "60"))
+# Artifacts: a process remembers that an artifact exists for at most STEPWISE_ARTIFACT_MEMORY_S
+# (and refreshes its modification time when it first relies on it); the collector deletes an
+# unreferenced artifact only when it was last refreshed more than STEPWISE_ARTIFACT_GC_GRACE_S
+# ago, which must exceed the memory plus the longest transaction.
+STEPWISE_ARTIFACT_MEMORY_S = float(os.environ.get("STEPWISE_ARTIFACT_MEMORY_S", "3600"))
+STEPWISE_ARTIFACT_GC_GRACE_S = float(os.environ.get("STEPWISE_ARTIFACT_GC_GRACE_S", str(24 * 3600)))
+CELERY_BEAT_SCHEDULE.update({
+    # Rows past their team's or workflow's retention, then unreferenced artifacts.
+    "stepwise-retention": {
+        "task": "retention.tasks.sweep",
+        "schedule": float(os.environ.get("STEPWISE_RETENTION_INTERVAL_S", "3600")),
+        "options": {"queue": "orchestrator", "expires": 600},
+    },
+    # The ledger's prune signs checkpoints: on the queue of the worker holding the signing key.
+    "stepwise-retention-ledger": {
+        "task": "retention.tasks.prune_ledger",
+        "schedule": float(os.environ.get("STEPWISE_RETENTION_LEDGER_INTERVAL_S", "86400")),
+        "options": {"queue": "audit", "expires": 3600},
+    },
+})

@@ -37,8 +37,8 @@ def map_item(self, step_id: int, index: int) -> None:
     outcome = map_step.map_item_run(step_id=step_id, index=index)
     if outcome.verdict == map_step.DEFERRED:
         # Back of the queue (a retry keeps the chord waiting for this item), so other runs'
-        # work interleaves with a large fan-out.
-        raise self.retry(countdown=random.uniform(0.05, 0.25))
+        # work interleaves with a large fan-out; or after the wait its provider quota names.
+        raise self.retry(countdown=outcome.delay_s or random.uniform(0.05, 0.25))
     if outcome.verdict == map_step.RETRY:  # the item's retry policy, the chord still waiting
         raise self.retry(countdown=outcome.delay_s)
 

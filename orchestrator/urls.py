@@ -13,6 +13,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("orchestrator.web.api.urls")),
     path("metrics", metrics_view, name="metrics"),  # Prometheus (docs/operations.md#metrics)
+    path("sso/", include("orchestrator.web.sso.urls")),  # docs/operations.md#single-sign-on
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]
 

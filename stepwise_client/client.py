@@ -320,14 +320,18 @@ class Stepwise:
                           json={"keys": list(keys), "note": note})
 
     def _all(self, path: str, params: Mapping) -> list[dict]:
-        """Every item of a paginated list, following `next` page by page."""
-        items, offset = [], 0
+        """Every item of a paginated list, following `next` page by page (its `cursor`, sent
+        to this client's base URL, so a proxy's rewritten host does not matter)."""
+        items, cursor = [], None
         while True:
-            page = self._call("GET", path, params={**params, "limit": 500, "offset": offset})
+            page = self._call("GET", path, params={**params, "limit": 500,
+                                                   **({"cursor": cursor} if cursor else {})})
             items += page.get("results", [])
             if not page.get("next"):
                 return items
-            offset += 500
+            cursor = httpx.URL(page["next"]).params.get("cursor")
+            if not cursor:
+                raise StepwiseError(200, [{"path": "next", "message": "a next link without a cursor"}])
 
     # --- HTTP ----------------------------------------------------------------------------
 

@@ -87,6 +87,11 @@ class Trigger(models.Model):
     debounce_max_s = models.PositiveIntegerField(
         null=True, blank=True, help_text="The longest a group's first event is held while newer "
                                          "ones keep coming. Empty: ten times debounce_s.")
+    # Its runs' capacity class (docs/operations.md#capacity); blank: the workflow's.
+    capacity = models.CharField(
+        max_length=16, blank=True, default="",
+        help_text="The capacity class its runs go to (interactive, batch, evaluation or one the "
+                  "deployment adds). Empty: the workflow's own (`capacity` in its definition).")
     # Admission control (docs/triggers.md#admission-control).
     max_per_minute = models.PositiveIntegerField(
         default=60, help_text="Runs this trigger may start in any 60 seconds.")

@@ -21,7 +21,9 @@ altered artifact raises `ArtifactError` instead of handing the next step somethi
 """
 import hashlib
 import json
+import os
 import threading
+import time
 from collections import OrderedDict
 
 from django.conf import settings
@@ -96,7 +98,7 @@ def restore(value: object) -> object:
     return value
 
 
-def _name(digest: str) -> str:
+def storage_name(digest: str) -> str:
     hexdigest = digest.removeprefix("sha256:")
     return f"sha256/{hexdigest[:2]}/{hexdigest}.json"
 
@@ -106,12 +108,26 @@ def store(text: str) -> dict:
     data = text.encode()
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     if not _STORED.has(digest):
-        storage, name = storages[ALIAS], _name(digest)
-        if not storage.exists(name):
-            storage.save(name, ContentFile(data))
+        _write_or_refresh(storages[ALIAS], storage_name(digest), data)
         _STORED.add(digest)
         _READ.put(digest, data)
     return {MARKER: digest, "bytes": len(data)}
+
+
+def _write_or_refresh(storage, name: str, data: bytes) -> None:
+    """Save the artifact, or, when it is there already, make its modification time now: the
+    collector (retention.artifacts) deletes only what is unreferenced and was last written or
+    refreshed longer ago than its grace period, so what this process is about to reference
+    stays (docs/operations.md#retention)."""
+    try:
+        path = storage.path(name)
+    except NotImplementedError:  # a bucket: saving again overwrites (file_overwrite) and refreshes it
+        storage.save(name, ContentFile(data))
+        return
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        storage.save(name, ContentFile(data))
 
 
 def load(digest: str) -> str:
@@ -119,7 +135,7 @@ def load(digest: str) -> str:
     data = _READ.get(digest)
     if data is None:
         try:
-            with storages[ALIAS].open(_name(digest), "rb") as handle:
+            with storages[ALIAS].open(storage_name(digest), "rb") as handle:
                 data = handle.read()
         except (FileNotFoundError, OSError) as exc:
             raise ArtifactError(f"artifact {digest} is missing from the artifact storage") from exc
@@ -164,20 +180,23 @@ class _Recent:
 
 class _Stored:
     """The artifacts this process knows are in the storage, so saving a row again does not ask
-    the storage (a request, on S3) for each of its references."""
+    the storage (a request, on S3) for each of its references. Each is remembered for at most
+    `STEPWISE_ARTIFACT_MEMORY_S`, shorter than the collector's grace period, so this process
+    never references an artifact it last wrote or refreshed long enough ago to be collected."""
 
     LIMIT = 100_000
 
     def __init__(self):
-        self._digests: set[str] = set()
+        self._digests: dict[str, float] = {}
 
     def has(self, digest: str) -> bool:
-        return digest in self._digests
+        since = self._digests.get(digest)
+        return since is not None and time.monotonic() - since < settings.STEPWISE_ARTIFACT_MEMORY_S
 
     def add(self, digest: str) -> None:
         if len(self._digests) >= self.LIMIT:
             self._digests.clear()
-        self._digests.add(digest)
+        self._digests[digest] = time.monotonic()
 
     def clear(self) -> None:
         self._digests.clear()
@@ -190,7 +209,8 @@ _STORED = _Stored()
 @receiver(setting_changed)
 def _storage_changed(*, setting: str, **_) -> None:
     """Tests that point the artifacts elsewhere start from an empty memory of them."""
-    if setting in {"STORAGES", "STEPWISE_ARTIFACT_BYTES", "STEPWISE_ARTIFACT_CACHE_BYTES"}:
+    if setting in {"STORAGES", "STEPWISE_ARTIFACT_BYTES", "STEPWISE_ARTIFACT_CACHE_BYTES",
+                   "STEPWISE_ARTIFACT_MEMORY_S"}:
         _READ.clear()
         _STORED.clear()
 

@@ -54,6 +54,10 @@ class Action(StrEnum):
     DATASET_ADD_RUN = "dataset.add_run"
     # Start or cancel an evaluation of a version over a dataset (sandboxed runs that cost money).
     EVALUATION_RUN = "evaluation.run"
+    # Set or clear how long the team's rows are kept (retention/); owners only.
+    RETENTION_MANAGE = "retention.manage"
+    # Place or release a legal hold on a run or the team (retention/); owners (and auditors).
+    LEGAL_HOLD = "legal_hold.manage"
 
 
 _OPERATE = {Action.RUN_CANCEL, Action.RUN_RESUME, Action.RUN_MOVE, Action.STEP_RETRY,
@@ -214,3 +218,15 @@ def _workflows_named(member: bool, team: bool) -> Read:
 
 _WORKFLOWS_NAMED = {(member, team): _workflows_named(member, team)
                     for member in (False, True) for team in (False, True)}
+
+
+def visible_listed(queryset: QuerySet, user: Actor, *, team_field: str = "team") -> QuerySet:
+    """`visible`, for a list read a page at a time: the user's teams are read first and the rows
+    filtered by those ids, so the planner knows the teams and reads a page along the list's
+    index, rather than joining every row of the teams from the memberships and sorting them."""
+    if isinstance(user, System) or (user.is_authenticated and user.is_superuser):
+        return queryset
+    if not user.is_authenticated or not user.is_active:
+        return queryset.none()
+    teams = list(TeamMembership.objects.filter(user=user).values_list("team_id", flat=True))
+    return queryset.filter(**{f"{team_field}__in": teams})

@@ -23,8 +23,9 @@ from celery import chord, current_app, signature
 from django.db import transaction
 
 from orchestrator.operations import tracing
-from orchestrator.operations.queues import BATCH_SUFFIX, EVALUATION_SUFFIX
+from orchestrator.operations.queues import BATCH_SUFFIX
 
+from .capacity import queue_suffix
 from .definitions import calls_model
 from .states import RunCapacity
 
@@ -55,7 +56,8 @@ def _send(task: str, args: tuple, *, run_id=None, step_name: str = "", **options
 
 def queue_for(spec: dict, *, capacity: str = RunCapacity.INTERACTIVE) -> str:
     """The queue a step (or a map item body) runs on: agent.<model>, tools or orchestrator,
-    on its `.evaluation` side for a run of the evaluation capacity.
+    on the side of its run's capacity class (`.batch`, `.evaluation`, `.<class>`; the plain
+    queue for an interactive run).
 
     A router that asks a model (strategy: llm) runs where that model's calls run, so a slow
     model never holds up the orchestrator queue.
@@ -65,8 +67,11 @@ def queue_for(spec: dict, *, capacity: str = RunCapacity.INTERACTIVE) -> str:
     elif spec["type"] == "tool":
         queue = "tools"
     else:
+        # Batch has no orchestrator side: these steps decide and wait, calling nothing scarce.
         queue = "orchestrator"
-    return queue + EVALUATION_SUFFIX if capacity == RunCapacity.EVALUATION else queue
+        if capacity == RunCapacity.BATCH:
+            return queue
+    return queue + queue_suffix(capacity)
 
 
 # Map items are batch work: they go to a queue of their own beside the interactive one
@@ -74,11 +79,11 @@ def queue_for(spec: dict, *, capacity: str = RunCapacity.INTERACTIVE) -> str:
 # batch its own. A worker consuming both takes from them in turn (Kombu's fair cycle over a
 # consumer's queues), so the hundreds of items of one fan-out never stand in front of another
 # run's step: it waits for at most one item per worker process (docs/benchmark.md).
-# An evaluation run's items are all evaluation work: they go where its steps go.
+# A run of another class has items of that class: they go where its steps go.
 def batch_queue_for(item_spec: dict, *, capacity: str = RunCapacity.INTERACTIVE) -> str:
-    """The queue a map item body runs on: its step type's queue, batch side (evaluation side
-    for an evaluation run)."""
-    if capacity == RunCapacity.EVALUATION:
+    """The queue a map item body runs on: its step type's queue, batch side (its class's side
+    for a run of another class than interactive)."""
+    if capacity != RunCapacity.INTERACTIVE:
         return queue_for(item_spec, capacity=capacity)
     return queue_for(item_spec) + BATCH_SUFFIX
 
@@ -136,8 +141,8 @@ def child_finished_on_commit(parent_step_id: int) -> None:
 
 def compensate_on_commit(run_id, delay_s: float = 0, *,
                          capacity: str = RunCapacity.INTERACTIVE) -> None:
-    """Compensations call tools: on the tools queue (its evaluation side for an evaluation run)."""
-    queue = "tools" + EVALUATION_SUFFIX if capacity == RunCapacity.EVALUATION else "tools"
+    """Compensations call tools: on the tools queue (its class's side of it)."""
+    queue = "tools" + queue_suffix(capacity)
     after_commit(lambda: _send("compensate_run", (str(run_id),), countdown=delay_s or None,
                                queue=queue))
 

@@ -121,6 +121,28 @@ def saturation_of(dependencies: list[str]) -> list[Saturation]:
             for dep in dependencies]
 
 
+@dataclass(frozen=True)
+class BreakerState:
+    """A dependency's breaker as the operations page shows it (read without taking a probe)."""
+    dependency: str
+    state: str  # closed | open | half-open (cooled down: the next call probes)
+    open_for_s: float
+    failures: int  # consecutive transient failures counted toward opening it
+
+
+def breaker_states(dependencies: list[str]) -> list[BreakerState]:
+    at = _seconds()
+    found = cache.get_many([key for dep in dependencies
+                            for key in (f"cb:{dep}:until", f"cb:{dep}:failures")])
+    states = []
+    for dep in dependencies:
+        until = found.get(f"cb:{dep}:until")
+        state = "closed" if not until else "open" if until > at else "half-open"
+        states.append(BreakerState(dep, state, max((until or 0) - at, 0.0),
+                                   int(found.get(f"cb:{dep}:failures") or 0)))
+    return states
+
+
 def known_dependencies() -> list[str]:
     """The dependencies worth watching: every configured model, and every one given a rate limit."""
     models = {f"model:{name}" for name in getattr(settings, "STEPWISE_MODELS", {})}

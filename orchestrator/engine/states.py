@@ -42,11 +42,13 @@ STOPPED_BY_RUN_END = {RunState.FAILED: "run failed", RunState.TIMED_OUT: "run ti
 
 
 class RunCapacity(TextChoices):
-    """The capacity class a run's work is sent to (docs/operations.md#queues): evaluation runs
-    have queues of their own, consumed after the live ones, and are left out of a team's
-    admission caps and spend, so a large evaluation never starves live work."""
+    """The built-in capacity classes a run's work is sent to (docs/operations.md#capacity; an
+    operator adds more: `engine/capacity.py`): batch and evaluation runs have queues of their
+    own, and evaluation runs are left out of a team's admission caps and spend, so a large
+    evaluation never starves live work."""
 
     INTERACTIVE = "interactive"
+    BATCH = "batch"
     EVALUATION = "evaluation"
 
 

@@ -141,6 +141,34 @@ def dependency_families(readings) -> list[GaugeMetricFamily]:
     return [calls, limit, open_s, failures]
 
 
+def quota_families(usage) -> list[GaugeMetricFamily]:
+    """What each capacity class holds of each dependency's quota, from `quotas.quota_usage`'s
+    readings (the caller reads them)."""
+    calls = GaugeMetricFamily("stepwise_quota_calls_in_flight",
+                              "Calls of the dependency the class holds a slot for now.",
+                              labels=["dependency", "capacity"])
+    tokens = GaugeMetricFamily("stepwise_quota_tokens_this_minute",
+                               "Tokens of the dependency the class reserved or used this minute.",
+                               labels=["dependency", "capacity"])
+    calls_limit = GaugeMetricFamily("stepwise_quota_concurrent_limit",
+                                    "Calls of the dependency allowed in flight (STEPWISE_QUOTAS).",
+                                    labels=["dependency"])
+    tokens_limit = GaugeMetricFamily("stepwise_quota_tokens_per_minute_limit",
+                                     "Tokens of the dependency allowed a minute (STEPWISE_QUOTAS).",
+                                     labels=["dependency"])
+    limited = set()
+    for reading in usage:
+        calls.add_metric([reading.dependency, reading.capacity], reading.calls)
+        tokens.add_metric([reading.dependency, reading.capacity], reading.tokens)
+        if reading.dependency not in limited:
+            limited.add(reading.dependency)
+            if reading.calls_limit is not None:
+                calls_limit.add_metric([reading.dependency], reading.calls_limit)
+            if reading.tokens_limit is not None:
+                tokens_limit.add_metric([reading.dependency], reading.tokens_limit)
+    return [calls, tokens, calls_limit, tokens_limit]
+
+
 class _Families:
     def __init__(self, read):
         self.read = read

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from orchestrator.engine.capacity import added_class_names
+
 # The queues the engine sends to (dispatch.queue_for, dispatch.batch_queue_for): orchestrator,
 # tools and agent.<model> for each configured model, the last two with a `.batch` side, and
 # each with an `.evaluation` side, where every step and item of an evaluation run goes
@@ -34,19 +36,25 @@ class QueueDepth:
 
 
 def known_queues() -> list[str]:
-    """Every queue, each interactive one followed by its batch side (map items), and then the
-    evaluation side of each family."""
+    """Every queue, each interactive one followed by its batch side (map items and batch runs),
+    then the evaluation side of each family, then the side of each class an operator added."""
     models = sorted({f"agent.{name}" for name in getattr(settings, "STEPWISE_MODELS", {})})
-    return ["orchestrator", *(name for queue in ("tools", *models)
-                              for name in (queue, queue + BATCH_SUFFIX)),
-            *(queue + EVALUATION_SUFFIX for queue in ("orchestrator", "tools", *models))]
+    families = ("orchestrator", "tools", *models)
+    return ["orchestrator",
+            *(name for queue in ("tools", *models) for name in (queue, queue + BATCH_SUFFIX)),
+            *(queue + EVALUATION_SUFFIX for queue in families),
+            *(f"{queue}.{name}" for name in added_class_names() for queue in families)]
 
 
 def capacity_of_queue(name: str) -> str:
-    """The capacity class a queue serves: `evaluation`, `batch` (map items) or `interactive`."""
+    """The capacity class a queue serves: `evaluation`, `batch` (map items and batch runs), a
+    class an operator added, or `interactive`."""
     if name.endswith(EVALUATION_SUFFIX):
         return "evaluation"
-    return "batch" if name.endswith(BATCH_SUFFIX) else "interactive"
+    if name.endswith(BATCH_SUFFIX):
+        return "batch"
+    suffix = name.rsplit(".", 1)[-1]
+    return suffix if "." in name and suffix in added_class_names() else "interactive"
 
 
 def queue_depths(queues: list[str] | None = None) -> list[QueueDepth]:

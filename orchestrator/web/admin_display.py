@@ -35,7 +35,10 @@ class TeamScopedAdminMixin:
         return visible(super().get_queryset(request), request.user, team_field=self.team_field)
 
     def has_view_permission(self, request, obj=None) -> bool:
-        return teams_visible_to(request.user).exists()
+        # Asked of every team-scoped model on each admin page (its menu): read once a request.
+        if not hasattr(request, "stepwise_sees_a_team"):
+            request.stepwise_sees_a_team = teams_visible_to(request.user).exists()
+        return request.stepwise_sees_a_team
 
     def has_module_permission(self, request) -> bool:
         return self.has_view_permission(request)

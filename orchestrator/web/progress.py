@@ -16,6 +16,7 @@ from django.db import connection
 from django.db.models import Count, JSONField, OuterRef, Q, Subquery
 
 from approvals.models import ApprovalRequest, ApprovalState, InputState, InputTask
+from orchestrator.engine.attestation import attestation_problem, producer_of
 from orchestrator.engine.selectors import definition_of, place_in_line
 from orchestrator.engine.states import STEP_BROKEN, STEP_DONE, STEP_TERMINAL, StepKind, StepState
 from orchestrator.models import Event, MapItem, Run, StepAttempt, StepRun
@@ -105,6 +106,16 @@ def wait_for_event(run: Run, *, after: int, timeout: float) -> int:
         time.sleep(min(LONG_POLL_INTERVAL_S, max(deadline - time.monotonic(), 0)))
 
 
+def _attestation_of(step: StepRun) -> dict | None:
+    """Who produced a completed step's output, and whether its signed record still holds (the
+    check the scheduler makes before reading it: engine/attestation.py)."""
+    if step.state != StepState.COMPLETED:
+        return None
+    producer, key = producer_of(step.attestation)
+    problem = attestation_problem(step_id=step.id, output=step.output, attestation=step.attestation)
+    return {"producer": producer, "key": key, "ok": problem is None, "problem": problem or ""}
+
+
 def run_snapshot(run: Run) -> dict:
     """Everything the run page shows, as JSON-ready data: the run, its budget and progress, the
     DAG (nodes and edges) with each step's state, times, attempts, tokens, cost and error, and
@@ -115,10 +126,13 @@ def run_snapshot(run: Run) -> dict:
     # it came from, read in the same statement.
     reused = (StepAttempt.objects.filter(step=OuterRef("pk"), reused_from__isnull=False)
               .order_by("-number").values("reused_from")[:1])
+    # The model routes the step's latest attempt tried: which answered, which failed before it.
+    routes = (StepAttempt.objects.filter(step=OuterRef("pk")).order_by("-number").values("routes")[:1])
     steps = list(run.steps.order_by("position").annotate(
         attempt_records_failed=Count("attempt_records",
                                      filter=Q(attempt_records__outcome__in=("failed", "lost"))),
-        reused_from=Subquery(reused, output_field=JSONField())))
+        reused_from=Subquery(reused, output_field=JSONField()),
+        latest_routes=Subquery(routes, output_field=JSONField())))
     progress = run_progress(run, steps)
     pending = (ApprovalRequest.objects.filter(run=run, state=ApprovalState.PENDING)
                .select_related("step").order_by("id"))
@@ -151,10 +165,12 @@ def run_snapshot(run: Run) -> dict:
             "started_at": s.started_at, "finished_at": s.finished_at,
             "duration_s": _seconds(s.started_at, s.finished_at),
             "tokens_in": s.tokens_in, "tokens_out": s.tokens_out, "cost_usd": s.cost_usd,
-            "error": s.error, "skip_reason": s.skip_reason,
+            "error": s.error, "skip_reason": s.skip_reason, "waiting_for": s.waiting_for,
             "done": s.state in STEP_DONE,
             "next_attempt_at": s.next_attempt_at, "wake_at": s.wake_at,
             "reused_from": s.reused_from,
+            "routes": s.latest_routes or [],
+            "attestation": _attestation_of(s),
         } for s in steps],
         "approvals": [{"id": a.id, "step": a.step.name, "approvers": a.approvers,
                        "risk_tier": a.risk_tier, "deadline_at": a.deadline_at}

@@ -68,6 +68,18 @@
       d.breaker_open_s > 0 ? `open for ${age(d.breaker_open_s)}`
         : d.failures ? `closed (${d.failures} failure${d.failures === 1 ? "" : "s"} in a row)` : "closed"],
          s.dependencies === null ? "Shown to operators." : "No model or rate-limited tool is configured.");
+    rows("ops-routes", s.routes, (r) => {
+      const state = document.createElement("span");
+      state.dataset.breaker = r.state;
+      state.textContent = r.state === "open" ? `open for ${age(r.open_for_s)}` : r.state;
+      return [r.model, r.route, `${r.provider} / ${r.model_id}`, state, r.failures];
+    }, s.routes === null ? "Shown to operators." : "No model is configured with routes.");
+    const ofLimit = (used, limit, guaranteed) => limit === null ? `${used} (no limit)`
+      : `${used} of ${limit} (${Math.floor(guaranteed)} guaranteed)`;
+    rows("ops-quotas", s.quotas, (q) => [q.dependency, q.capacity,
+      ofLimit(q.calls, q.calls_limit, q.guaranteed_calls),
+      ofLimit(q.tokens, q.tokens_limit, q.guaranteed_tokens)],
+         s.quotas === null ? "Shown to operators." : "No dependency has a quota (STEPWISE_QUOTAS).");
     rows("ops-workers", s.workers, (w) => [`${w.hostname} (pid ${w.pid})`, w.queues.join(", "), when(w.last_seen)],
          s.workers === null ? "Shown to operators." : "No worker has reported in the last 30 seconds.");
     rows("ops-teams", s.teams_today, (t) => [t.team, t.started, t.ended, t.failed,

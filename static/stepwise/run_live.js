@@ -97,6 +97,32 @@
     }
   }
 
+  // Which model route answered the step's latest attempt, and the routes that failed or were
+  // skipped before it (each model call's own order; a repair turn starts at the answering one).
+  function routeNote(step) {
+    const note = document.createElement("div");
+    note.className = "live-route";
+    note.id = `route-${step.name}`;
+    const routes = step.routes;
+    const answered = routes.filter((r) => r.outcome === "answered").pop();
+    const before = routes.filter((r) => r.outcome !== "answered");
+    const what = (r) => `${r.route} (${r.provider})`;
+    const why = (r) => `${what(r)} ${r.outcome}${r.error_class ? ` ${r.error_class}` : ""}${r.error ? `: ${r.error}` : ""}`;
+    note.textContent = answered ? `answered by ${what(answered)}` : "no route answered";
+    if (answered) note.title = `${answered.tokens_in} / ${answered.tokens_out} tokens, $${answered.cost_usd}, ${answered.duration_ms} ms`;
+    if (before.length) {
+      const list = document.createElement("ul");
+      list.className = "live-route-failed";
+      for (const r of before) {
+        const item = document.createElement("li");
+        item.textContent = why(r);
+        list.appendChild(item);
+      }
+      note.appendChild(list);
+    }
+    return note;
+  }
+
   function render(run) {
     badge($("run-state"), run.state);
     const p = run.progress;
@@ -141,6 +167,23 @@
         r.title = `Output reused from step ${step.reused_from.step} of run ${step.reused_from.run}: no model or tool was called, nothing was spent.`;
         state.appendChild(r);
       }
+      if (step.routes.length) state.appendChild(routeNote(step));
+      if (step.attestation) {
+        // Who produced the output, and whether its signed record still holds.
+        const t = document.createElement("span");
+        t.id = `attestation-${step.name}`;
+        const who = step.attestation.producer || "no producer";
+        if (step.attestation.ok) {
+          t.className = "live-signed";
+          t.textContent = "signed";
+          t.title = `Produced by ${who}, signed (key ${step.attestation.key}).`;
+        } else {
+          t.className = "live-unattested live-error-cell";
+          t.textContent = "attestation failed";
+          t.title = step.attestation.problem;
+        }
+        state.appendChild(t);
+      }
       cell(row, step.attempts);
       cell(row, step.retries);
       cell(row, when(step.started_at));
@@ -148,7 +191,8 @@
       cell(row, seconds(step.duration_s));
       cell(row, `${step.tokens_in} / ${step.tokens_out}`);
       cell(row, usd(step.cost_usd));
-      cell(row, step.skip_reason ? `skipped: ${step.skip_reason}` : errorText(step.error) || "—", step.error ? "live-error-cell" : "");
+      cell(row, step.skip_reason ? `skipped: ${step.skip_reason}`
+        : errorText(step.error) || ((step.state === "queued" || step.state === "waiting") && step.waiting_for) || "—", step.error ? "live-error-cell" : "");
       const actions = row.insertCell();
       for (const op of ["retry", "skip"]) {
         const url = run.controls[op] && run.controls[op][step.name];

@@ -45,7 +45,7 @@ class TriggerSerializer(serializers.ModelSerializer):
         fields = ["id", "url", "team", "name", "description", "kind", "workflow",
                   "workflow_version", "enabled", "input_template", "filter", "correlate",
                   "uncorrelated", "debounce_s", "debounce_key", "debounce_max_s", "max_per_minute",
-                  "when_limited", "max_queued", "cron", "timezone", "interval_s", "missed_slots",
+                  "when_limited", "max_queued", "capacity", "cron", "timezone", "interval_s", "missed_slots",
                   "catch_up_max", "last_slot", "next_slots", "webhook_url", "secret_fingerprint",
                   "previous_secret_until", "replay_window_s", "max_body_bytes", "source",
                   "exchange", "binding_key", "queue", "stream", "created_by", "created_at",

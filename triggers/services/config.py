@@ -17,6 +17,7 @@ from django.db import transaction
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from orchestrator.engine.authz import Action, Actor, label, person, require
+from orchestrator.engine.capacity import capacity_problems
 from orchestrator.engine.clock import now
 from orchestrator.engine.definitions.limits import run_input_problems
 from orchestrator.engine.definitions.problems import format_path
@@ -47,7 +48,7 @@ EDITABLE = ("name", "description", "workflow", "workflow_version", "enabled", "i
             "filter", "max_per_minute", "when_limited", "max_queued", "cron", "timezone",
             "interval_s", "missed_slots", "catch_up_max", "replay_window_s", "max_body_bytes",
             "source", "exchange", "binding_key", "queue", "stream", "correlate", "uncorrelated",
-            "debounce_s", "debounce_key", "debounce_max_s")
+            "debounce_s", "debounce_key", "debounce_max_s", "capacity")
 SCHEDULE_FIELDS = ("cron", "timezone", "interval_s")
 DEBOUNCE_FIELDS = {"debounce_s", "debounce_key", "debounce_max_s"}
 KIND_FIELDS = {
@@ -95,6 +96,8 @@ def trigger_problems(trigger: Trigger, *, check_input: bool = True) -> list[dict
     if trigger.uncorrelated not in Uncorrelated.values:
         problems.append({"path": "uncorrelated", "message": "must be refuse or start"})
     problems += _debounce_problems(trigger)
+    if trigger.capacity:
+        problems += capacity_problems(trigger.capacity)
     if trigger.kind == TriggerKind.SCHEDULE:
         problems += schedule_problems(Schedule(trigger.cron or "", trigger.timezone,
                                                trigger.interval_s))

@@ -177,7 +177,7 @@ def _start(trigger: Trigger, *, key: str, run_input: dict, origin: dict, actor: 
                            [{"path": "workflow_version", "message": "no such version"}])
     return run_start(version=version, input=run_input, actor=actor,
                      idempotency_key=f"trigger:{trigger.id}:{key}", trigger=trigger.kind,
-                     origin=_origin(trigger, key, origin),
+                     origin=_origin(trigger, key, origin), capacity=trigger.capacity or None,
                      provenance=trigger_provenance(trigger, fired_by=_person(actor)))
 
 

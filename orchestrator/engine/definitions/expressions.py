@@ -23,7 +23,6 @@ import base64
 import datetime
 import operator
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -58,7 +57,7 @@ class _Budget:
 
     def __init__(self) -> None:
         self.cost_left = limits.MAX_EXPRESSION_COST
-        self.deadline = time.monotonic() + limits.MAX_EXPRESSION_SECONDS
+        self.deadline = limits.CpuDeadline(limits.MAX_EXPRESSION_SECONDS)
 
     def spend(self, cost: int) -> None:
         self.cost_left -= cost
@@ -75,7 +74,7 @@ class _Budget:
                 f"the expression costs more than {limits.MAX_EXPRESSION_COST:,} evaluation "
                 "steps (nested macros such as .all() multiply); simplify it"
             )
-        if self.cost_left % 256 == 0 and time.monotonic() > self.deadline:
+        if self.cost_left % 256 == 0 and self.deadline.passed():
             raise ExpressionLimitExceeded(
                 f"the expression took longer than {limits.MAX_EXPRESSION_SECONDS} s to evaluate"
             )

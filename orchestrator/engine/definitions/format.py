@@ -471,6 +471,29 @@ def _common_step_properties() -> dict:
     }
 
 
+def _without(name: str, properties: dict) -> dict:
+    return {key: value for key, value in properties.items() if key != name}
+
+
+def _step_concurrency() -> dict:
+    return {
+        "title": "step concurrency",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["key", "limit"],
+        "description": "At most `limit` steps of this name per key run at once across the "
+                       "workflow's runs (one refund per customer at a time): the others wait "
+                       "`queued`, in order, until one of them ends.",
+        "properties": {
+            "key": {"type": "string", "minLength": 1, "maxLength": 1000,
+                    "description": "A template over the run's input, e.g. "
+                                   "\"{{ input.customer_id }}\"."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": limits.MAX_CONCURRENCY_LIMIT,
+                      "description": "How many steps of one key may run at once."},
+        },
+    }
+
+
 def _agent_properties() -> dict:
     return {
         "model": {"type": "string", "description": "A registered model name."},
@@ -490,6 +513,7 @@ def _agent_properties() -> dict:
         },
         "script": _SCRIPT,
         "cache": _ref("cache"),
+        "concurrency": _step_concurrency(),
         "repair_attempts": {
             "type": "integer",
             "minimum": 0,
@@ -522,6 +546,7 @@ def _tool_properties() -> dict:
         },
         "compensate": _ref("compensation"),
         "cache": _ref("cache"),
+        "concurrency": _step_concurrency(),
     }
 
 
@@ -945,14 +970,14 @@ def shared_format_schema() -> dict:
                     "if": {"properties": {"type": {"const": "agent"}}, "required": ["type"]},
                     "then": _closed_step(
                         "agent map item",
-                        {**item_base, **agent, **_no_cache("map item", "items are not steps")},
+                        _without("concurrency", {**item_base, **agent, **_no_cache("map item", "items are not steps")}),
                         ["type", "model", "prompt", "output_schema"],
                     ),
                 },
                 {
                     "if": {"properties": {"type": {"const": "tool"}}, "required": ["type"]},
                     "then": _closed_step("tool map item",
-                                         {**item_base, **tool, **_no_cache("map item", "items are not steps")},
+                                         _without("concurrency", {**item_base, **tool, **_no_cache("map item", "items are not steps")}),
                                          ["type", "tool"]),
                 },
             ],
@@ -1294,6 +1319,13 @@ def shared_format_schema() -> dict:
                 "maximum": limits.MAX_PARALLEL,
                 "default": DEFAULT_MAX_PARALLEL,
                 "description": "At most this many steps of one run run at once.",
+            },
+            "capacity": {
+                "type": "string",
+                "pattern": "^[a-z][a-z0-9_]{0,15}$",
+                "description": "The capacity class its runs go to unless a start or trigger "
+                               "names another: interactive (default), batch, evaluation or "
+                               "one the deployment adds (docs/operations.md#capacity).",
             },
             "concurrency": {
                 "title": "concurrency",

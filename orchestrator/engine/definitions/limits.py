@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import time
 from collections.abc import Iterator
 
 from ..text import invalid_char
@@ -57,15 +58,36 @@ MAX_TEMPLATE_CHARS = 64 * 1024  # the source of one template
 MAX_RENDER_CHARS = 1024 * 1024  # what one template renders to, and any string or list it builds
 MAX_INT_BITS = 4096  # integers a template or an expression computes (about 1,233 digits)
 MAX_RENDER_STEPS = 200_000  # loop iterations of one render, nested loops counted in full
-MAX_RENDER_SECONDS = 2.0  # one render's time, checked at every operation it performs
+MAX_RENDER_SECONDS = 2.0  # one render's CPU time, checked at every operation it performs
 TEMPLATE_CACHE_SIZE = 512  # compiled templates kept; each is at most MAX_TEMPLATE_CHARS of source
 
 # --- expressions (CEL) --------------------------------------------------------------------------
 MAX_EXPRESSION_CHARS = 4096
 MAX_EXPRESSION_DEPTH = 200  # levels of the syntax tree (each parenthesis adds about ten)
 MAX_EXPRESSION_COST = 10_000  # evaluation steps (AST nodes visited, macro iterations included)
-MAX_EXPRESSION_SECONDS = 2.0  # wall-clock backstop for one evaluation, far above what the cost allows
+MAX_EXPRESSION_SECONDS = 2.0  # CPU-time backstop for one evaluation, far above what the cost allows
 EXPRESSION_CACHE_SIZE = 1024
+
+
+def spent_seconds() -> float:
+    """The calling thread's CPU time: what a render or an evaluation is timed by, so a busy
+    machine descheduling the thread never makes a cheap template look costly."""
+    return time.thread_time()
+
+
+class CpuDeadline:
+    """A limit on the CPU time the calling thread spends from now on.
+
+    The CPU clock is a system call; the wall clock is not. CPU time never runs ahead of wall
+    time, so the CPU clock is read only once the wall clock has passed the limit.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.wall = time.monotonic() + seconds
+        self.cpu = spent_seconds() + seconds
+
+    def passed(self) -> bool:
+        return time.monotonic() > self.wall and spent_seconds() > self.cpu
 
 
 def document_problems(

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import re
-import time
 import types
 from collections.abc import Callable, ItemsView, Iterable, KeysView, Mapping, ValuesView
 from functools import lru_cache
@@ -75,10 +74,10 @@ class _Budget:
         self.max_chars = limits.MAX_RENDER_CHARS
         self.chars_left = self.max_chars * 8
         self.steps_left = limits.MAX_RENDER_STEPS
-        self.deadline = time.monotonic() + limits.MAX_RENDER_SECONDS
+        self.deadline = limits.CpuDeadline(limits.MAX_RENDER_SECONDS)
 
     def tick(self) -> None:
-        if time.monotonic() > self.deadline:
+        if self.deadline.passed():
             raise TemplateLimitExceeded(
                 f"the template took longer than {limits.MAX_RENDER_SECONDS} s to render"
             )

@@ -226,6 +226,13 @@ class _Check:
         key = concurrency.get("key") if isinstance(concurrency, dict) else None
         if isinstance(key, str):
             self.check_template(("concurrency", "key"), key, None, frozenset(), frozenset({"input"}))
+        steps = self.doc.get("steps")
+        for i, step in enumerate(steps if isinstance(steps, list) else []):
+            concurrency = step.get("concurrency") if isinstance(step, dict) else None
+            key = concurrency.get("key") if isinstance(concurrency, dict) else None
+            if isinstance(key, str):
+                self.check_template(("steps", i, "concurrency", "key"), key, None, frozenset(),
+                                    frozenset({"input"}))
 
     def check_steps(self) -> None:
         self.check_names()

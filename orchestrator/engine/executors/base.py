@@ -45,6 +45,11 @@ class ExecContext:
     # services provide them; None: nothing is reserved (a direct call in a test).
     reserve_call: Callable[[int], None] | None = None
     settle_call: Callable[[int, Decimal], None] | None = None
+    # `reserved(turn)`: the USD reserved for that call of this attempt (None: none held), which
+    # a model route priced above the model's first must fit (executors.agent).
+    reserved: Callable[[int], Decimal | None] | None = None
+    # The run's team (slug): its egress policy may forbid some of a model's routes.
+    team: str = ""
     # Commits the ledger entry that authorizes one tool or model call before it is made:
     # `authorize(ctx=..., spec=..., step_input=..., kind=..., target=..., request=...)`
     # (audit.services.external_call_authorize).
@@ -52,6 +57,11 @@ class ExecContext:
     # What a returned model call cost, at the prices in force when it returned:
     # `price(model_config, tokens_in, tokens_out, model=...) -> USD` (budgets.services.cost_of).
     price: Callable[..., Decimal] = field(kw_only=True)
+    # Records what an authorized call answered, for the attempt's attestation:
+    # `responded(request=..., response=..., route="", outcome="answered")` — a model call once
+    # per route tried (the request as that route was sent it, its reply or its error), a tool
+    # call once with what the tool returned. None: nothing is attested (a direct call in a test).
+    responded: Callable[..., None] | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -72,8 +82,10 @@ class Result:
 # model_id (the model version the provider said answered), proposal_hash, risk_tier,
 # repair_count, decision (a router's choice and why); reused_from ({run, step}: the output was
 # copied from that earlier step's, nothing was called; services/results_cache.py).
+# routes: each model route the attempt's calls tried or skipped, in order (executors.agent).
 ATTEMPT_META_FIELDS = ("prompt_hash", "schema_hash", "model_params", "model_id",
-                       "proposal_hash", "risk_tier", "repair_count", "decision", "reused_from")
+                       "proposal_hash", "risk_tier", "repair_count", "decision", "reused_from",
+                       "routes")
 
 
 @dataclass(eq=False)  # like StepError: not frozen, Python sets __traceback__ when re-raising

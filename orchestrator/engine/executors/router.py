@@ -78,7 +78,8 @@ def llm_decision(spec: dict, reply_output: object, invalid: str) -> dict:
 def choose_by_model(spec: dict, step_input: dict, ctx: ExecContext) -> Result:
     system, prompt = render_prompts(spec, step_input)
     system = "\n\n".join(part for part in (system, route_menu(spec)) if part)
-    talk = Conversation.start(spec, price=ctx.price)
+    talk = Conversation.start(spec, price=ctx.price, team=ctx.team, scrub=ctx.scrub,
+                              responded=ctx.responded)
     schema = answer_schema(spec)
     talk.meta = {
         "prompt_hash": prompt_hash(spec, menu=route_menu(spec)),

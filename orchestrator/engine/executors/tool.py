@@ -88,7 +88,11 @@ def _live_call(tool: Tool, spec: dict, step_input: dict, ctx: ExecContext, param
         if external:
             ctx.authorize(ctx=ctx, spec=spec, step_input=step_input, kind="tool",
                           target=tool.name, request=params)
-        return _call(tool, params, tool_ctx)
+        response = _call(tool, params, tool_ctx)
+        if external and ctx.responded is not None:
+            # Its answer, as the attempt's attestation records it beside the request.
+            ctx.responded(request=params, response=response)
+        return response
 
     return call
 

@@ -19,6 +19,7 @@ from audit.services import external_call_authorize
 from budgets.services import cost_of
 from orchestrator.models import Effect, Run, StepRun
 
+from ..attestation import attestation_problem, producer_of
 from ..authz import System, label
 from ..clock import now
 from ..dispatch import compensate_on_commit
@@ -95,7 +96,15 @@ def _compensate_all(run_id) -> bool:
 
 
 def _compensate_one(run: Run, step: StepRun, action: dict, key: str) -> None:
-    """Undo `step` through the effect ledger, as a tool step of its own would call its tool."""
+    """Undo `step` through the effect ledger, as a tool step of its own would call its tool.
+    Its params read the step's own output: nothing is undone from one whose attestation does not
+    hold (the step is flagged, and the compensation fails for a person to look)."""
+    problem = attestation_problem(step_id=step.id, output=step.output, attestation=step.attestation)
+    if problem:
+        producer, key_id = producer_of(step.attestation)
+        event_record(run=run, step=step, kind="step.attestation_invalid", actor=label(COMPENSATION),
+                     payload={"problem": problem, "producer": producer, "key": key_id})
+        raise StepError("permanent", f"attestation: step '{step.name}': {problem}")
     secrets = revealed_for(run.id)  # in memory for this call only (secret_inputs)
     ctx = ExecContext(str(run.id), run.version.workflow.name, step.name, 1, key, step_id=step.id,
                       scrub=secrets.scrub, sandbox=run.sandbox,

@@ -25,6 +25,7 @@ from jsonschema import Draft202012Validator
 from orchestrator.integrations.tools.registry import all_tools
 from orchestrator.models import Run, RunSecret, StepRun, WorkflowVersion
 
+from ..attestation import attestation_problem
 from ..authz import Action, Actor, is_person, label, may, require
 from ..definitions import TemplateError, render_value
 from ..definitions.limits import run_input_problems
@@ -76,6 +77,11 @@ def run_fork(*, run_id, step: str, actor: Actor, version: WorkflowVersion | int 
     rerun = steps_run_again(graph, step)
     steps = {s.name: s for s in StepRun.objects.filter(run=source)}
     carried = _carried(graph, rerun, steps)
+    if unattested := _unattested(steps, carried):
+        # The fork signs each carried output anew: one whose record does not hold would come
+        # out of it looking produced.
+        raise NotAllowed("a step the fork would carry has an output that fails its attestation: "
+                         "investigate the run first", unattested)
     run_input = source.input if input is None else input
     problems = _input_problems(source, input)
     problems += _step_input_problems(graph, step, step_input, run_input, carried)
@@ -132,6 +138,17 @@ def _carried(graph: Graph, rerun: frozenset[str], steps: dict[str, StepRun]) -> 
                 and all(a in carried for a in graph.ancestors[name])):
             carried.append(name)
     return carried
+
+
+def _unattested(steps: dict[str, StepRun], carried: list[str]) -> list[dict]:
+    """A problem per carried step whose output's record does not hold (engine/attestation.py)."""
+    problems = []
+    for name in carried:
+        problem = attestation_problem(step_id=steps[name].id, output=steps[name].output,
+                                      attestation=steps[name].attestation)
+        if problem:
+            problems.append({"path": f"steps.{name}", "message": problem})
+    return problems
 
 
 def _target_version(source: Run, version: WorkflowVersion | int | None) -> WorkflowVersion:

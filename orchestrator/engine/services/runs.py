@@ -16,9 +16,10 @@ from audit.redaction import keyed_hash
 from budgets.services import budget_admit, duration_policy
 from notifications.services import callback_problems, run_callback_register
 from orchestrator.models import Event, Run, StepRun, WorkflowVersion
-from orchestrator.store import build_row, insert_rows
+from orchestrator.store import build_row, insert_rows, update_rows
 
 from ..authz import REAPER, Action, Actor, is_person, label, may, require
+from ..capacity import capacity_problems
 from ..clock import now
 from ..definitions.limits import run_input_problems
 from ..definitions.mandatory_gates import weakened_gates
@@ -46,6 +47,7 @@ from ..states import (
     StepState,
 )
 from .admission import start_refusal_record
+from .attestations import output_attest
 from .budget_gate import duration_denial, run_pause_for_budget
 from .concurrency import (
     concurrency_key_of,
@@ -96,7 +98,7 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
               trigger: str = "api", origin: dict | None = None,
               known_secrets: Collection[str] = (), callback_url: str = "",
               callback_secret: str = "", provenance: dict | None = None,
-              capacity: str = RunCapacity.INTERACTIVE, sandbox: dict | None = None,
+              capacity: str | None = None, sandbox: dict | None = None,
               fork: ForkOrigin | None = None) -> Run:
     """Create a run pinned to `version`, start it, and schedule its first steps.
 
@@ -125,8 +127,9 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     its own; by default it is the person `actor` on the path `trigger`, and a child run's is
     its parent's. It is stored on the run and on its run.created event (so in the ledger).
 
-    `capacity` ("interactive" or "evaluation": `RunCapacity`) is where the run's work is sent;
-    an evaluation run is left out of the team's and workflow's admission caps and spend (it
+    `capacity` (a class of `engine.capacity`; None: the workflow's `capacity`, else interactive)
+    is where the run's work is sent and whose share of each provider quota it draws on; an
+    evaluation run is left out of the team's and workflow's admission caps and spend (it
     keeps its own `budget.max_cost_usd`). `sandbox` (`orchestrator.engine.sandbox`; None: a live
     run) answers its side-effecting calls, gates and inputs in place of the world; a sandboxed
     run takes no callback. A bad one of either is InputInvalid, each problem by path. A child
@@ -143,6 +146,8 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
         problems += callback_problems(url=callback_url, secret=callback_secret, team=team.slug)
     if parent_step is not None:  # part of its parent's work, answered by the same sandbox
         capacity, sandbox = parent_step.run.capacity, parent_step.run.sandbox
+    elif capacity is None:
+        capacity = version.normalized.get("capacity") or RunCapacity.INTERACTIVE
     problems += _class_problems(capacity, sandbox, callback=bool(callback_url))
     if problems:
         raise InputInvalid("run input is invalid", problems)
@@ -161,7 +166,7 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
     if refusal := version_start_refusal(version, actor, sandboxed=sandbox is not None):
         raise refusal
     # An evaluation's runs answer to its own concurrency, never hold live runs of a key back.
-    live = capacity == RunCapacity.INTERACTIVE and sandbox is None
+    live = capacity != RunCapacity.EVALUATION and sandbox is None
     concurrency_key = concurrency_key_of(version.normalized, stored_input) if live else ""
     created_by = actor if is_person(actor) else created_by
     if parent_step is not None:
@@ -191,9 +196,7 @@ def run_start(*, version: WorkflowVersion, input: dict, actor: Actor, created_by
 
 
 def _class_problems(capacity: str, sandbox: object, *, callback: bool) -> list[dict]:
-    problems = []
-    if capacity not in RunCapacity.values:
-        problems.append({"path": "capacity", "message": f"one of {', '.join(RunCapacity.values)}"})
+    problems = capacity_problems(capacity)
     problems += sandbox_problems(sandbox)
     if sandbox is not None and callback:
         problems.append({"path": "callback_url", "message": "a sandboxed run calls nobody back"})
@@ -290,6 +293,9 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
     named = steps if not carried or all(step.pk for step in steps) else \
         list(StepRun.objects.filter(run=run, name__in=carried).only("id", "name", "state"))
     who = label(actor) if is_person(actor) or origin else f"service:{trigger}"
+    attested: list[Event] = []
+    if carried:
+        _carried_attest(run, steps, named, source=fork.source, attested=attested)
     created = {"workflow": version.workflow.name, "version": version.number, "trigger": trigger}
     if origin:
         created["origin"] = origin
@@ -315,6 +321,7 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
         started += [build_row(Event, run=run, step=step, kind="step.carried", actor=who,
                               payload={"from_run": str(fork.source.id)})
                     for step in named if step.name in carried]
+        started += attested
         started.append(build_row(Event, run=fork.source, kind="run.fork_started", actor=who,
                                  payload={"fork": str(run.id), "step": fork.step,
                                           "version": version.number}))
@@ -325,6 +332,22 @@ def _create(version, input, actor, created_by, idempotency_key, request_digest, 
     run_advance(run, actor=actor, pending=started,
                 steps=steps if all(step.pk for step in steps) else None)
     return run
+
+
+def _carried_attest(run: Run, steps: list[StepRun], named: list[StepRun], *, source: Run,
+                    attested: list[Event]) -> None:
+    """A fork's carried steps hold outputs no attempt of this run produced: the process that
+    starts the fork signs their records, naming the run they were carried from."""
+    ids = {step.name: step.pk for step in named}
+    for step in steps:
+        if step.state == StepState.COMPLETED:
+            step.pk = ids[step.name]
+            output_attest(run, step, producer=f"fork of run {source.id}",
+                          record=lambda s, kind, payload: attested.append(build_row(
+                              Event, run=run, step=s, kind=kind, actor=payload["producer"],
+                              payload=payload)))
+            update_rows(StepRun, count=False, where={"id": step.pk},
+                        values={"attestation": step.attestation})
 
 
 def run_over_duration(*, run_id) -> str:

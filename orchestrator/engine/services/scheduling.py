@@ -15,12 +15,13 @@ from orchestrator.models import Event, Run, StepRun
 from orchestrator.operations import tracing
 from orchestrator.store import build_row, save_row
 
+from ..attestation import attestation_problem, producer_of
 from ..authz import SCHEDULER, Actor, label
 from ..clock import now
 from ..definitions import ExpressionError, evaluate_expression
 from ..dispatch import child_finished_on_commit, compensate_on_commit, held_runs_release_on_commit
 from ..events import event_record, events_record, run_ended_on_commit
-from ..scheduler import StepView, plan
+from ..scheduler import StepView, current_iteration, iteration_name, plan
 from ..selectors import compensable_steps, definition_of, steps_of
 from ..states import (
     CONTROL_KINDS,
@@ -30,6 +31,7 @@ from ..states import (
     RunState,
     StepState,
 )
+from .attestations import output_attest
 from .budget_gate import dispatch_reserve
 from .kinds import Eager, handler_for
 
@@ -58,6 +60,10 @@ def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
     steps = {s.name: s for s in (steps_of(run) if steps is None else steps)}
     views = {n: StepView(s.state, s.output) for n, s in steps.items()}
     decided = plan(definition, run.input, views, graph=graph)
+    unattested = _unattested(graph, decided, steps)
+    if unattested:
+        run_pause_for_attestation(run, steps, unattested, actor=actor, pending=pending)
+        return None
     events: list[Event] = list(pending)
     if pending and any(handler_for(graph.steps[n]["type"]).records_outside_the_batch
                        for n in decided.enqueue):
@@ -105,6 +111,10 @@ def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
             handler.start(run, steps[name], spec, record)
 
     for step in dirty.values():
+        if step.state == StepState.COMPLETED and step.attestation is None:
+            # A step that completed as it started (a sleep already due, a buffered signal, an
+            # empty map): this process produced its output.
+            output_attest(run, step, producer=who, record=record)
         save_row(step)
     if decided.loops:
         events_record(events)  # before what the loops' next iterations record
@@ -121,6 +131,77 @@ def _advance(run: Run, *, actor: Actor, pending: Sequence[Event] = (),
         return taken or again
     _apply_outcome(run, outcome, detail, actor=actor, pending=events)
     return taken
+
+
+def _outputs_read(graph, decided, steps: dict[str, StepRun]) -> set[str]:
+    """The completed steps whose outputs the plan reads to take its decisions: every upstream
+    step of a step it makes ready (its input) or skips (its `when` condition reads any of them,
+    its routers choose), the iterations a loop's `until` verdict reads (the one that ended and
+    the one before it), and the sinks a completing run takes its output from; each with the
+    fallback that stands in for it."""
+    names: set[str] = set()
+    for name, _ in [*decided.ready, *decided.skip]:
+        names.update(_upstream(graph, name))
+    for loop, _, _ in decided.loops:
+        names.update(_iterations_read(graph, loop, steps))
+    if decided.outcome == "complete":
+        names.update(graph.sinks)
+    names.update([graph.fallback_of[n] for n in names if n in graph.fallback_of])
+    return {n for n in names if n in steps and steps[n].state == StepState.COMPLETED}
+
+
+def _upstream(graph, name: str) -> set[str]:
+    """The steps whose outputs the input of `name` holds; for a loop's iteration of a body step
+    (`draft[2]`), the body steps before it in that iteration, the previous iteration's body
+    steps (`iteration.previous`) and the loop's own upstream."""
+    if name in graph.ancestors:
+        return set(graph.ancestors[name])
+    base, _, number = name.partition("[")
+    for loop, body in graph.bodies.items():
+        if base in body.ancestors:
+            previous = int(number.rstrip("]")) - 1
+            return ({f"{a}[{number}" for a in body.ancestors[base]} | set(graph.ancestors[loop])
+                    | {iteration_name(b, previous) for b in body.order if previous > 0})
+    return set()
+
+
+def _iterations_read(graph, loop: str, steps: dict[str, StepRun]) -> set[str]:
+    """The body steps of the iteration of `loop` that just ended and of the one before it: what
+    its `until` verdict and its output read."""
+    body = graph.bodies[loop]
+    number = current_iteration(body, steps)
+    return {iteration_name(b, n) for b in body.order for n in (number, number - 1) if n > 0}
+
+
+def _unattested(graph, decided, steps: dict[str, StepRun]) -> dict[str, str]:
+    """Step name -> why its output may not be read, for each output the plan reads whose
+    attestation does not hold (engine/attestation.py)."""
+    problems = {}
+    for name in sorted(_outputs_read(graph, decided, steps)):
+        step = steps[name]
+        problem = attestation_problem(step_id=step.id, output=step.output,
+                                      attestation=step.attestation)
+        if problem:
+            problems[name] = problem
+    return problems
+
+
+def run_pause_for_attestation(run: Run, steps: dict[str, StepRun], problems: dict[str, str], *,
+                              actor: Actor, pending: Sequence[Event] = ()) -> None:
+    """Nothing of the plan (or of a map's join) is applied: each step whose output failed its
+    check is flagged (`step.attestation_invalid`, which raises an alert) and the run pauses for
+    an operator."""
+    who = label(actor)
+    flags = []
+    for name, problem in problems.items():
+        producer, key = producer_of(steps[name].attestation)
+        flags.append(build_row(Event, run=run, step=steps[name], kind="step.attestation_invalid",
+                               actor=who, payload={"problem": problem, "producer": producer,
+                                                   "key": key}))
+    detail = {"class": "attestation",
+              "message": "; ".join(f"step '{n}': {p}" for n, p in problems.items()),
+              "steps": problems}
+    _apply_outcome(run, "pause", detail, actor=actor, pending=[*pending, *flags])
 
 
 def fork_step_input(step_input: dict, edits: dict) -> dict:

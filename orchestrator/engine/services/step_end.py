@@ -17,8 +17,10 @@ from ..authz import REAPER, Actor, label
 from ..events import event_record, events_record
 from ..selectors import lock_run_of_step, spec_of
 from ..states import RunState, StepState
+from .attestations import output_attest
 from .kinds import Eager, handler_for
 from .scheduling import run_advance, run_settle_cancel
+from .step_concurrency import held_steps_release
 
 
 def step_ended(run: Run, step: StepRun, *, actor: Actor, pending: Sequence[Event] = (),
@@ -32,6 +34,10 @@ def step_ended(run: Run, step: StepRun, *, actor: Actor, pending: Sequence[Event
     `eager`: the worker that ended it, offering to run a next step itself (`run_advance`).
     Returns what it took, else None.
     """
+    if step.state == StepState.COMPLETED and step.attestation is None:
+        # Not a worker's attempt (those are signed with the output): this process produced it.
+        output_attest(run, step, producer=label(actor))
+        save_row(step, ["attestation"])
     if pending and (step.state not in (StepState.COMPLETED, StepState.SKIPPED)
                     or run.state == RunState.CANCELLING):
         events_record(list(pending))
@@ -40,6 +46,8 @@ def step_ended(run: Run, step: StepRun, *, actor: Actor, pending: Sequence[Event
         handler_for(step.kind).release(run, step, actor=actor)
     if may_hold_reservations(run, step):
         budget_release(step_id=step.id)  # what it reserved and never spent
+    if step.concurrency_key:  # the next steps of its key take their turn
+        held_steps_release(run, step)
     if run.state == RunState.CANCELLING:
         run_settle_cancel(run, actor=actor)
         return None

@@ -18,6 +18,7 @@ from orchestrator.integrations.tools.registry import side_effecting_tools, tool_
 from orchestrator.models import Team, Workflow, WorkflowVersion
 
 from ..authz import Action, Actor, label, may, person, require
+from ..capacity import capacity_problems
 from ..clock import now
 from ..definitions import DefinitionInvalid, Problem, normalize_definition, validate_definition
 from ..definitions.calls import call_cycle, workflow_calls
@@ -42,6 +43,9 @@ def definition_problems(definition: object, *, team: Team) -> list[Problem]:
         workflows=workflows, egress=definition_checker(team=team.slug),
         tool_params=connections_checker(team=team.slug), side_effect_tools=side_effecting_tools(),
     )
+    if not problems and "capacity" in definition:
+        # The deployment's classes, not the schema's: an operator may add some.
+        problems = [Problem(p["path"], p["message"]) for p in capacity_problems(definition["capacity"])]
     if not problems:
         problems = call_cycle_problems(definition, team=team)
     return problems or mandatory_gate_problems(definition)

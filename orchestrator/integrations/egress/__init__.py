@@ -22,7 +22,14 @@ from django.core import checks
 
 from .client import EgressResponse, request
 from .errors import EgressRefused, ResponseTooLarge, as_step_error
-from .policy import DEFAULT_POLICY, Policy, config_problems, policy_for, policy_for_base_url
+from .policy import (
+    DEFAULT_POLICY,
+    Policy,
+    config_problems,
+    host_matches,
+    policy_for,
+    policy_for_base_url,
+)
 from .static import definition_checker, url_problems
 
 
@@ -40,6 +47,7 @@ __all__ = [
     "ResponseTooLarge",
     "as_step_error",
     "definition_checker",
+    "host_matches",
     "policy_for",
     "policy_for_base_url",
     "request",

@@ -2,13 +2,16 @@
 
 `scripted` (offline, replies declared in the definition), `openai` (any OpenAI-compatible
 chat-completions server: OpenAI, vLLM, Ollama, LM Studio, gateways), `azure_openai` and
-`anthropic`. See docs/providers.md.
+`anthropic`. A model name may be served by ordered routes, each a provider entry (`routes.py`).
+See docs/providers.md.
 """
 from django.conf import settings
+from django.core import checks
 
 from .anthropic import AnthropicProvider
 from .base import ModelReply, ModelRequest, Provider
 from .openai_compat import AzureOpenAIProvider, OpenAICompatProvider
+from .routes import Route, registry_problems, route_dependencies, routes_for
 from .scripted import ScriptedProvider
 
 PROVIDERS: dict[str, type[Provider]] = {
@@ -19,10 +22,12 @@ PROVIDERS: dict[str, type[Provider]] = {
 }
 
 
-def provider_for(model: str) -> tuple[Provider, dict]:
-    """The provider serving `model` and the model's registry entry. Raises KeyError if unknown."""
-    config = settings.STEPWISE_MODELS[model]
-    return PROVIDERS[config["provider"]](config), config
+@checks.register()
+def check_model_registry(app_configs, **kwargs) -> list[checks.CheckMessage]:
+    """A model registry entry that cannot serve a call stops `manage.py check` (and start-up)."""
+    return [checks.Error(problem, id="stepwise.models.E001")
+            for problem in registry_problems(settings.STEPWISE_MODELS, PROVIDERS)]
 
 
-__all__ = ["PROVIDERS", "ModelReply", "ModelRequest", "Provider", "provider_for"]
+__all__ = ["PROVIDERS", "ModelReply", "ModelRequest", "Provider", "Route", "route_dependencies",
+           "routes_for"]

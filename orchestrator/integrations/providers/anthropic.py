@@ -38,6 +38,7 @@ DEFAULT_MAX_TOKENS = 1024
 
 class AnthropicProvider(Provider):
     name = "anthropic"
+    default_base_url = "https://api.anthropic.com"
 
     def complete(self, request: ModelRequest) -> ModelReply:
         mode = self.config.get("structured_output", "tools")
@@ -47,7 +48,7 @@ class AnthropicProvider(Provider):
         headers = {"x-api-key": api_key(self.config, "ANTHROPIC_API_KEY") or "",
                    "anthropic-version": self.config.get("anthropic_version", "2023-06-01")}
         body = post_json(
-            self.config.get("base_url", "https://api.anthropic.com").rstrip("/") + "/v1/messages",
+            self.config.get("base_url", self.default_base_url).rstrip("/") + "/v1/messages",
             headers=headers, payload=payload, timeout_s=self.call_timeout_s(request),
             connect_timeout_s=self.connect_timeout_s(), max_response_bytes=self.max_response_bytes())
         return self.reply(body, request, wrapped)

@@ -52,6 +52,8 @@ class ModelReply:
 
 class Provider:
     name = "base"
+    # Where calls go when the registry entry names no `base_url` ("": nowhere, e.g. scripted).
+    default_base_url = ""
     # True when the same request always gets the same reply (then a repair turn is pointless).
     deterministic = False
 

@@ -5,6 +5,7 @@ beside a worker of `evaluation` alone)."""
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from orchestrator.engine.capacity import added_class_names
 from orchestrator.operations.queues import BATCH_SUFFIX, EVALUATION_SUFFIX
 
 
@@ -14,7 +15,9 @@ def queues(family: str, *, with_evaluation: bool = True) -> list[str]:
     and item of an evaluation run goes; `tools-batch` and `agent-batch` are the batch side
     alone, `evaluation` every evaluation queue alone, for a deployment that gives fan-outs or
     evaluations workers of their own. `with_evaluation=False` leaves the evaluation side out of
-    a family's queues (and of `all`), for workers that serve live work alone."""
+    a family's queues (and of `all`), for workers that serve live work alone. A class an
+    operator added (engine/capacity.py) is a family of its own: its side of every queue, which
+    `all` includes."""
     agents = [f"agent.{model}" for model in settings.STEPWISE_MODELS]
     tools_batch = ["tools" + BATCH_SUFFIX]
     agents_batch = [queue + BATCH_SUFFIX for queue in agents]
@@ -24,12 +27,17 @@ def queues(family: str, *, with_evaluation: bool = True) -> list[str]:
     evaluation = [*orchestrator_evaluation, *tools_evaluation, *agents_evaluation]
     if not with_evaluation:
         orchestrator_evaluation, tools_evaluation, agents_evaluation = [], [], []
+    added = {name: [f"{queue}.{name}" for queue in ("orchestrator", "tools", *agents)]
+             for name in added_class_names()}
+    if family in added:
+        return added[family]
     return {"orchestrator": ["orchestrator", *orchestrator_evaluation],
             "tools": ["tools", *tools_batch, *tools_evaluation],
             "agent": [*agents, *agents_batch, *agents_evaluation], "tools-batch": tools_batch,
             "agent-batch": agents_batch, "evaluation": evaluation,
             "all": ["orchestrator", "tools", *tools_batch, *agents, *agents_batch,
-                    *(evaluation if with_evaluation else [])]}[family]
+                    *(evaluation if with_evaluation else []),
+                    *(queue for queues in added.values() for queue in queues)]}[family]
 
 
 class Command(BaseCommand):
@@ -37,7 +45,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("family", choices=["orchestrator", "tools", "agent", "tools-batch",
-                                               "agent-batch", "evaluation", "all"])
+                                               "agent-batch", "evaluation", "all",
+                                               *added_class_names()])
         parser.add_argument("--without-evaluation", action="store_true",
                             help="leave out the evaluation side (for live workers beside a "
                             "worker of the `evaluation` family)")

@@ -6,7 +6,7 @@ Modules, one concern each:
 * `errors` - how every error becomes an HTTP response, in one shape.
 * `permissions` - who sees what: team scoping and the approval decision check.
 * `filters` - django-filter FilterSets for the list endpoints.
-* `pagination` - `?limit=` and `?offset=`, checked, with maxima.
+* `pagination` - keyset pages behind `?cursor=`, `?limit=` checked, with maxima.
 * `serializers` - request shapes and response representations (no business logic).
 * `views` - the endpoints; each parses the request, calls one service, serializes.
 * `health` - liveness (anonymous), health details (operators) and the definition schema.

@@ -16,7 +16,8 @@ from rest_framework.authentication import TokenAuthentication, get_authorization
 from rest_framework.exceptions import AuthenticationFailed
 
 from orchestrator.engine.limits import known_dependencies, saturation_of
-from orchestrator.operations.metrics import dependency_families, metrics_text
+from orchestrator.engine.quotas import quota_usage
+from orchestrator.operations.metrics import dependency_families, metrics_text, quota_families
 
 from .errors import error_body
 
@@ -55,4 +56,5 @@ def metrics_view(request):
 
 
 def _dependencies():
-    return dependency_families(saturation_of(known_dependencies()))
+    return [*dependency_families(saturation_of(known_dependencies())),
+            *quota_families(quota_usage())]

@@ -98,6 +98,11 @@ class RunStartRequestSerializer(serializers.Serializer):
         required=False, max_length=200, default="", write_only=True, allow_blank=True,
         help_text="The key the callback's X-Stepwise-Signature (HMAC-SHA256) is made with; "
         "required with callback_url, at least 16 characters.")
+    capacity = serializers.CharField(
+        required=False, max_length=16, default=None, allow_null=True,
+        help_text="The capacity class the run goes to: interactive, batch, evaluation or one "
+        "the deployment adds (default: the workflow's `capacity`, else interactive; "
+        "docs/operations.md#capacity). An unknown class is a 400.")
 
     def validate(self, attrs: dict) -> dict:
         unknown = set(self.initial_data) - set(self.fields)
@@ -314,7 +319,8 @@ class StepRunSerializer(serializers.ModelSerializer):
         fields = ["name", "kind", "position", "state", "queue", "attempts", "input", "output",
                   "error", "skip_reason", "tokens_in", "tokens_out", "cost_usd", "ready_at",
                   "queued_at", "started_at", "finished_at", "deadline_at", "next_attempt_at",
-                  "wake_at", "correlation_key", "approval", "reused_from", "attempt_records"]
+                  "wake_at", "correlation_key", "approval", "reused_from", "attempt_records",
+                  "waiting_for", "concurrency_key"]
 
     @extend_schema_field(ReusedFromSerializer(allow_null=True))
     def get_reused_from(self, step: StepRun) -> dict | None:
@@ -390,7 +396,7 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = ["id", "url", "workflow", "version", "team", "state", "trigger", "created_by",
                   "provenance", "created_at", "started_at", "finished_at", "duration_s",
-                  "cost_usd", "tokens_in", "tokens_out", "forked_from", "fork_step"]
+                  "cost_usd", "tokens_in", "tokens_out", "forked_from", "fork_step", "capacity"]
 
     @extend_schema_field(ProvenanceSerializer)
     def get_provenance(self, run: Run) -> dict:

@@ -16,7 +16,7 @@ from orchestrator.integrations.connections import connections_for
 from orchestrator.integrations.tools.registry import Tool, all_tools
 
 from .errors import error_body
-from .pagination import LimitOffsetPagination
+from .pagination import KeysetPagination
 from .serializers import ErrorsSerializer
 
 _TOOL = inline_serializer("Tool", {
@@ -53,7 +53,7 @@ class ToolViewSet(viewsets.ViewSet):
 
     lookup_field = "name"
     lookup_value_regex = r"[A-Za-z0-9_.-]+"
-    pagination_class = LimitOffsetPagination
+    pagination_class = KeysetPagination
 
     def _teams(self, request) -> set[str] | None:
         """The team slugs whose connections the caller sees (None: every team's)."""

@@ -14,6 +14,18 @@ from .docs import RedocView, redoc_bundle
 from .forks import RunForkView
 from .gate_policies import GatePolicyViewSet
 from .health import DefinitionSchemaView, HealthDetailsView, HealthView, ReadinessView
+from .ledger import (
+    LedgerEntriesView,
+    LedgerExportsView,
+    LedgerExportView,
+    LedgerManifestView,
+    LedgerStatusView,
+    LedgerVerificationsView,
+    LedgerVerificationView,
+    LedgerWholeExportFileView,
+    LedgerWholeExportManifestView,
+    LedgerWholeExportView,
+)
 from .moves import RunsMoveView
 from .reruns import RerunStartView, RerunViewSet
 from .templates import TemplateViewSet
@@ -62,5 +74,17 @@ urlpatterns = [
     path("runs/move/", RunsMoveView.as_view(), name="runs-move"),
     path("runs/rerun/", RerunStartView.as_view(), name="runs-rerun"),
     path("runs/<uuid:pk>/fork/", RunForkView.as_view(), name="run-fork"),
+    path("ledger/entries/", LedgerEntriesView.as_view(), name="ledger-entries"),
+    path("ledger/entries/export/", LedgerExportView.as_view(), name="ledger-export"),
+    path("ledger/entries/manifest/", LedgerManifestView.as_view(), name="ledger-export-manifest"),
+    path("ledger/status/", LedgerStatusView.as_view(), name="ledger-status"),
+    path("ledger/verifications/", LedgerVerificationsView.as_view(), name="ledger-verifications"),
+    path("ledger/verifications/<int:pk>/", LedgerVerificationView.as_view(), name="ledger-verification"),
+    path("ledger/exports/", LedgerExportsView.as_view(), name="ledger-exports"),
+    path("ledger/exports/<int:pk>/", LedgerWholeExportView.as_view(), name="ledger-whole-export"),
+    path("ledger/exports/<int:pk>/file/", LedgerWholeExportFileView.as_view(),
+         name="ledger-whole-export-file"),
+    path("ledger/exports/<int:pk>/manifest/", LedgerWholeExportManifestView.as_view(),
+         name="ledger-whole-export-manifest"),
     *router.urls,
 ]

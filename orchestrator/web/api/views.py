@@ -25,7 +25,7 @@ from rest_framework.response import Response
 from approvals.models import ApprovalDecision, ApprovalRequest, InputTask
 from budgets.serializers import BudgetRaiseSerializer, RunEstimateSerializer
 from budgets.services import run_estimate
-from orchestrator.engine.authz import visible, visible_workflows_named
+from orchestrator.engine.authz import visible, visible_listed, visible_workflows_named
 from orchestrator.engine.definitions import DefinitionInvalid, parse_definition_text
 from orchestrator.engine.definitions.limits import MAX_SIGNAL_KEY_CHARS
 from orchestrator.engine.errors import NotAllowed
@@ -287,7 +287,7 @@ class WorkflowViewSet(ServiceErrorsMixin, RunStartThrottleMixin, viewsets.Generi
             version=self._version_to_run(workflow, body.get("version")), input=body["input"],
             actor=request.user, idempotency_key=request.headers.get("Idempotency-Key"),
             trigger="api", callback_url=body.get("callback_url", ""),
-            callback_secret=body.get("callback_secret", ""),
+            callback_secret=body.get("callback_secret", ""), capacity=body.get("capacity"),
             provenance=provenance_of_start(request.user, path=self.start_path(request)),
         )
         return Response(s.RunSerializer(run, context=self.get_serializer_context()).data,
@@ -391,7 +391,8 @@ class RunViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
     filterset_class = RunFilter
 
     def get_queryset(self) -> QuerySet[Run]:
-        runs = visible(runs_with_version().select_related("team", "created_by"), self.request.user)
+        runs = runs_with_version().select_related("team", "created_by")
+        runs = (visible_listed if self.action == "list" else visible)(runs, self.request.user)
         if self.action == "retrieve":
             runs = with_steps(runs)
         return runs.order_by("-created_at")
@@ -512,7 +513,8 @@ class DeadLetterViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retrie
 
     def get_queryset(self) -> QuerySet[DeadLetter]:
         letters = DeadLetter.objects.select_related("run__team", "step", "redriven_by")
-        return visible(letters, self.request.user, team_field="run__team").order_by("-created_at")
+        return visible_listed(letters, self.request.user,
+                              team_field="run__team").order_by("-created_at")
 
     @extend_schema(request=None, responses={200: s.DeadLetterSerializer, 403: _ERRORS, 409: _ERRORS,
                                             429: _ERRORS},
@@ -553,7 +555,8 @@ class ApprovalViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retrieve
             "run__team", "run__version__workflow", "step", "decided_by"
         ).defer("run__version__definition", "run__version__normalized").prefetch_related(
             Prefetch("decisions", queryset=ApprovalDecision.objects.select_related("user")))
-        return visible(approvals, self.request.user, team_field="run__team").order_by("-requested_at")
+        return visible_listed(approvals, self.request.user,
+                              team_field="run__team").order_by("-requested_at")
 
     def _answer(self, approval_id: int) -> Response:
         return Response(self.get_serializer(self.get_queryset().get(pk=approval_id)).data)
@@ -624,7 +627,8 @@ class InputTaskViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.Retriev
         tasks = InputTask.objects.select_related(
             "run__team", "run__version__workflow", "step", "answered_by"
         ).defer("run__version__definition", "run__version__normalized")
-        return visible(tasks, self.request.user, team_field="run__team").order_by("deadline_at", "id")
+        return visible_listed(tasks, self.request.user,
+                              team_field="run__team").order_by("deadline_at", "id")
 
     @extend_schema(request=s.InputAnswerSerializer,
                    responses={200: s.InputTaskSerializer, 400: _ERRORS, 403: _ERRORS, 409: _ERRORS},

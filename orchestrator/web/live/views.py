@@ -9,6 +9,7 @@ re-read it on every websocket nudge.
 """
 from dataclasses import asdict
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
@@ -19,13 +20,15 @@ from django.urls import reverse
 
 from orchestrator.engine.authz import Action, may, visible
 from orchestrator.engine.errors import Forbidden, NotAllowed
-from orchestrator.engine.limits import known_dependencies, saturation_of
+from orchestrator.engine.limits import breaker_states, known_dependencies, saturation_of
 from orchestrator.engine.provenance import describe
+from orchestrator.engine.quotas import quota_usage
 from orchestrator.engine.retry import NEVER_RETRIED
 from orchestrator.engine.selectors import runs_with_version
 from orchestrator.engine.services.operators import run_resume, step_retry, step_skip
 from orchestrator.engine.services.runs import run_cancel
 from orchestrator.engine.states import RUN_CANCELLABLE, STEP_RECOVERABLE, RunState
+from orchestrator.integrations.providers import route_dependencies
 from orchestrator.models import Run, StepRun
 from orchestrator.operations.overview import operations_snapshot
 
@@ -169,7 +172,17 @@ def operations_state(request) -> JsonResponse:
     # The dependencies every team's work shares, as /metrics gives them: for operators.
     snapshot["dependencies"] = [asdict(reading) for reading in saturation_of(known_dependencies())] \
         if snapshot["queues"] is not None else None
+    snapshot["routes"] = _route_health() if snapshot["queues"] is not None else None
+    snapshot["quotas"] = [asdict(reading) for reading in quota_usage()] \
+        if snapshot["queues"] is not None else None
     return JsonResponse(snapshot, encoder=DjangoJSONEncoder)
+
+
+def _route_health() -> list[dict]:
+    """Each route of a routed model and its shared breaker: closed, open or half-open."""
+    routes = route_dependencies(settings.STEPWISE_MODELS)
+    states = breaker_states([route["dependency"] for route in routes])
+    return [{**route, **asdict(state)} for route, state in zip(routes, states, strict=True)]
 
 
 def operations_page(request, *, admin_context: dict) -> TemplateResponse:

@@ -11,6 +11,7 @@ from functools import partial
 
 from django.db import transaction
 
+from budgets.selectors import call_reservation
 from budgets.services import budget_settle
 
 from ...retry import StepError
@@ -24,7 +25,8 @@ from .worker import Claim, WorkerStep, fenced
 class AgentStep(WorkerStep):
     def call_hooks(self, claim: Claim, *, scrub) -> dict:
         return {"reserve_call": partial(repair_reserve, step_id=claim.step_id, attempt=claim.attempt),
-                "settle_call": partial(call_settle, step_id=claim.step_id, attempt=claim.attempt)}
+                "settle_call": partial(call_settle, step_id=claim.step_id, attempt=claim.attempt),
+                "reserved": partial(_reserved, step_id=claim.step_id, attempt=claim.attempt)}
 
 
 register(StepKind.AGENT, AgentStep())
@@ -52,3 +54,8 @@ def repair_reserve(turn: int, *, step_id: int, attempt: int) -> None:
 def call_settle(turn: int, cost_usd: Decimal, *, step_id: int, attempt: int) -> None:
     """A model call of an attempt returned: settle its reservation to what it cost."""
     budget_settle(step_id=step_id, attempt=attempt, actual=cost_usd, turn=turn)
+
+
+def _reserved(turn: int, *, step_id: int, attempt: int) -> Decimal | None:
+    """What is reserved for a model call of an attempt: a costlier route must fit it."""
+    return call_reservation(step_id=step_id, attempt=attempt, turn=turn)

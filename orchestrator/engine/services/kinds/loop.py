@@ -20,6 +20,7 @@ from ...events import event_record
 from ...scheduler import StepView, current_iteration, iteration_context, iteration_name
 from ...selectors import definition_of
 from ...states import STEP_CANCELLABLE_NOW, StepKind
+from ..attestations import output_attest
 from ..step_end import waiting_step_time_out
 from . import Record, StepKindHandler, handler_for, register
 
@@ -82,6 +83,7 @@ class Loop(StepKindHandler):
             setattr(step, key, value or 0)
         if verdict == "complete":
             step.complete(output=detail)
+            output_attest(run, step, producer=label(actor))  # saved with the step
         else:
             step.fail(error=detail)
         step.save()

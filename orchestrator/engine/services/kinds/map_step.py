@@ -6,18 +6,20 @@ the items from the database (`map_join`), and the reaper joins a map whose chord
 lost, or recovers items that died, overran or whose message was lost (`map_items_recover`).
 A map step that ends other than completed stops its items still to run (`release`).
 """
+import json
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from functools import partial
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 
-from audit.services import external_call_authorize
 from budgets.services import budget_settle, cost_of
 from orchestrator.models import MapItem, Run, StepRun
 
+from ...attestation import attestation_problem, attestation_sign, output_digest, process_label
 from ...authz import Actor, System, label
 from ...clock import now
 from ...definitions import ExpressionError, evaluate_expression
@@ -29,14 +31,18 @@ from ...dispatch import (
 )
 from ...events import event_record
 from ...executors import ExecContext, execute
+from ...hashing import digest_of
 from ...keys import idempotency_key_for
 from ...leases import heartbeat, lease_until
 from ...retry import StepError, retry_at
 from ...secret_inputs import revealed_for
 from ...selectors import definition_of, effect_key_of, lock_run, lock_run_of_step, runs_with_version
 from ...states import RUN_ADVANCING, StepKind, StepState
+from ..attestations import Trace, answering_route, key_registered
 from ..budget_gate import dispatch_reserve, run_pause_for_budget
 from ..effects import effect_perform
+from ..quotas import item_quota_reserve, step_quota_release
+from ..scheduling import run_pause_for_attestation
 from ..step_end import step_ended, waiting_step_time_out
 from . import Record, StepKindHandler, register
 
@@ -114,6 +120,23 @@ def map_item_run(*, step_id: int, index: int) -> ItemOutcome:
         return ItemOutcome(SKIPPED)
     definition, graph = definition_of(run)
     spec = graph.steps[item.step.name]["item"]
+    reservation = None
+    if settings.STEPWISE_QUOTAS:
+        # Its share of a provider quota first, as a step's: an item that would overrun it waits.
+        reserved = item_quota_reserve(run=run, step=item.step, spec=spec,
+                                      item_input={**(item.step.input or {}), "item": item.item})
+        if isinstance(reserved, float):
+            return ItemOutcome(DEFERRED, delay_s=reserved)
+        reservation = reserved
+    spent = [0]
+    try:
+        return _item_attempt(item, run, definition, spec, index, spent)
+    finally:
+        step_quota_release(reservation, tokens_used=spent[0])
+
+
+def _item_attempt(item: MapItem, run: Run, definition: dict, spec: dict, index: int,
+                  spent: list[int]) -> ItemOutcome:
     verdict, attempt = _take_slot(item, run, cap=definition["max_parallel"], timeout_s=spec["timeout_s"])
     if verdict != DONE:
         return ItemOutcome(verdict)
@@ -121,6 +144,7 @@ def map_item_run(*, step_id: int, index: int) -> ItemOutcome:
     step_input = secrets.reveal({**(item.step.input or {}), "item": item.item, "index": index})
     key = idempotency_key_for(run.id, item.step.name, f"item-{index}") if run.forked_from_id is None \
         else effect_key_of(run, item.step.name, f"item-{index}")
+    trace = Trace(None)
     ctx = ExecContext(str(run.id), run.version.workflow.name, item.step.name, attempt, key,
                       step_id=item.step_id, scrub=secrets.scrub, fencing_token=attempt,
                       sandbox=run.sandbox,
@@ -129,16 +153,46 @@ def map_item_run(*, step_id: int, index: int) -> ItemOutcome:
                                       scrub=secrets.scrub),
                       reserve_call=partial(_item_call_reserve, item=item, attempt=attempt),
                       settle_call=partial(_item_call_settle, item=item, attempt=attempt),
-                      authorize=external_call_authorize, price=cost_of)
+                      authorize=trace.authorize, responded=trace.responded, price=cost_of)
     try:
         with heartbeat(lambda: bool(_owned(item, attempt).update(lease_expires_at=lease_until())),
                        name=f"item-{item.id}"):
             result = execute(spec, step_input, ctx)
     except StepError as error:
         error.message = secrets.scrub(error.message)
-        return _attempt_failed(item, attempt, spec, error, spent=getattr(error, "spent", None))
-    _finish(item, attempt, output=secrets.scrub(result.output), error=None, spent=result)
+        used = getattr(error, "spent", None)
+        spent[0] = (used.tokens_in + used.tokens_out) if used is not None else 0
+        return _attempt_failed(item, attempt, spec, error, spent=used)
+    spent[0] = result.tokens_in + result.tokens_out
+    # As a read of the saved row gives it back (JSON), since the join's check reads that.
+    output = json.loads(json.dumps(secrets.scrub(result.output)))
+    _finish(item, attempt, output=output, error=None, spent=result,
+            attestation=_item_attestation(item, run, spec, attempt, output, result, trace))
     return ItemOutcome(DONE)
+
+
+def _item_attestation(item: MapItem, run: Run, spec: dict, attempt: int, output, result,
+                      trace: Trace) -> dict:
+    """The record of an item's successful attempt, signed by this process: like a step's
+    (`worker.Trace.record`), naming its item."""
+    key_registered()
+    route, route_model = answering_route(result.meta, result.provider, result.model)
+    return attestation_sign({
+        "step": item.step_id,
+        "item": item.index,
+        "run": str(run.id),
+        "name": item.step.name,
+        "kind": "map_item",
+        "attempt": attempt,
+        "fencing_token": attempt,
+        "producer": f"worker:{process_label()}",
+        "input": digest_of({**(item.step.input or {}), "item": item.item, "index": item.index}),
+        "spec": digest_of(spec),
+        "calls": trace.calls,
+        "route": route,
+        "route_model": route_model,
+        "output": output_digest(output),
+    })
 
 
 def _take_slot(item: MapItem, run: Run, *, cap: int, timeout_s: int) -> tuple[str, int]:
@@ -218,11 +272,12 @@ def _settle(item: MapItem, attempt: int, spent) -> None:
                   actual=spent.cost_usd if spent is not None else Decimal(0))
 
 
-def _finish(item: MapItem, attempt: int, *, output, error: dict | None, spent) -> None:
+def _finish(item: MapItem, attempt: int, *, output, error: dict | None, spent,
+            attestation: dict | None = None) -> None:
     _charge(item, spent)
     _settle(item, attempt, spent)
     _owned(item, attempt).update(done=True, finished_at=now(), output=output, error=error,
-                                 lease_expires_at=None, deadline_at=None)
+                                 attestation=attestation, lease_expires_at=None, deadline_at=None)
 
 
 def _attempt_failed(item: MapItem, attempt: int, spec: dict, error: StepError, *, spent=None) -> ItemOutcome:
@@ -315,6 +370,20 @@ def merge(strategy: str, items: list[MapItem]) -> tuple[object, dict | None]:
     return [i.output for i in items], None
 
 
+def _unattested_items(step: StepRun, items: list[MapItem]) -> dict[int, str]:
+    """Item index -> why its output may not be read, for each succeeded item whose record does
+    not hold (engine/attestation.py)."""
+    problems = {}
+    for i in items:
+        if i.error:
+            continue
+        problem = attestation_problem(step_id=step.id, output=i.output, attestation=i.attestation,
+                                      item=i.index)
+        if problem:
+            problems[i.index] = problem
+    return problems
+
+
 def map_join(*, step_id: int, actor: Actor = CHORD) -> bool:
     """Join a map step once every item is done. False if it is not (yet) joinable."""
     with transaction.atomic():
@@ -324,6 +393,13 @@ def map_join(*, step_id: int, actor: Actor = CHORD) -> bool:
         items = list(step.map_items.order_by("index"))
         if not items or not all(i.done for i in items):
             return False
+        problems = _unattested_items(step, items)
+        if problems:
+            # The join reads no item output whose record does not hold: the map waits, the run
+            # pauses for an investigation.
+            run_pause_for_attestation(run, {step.name: step}, {step.name: "; ".join(
+                f"item {index}: {problem}" for index, problem in problems.items())}, actor=actor)
+            return False
         _, graph = definition_of(run)
         output, error = merge(graph.steps[step.name]["merge"], items)
         usage = {k: sum((getattr(i, k) for i in items), start=Decimal(0) if k == "cost_usd" else 0)
@@ -332,6 +408,7 @@ def map_join(*, step_id: int, actor: Actor = CHORD) -> bool:
             setattr(step, key, getattr(step, key) + value)
             setattr(run, key, getattr(run, key) + value)
         run.save(update_fields=list(usage))
+        step.waiting_for = ""  # why its items waited (a provider quota) no longer holds
         if error:
             step.fail(error=error)
         else:

@@ -26,7 +26,6 @@ from django.db import transaction
 from django_fsm import ConcurrentTransition
 
 from approvals.binding import guarded_step_clearance
-from audit.services import external_call_authorize
 from budgets.services import budget_release, budget_settle, cost_of
 from orchestrator.models import Event, Run, StepAttempt, StepRun
 from orchestrator.operations import metrics, tracing
@@ -34,6 +33,7 @@ from orchestrator.operations.logcontext import bound
 from orchestrator.store import build_row, held_writes, insert_rows, save_row, update_rows
 
 from ... import limits
+from ...attestation import attestation_digest
 from ...authz import REAPER, Actor, label, worker_actor
 from ...clock import now
 from ...dispatch import (
@@ -47,6 +47,7 @@ from ...events import event_record
 from ...executors import ATTEMPT_META_FIELDS, ExecContext, execute
 from ...keys import idempotency_key_for
 from ...leases import heartbeat, lease_until
+from ...quotas import Reservation, quota_of
 from ...retry import StepError, retry_at
 from ...secret_inputs import revealed_from, sealed_of
 from ...selectors import (
@@ -66,9 +67,12 @@ from ...states import (
     StepKind,
     StepState,
 )
+from ..attestations import Trace, key_registered
 from ..budget_gate import dispatch_reserve, run_pause_for_budget
 from ..deadletters import dead_letter_open
+from ..quotas import quota_dependency_of, step_quota_release, step_quota_reserve
 from ..results_cache import Reuse, result_keep, result_lookup
+from ..step_concurrency import step_concurrency_admit, step_concurrency_of
 from ..step_end import may_hold_reservations, step_ended
 from . import Eager, Record, StepKindHandler, handler_for
 
@@ -167,7 +171,16 @@ def step_execute(*, step_id: int, worker: str, carry: "Carry | None" = None) -> 
         wait = limits.rate_limit_wait(limits.dependency_of(step_spec(step_id=step_id)))
         if wait:
             return wait
+    reservation = None
+    if settings.STEPWISE_QUOTAS:
+        # Its share of a provider quota first: a step that would overrun it stays queued.
+        reserved = step_quota_reserve(step_id=step_id)
+        if isinstance(reserved, float):
+            return reserved
+        reservation = reserved
     claim = step_claim(step_id=step_id, worker=worker)
+    if claim is None:
+        step_quota_release(reservation, tokens_used=0)
     if carry:
         carry.worker = worker
     if carry and claim:
@@ -178,7 +191,8 @@ def step_execute(*, step_id: int, worker: str, carry: "Carry | None" = None) -> 
                    workflow=claim.workflow, team=claim.team), \
                 tracing.span("step.execute", run=claim.run_id, step=claim.spec["name"],
                              attempt=claim.attempt, workflow=claim.workflow):
-            claim = _execute_claimed(claim.step_id, claim, worker, carry)
+            claim = _execute_claimed(claim.step_id, claim, worker, carry, reservation)
+        reservation = None  # a carried step calls nothing under a quota (`_carried`)
     return 0
 
 
@@ -243,6 +257,10 @@ def _carried(run: Run, step: StepRun, spec: dict, record: Record, carry: Carry) 
         return None
     if settings.STEPWISE_RATE_LIMITS.get(limits.dependency_of(spec)):
         return None  # throttled across workers: its message takes a slot first
+    if settings.STEPWISE_QUOTAS and quota_of(quota_dependency_of(spec)) is not None:
+        return None  # under a quota: its message reserves its share first
+    if step_concurrency_of(spec):
+        return None  # its message takes its turn under its key (step_claim)
     clearance = guarded_step_clearance(run=run, step=step)
     if clearance.refusal:
         return None  # its message claims it, and refuses it (step_claim)
@@ -253,17 +271,29 @@ def _carried(run: Run, step: StepRun, spec: dict, record: Record, carry: Carry) 
     return claim
 
 
-def _execute_claimed(step_id: int, claim: Claim, worker: str,
-                     carry: Carry | None = None) -> Claim | None:
-    """Execute a claimed step and commit its outcome; the step its success carried, if any."""
+def _execute_claimed(step_id: int, claim: Claim, worker: str, carry: Carry | None = None,
+                     reservation: Reservation | None = None) -> Claim | None:
+    """Execute a claimed step and commit its outcome; the step its success carried, if any.
+    `reservation` (its quota's, `step_quota_reserve`) is settled to what the call used."""
+    spent = [0]
+    try:
+        return _execute_call(step_id, claim, worker, carry, spent)
+    finally:
+        step_quota_release(reservation, tokens_used=spent[0])
+
+
+def _execute_call(step_id: int, claim: Claim, worker: str, carry: Carry | None,
+                  spent: list[int]) -> Claim | None:
     # The run's secret inputs, in memory for this call only; whatever comes back is scrubbed
     # of them before it is stored (secret_inputs).
     secrets = revealed_from(claim.sealed_secrets)
+    trace = Trace(claim)
     ctx = ExecContext(str(claim.run_id), claim.workflow, claim.spec["name"], claim.attempt,
                       claim.idempotency_key, step_id=step_id,
                       params_override=claim.params_override, scrub=secrets.scrub,
                       fencing_token=claim.attempt, sandbox=claim.sandbox,
-                      authorize=external_call_authorize, price=cost_of,
+                      authorize=trace.authorize, responded=trace.responded, price=cost_of,
+                      team=claim.team,
                       **handler_for(claim.spec["type"]).call_hooks(claim, scrub=secrets.scrub))
     dependency = limits.dependency_of(claim.spec)
     try:
@@ -275,7 +305,7 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
         if reuse is not None and reuse.hit is not None:
             step_succeed(step_id=step_id, attempt=claim.attempt, output=reuse.hit.output,
                          usage=Usage(meta={"reused_from": reuse.source}), worker=worker,
-                         carry=carry, reuse=reuse)
+                         carry=carry, reuse=reuse, trace=trace)
             return carry.take() if carry else None
         breaker = (limits.BreakerReading() if carry and dependency in carry.clean
                    else limits.breaker_read(dependency))
@@ -290,9 +320,12 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
                 with tracing.span(f"{claim.spec['type']}.call", target=_target(claim.spec)):
                     result = execute(claim.spec, secrets.reveal(claim.step_input), ctx)
             except StepError as error:
+                used = getattr(error, "spent", None)
+                spent[0] = (used.tokens_in + used.tokens_out) if used is not None else 0
                 _observe_duration(claim, started, outcome="failed")
                 limits.breaker_record(dependency, error_class=error.error_class)
                 raise
+            spent[0] = result.tokens_in + result.tokens_out
             _observe_duration(claim, started, outcome="succeeded")
             limits.breaker_record(dependency, error_class=None, reading=breaker)
             if carry and breaker.clean:
@@ -304,7 +337,7 @@ def _execute_claimed(step_id: int, claim: Claim, worker: str,
                   usage=Usage.of(getattr(error, "spent", None)), worker=worker)
         return None
     step_succeed(step_id=step_id, attempt=claim.attempt, output=secrets.scrub(result.output),
-                 usage=Usage.of(result), worker=worker, carry=carry, reuse=reuse)
+                 usage=Usage.of(result), worker=worker, carry=carry, reuse=reuse, trace=trace)
     return carry.take() if carry else None
 
 
@@ -341,6 +374,8 @@ def step_claim(*, step_id: int, worker: str) -> Claim | None:
             if clearance.refusal:
                 refusal = clearance.refusal
                 raise _Refused
+            if step_concurrency_of(spec) and step_concurrency_admit(run, step, spec):
+                return None  # it waits its turn; a step of its key ending sends it again
             with held_writes("step_claim"):  # the step and the attempt go with the event's INSERT
                 claim = _claim_attempt(run, step, spec, worker=worker,
                                        params_override=clearance.params_override,
@@ -361,12 +396,15 @@ def _claim_attempt(run: Run, step: StepRun, spec: dict, *, worker: str, params_o
     (the caller records `step.running`, and saves the step unless `save`): what the worker
     needs to run it."""
     step.claim(worker=worker, timeout_s=spec["timeout_s"], lease_s=settings.STEPWISE_LEASE_S)
+    waited = bool(step.waiting_for)
+    step.waiting_for = ""  # it waits no longer
     if save:
         # Before the attempt's INSERT: a claim of the same step from another delivery waits on
         # this row and then finds it no longer queued (ConcurrentTransition, a stale delivery),
         # instead of colliding with this attempt's number. What the claim changed only: the
         # input (every upstream output) is not written back.
-        save_row(step, CLAIMED_FIELDS)
+        save_row(step, CLAIMED_FIELDS + (("waiting_for",) if waited else ())
+                 + (("concurrency_key",) if step.concurrency_key else ()))
     key = idempotency_key_for(run.id, step.name) if run.forked_from_id is None \
         else effect_key_of(run, step.name)
     insert_rows([build_row(StepAttempt, step=step, number=step.attempts, worker=worker,
@@ -435,8 +473,9 @@ def _charge(run: Run, step: StepRun, usage: Usage) -> None:
 
 
 def _close_attempt(run: Run, step: StepRun, attempt: int, *, outcome: str, usage: Usage,
-                   error: StepError | None = None) -> None:
+                   error: StepError | None = None, attestation: dict | None = None) -> None:
     update_rows(StepAttempt, count=False, where={"step": step, "number": attempt}, values={
+        **({"attestation": attestation} if attestation is not None else {}),
         "finished_at": now(), "outcome": outcome, "tokens_in": usage.tokens_in,
         "tokens_out": usage.tokens_out, "cost_usd": usage.cost_usd, "model": usage.model,
         "provider": usage.provider, "error_class": error.error_class if error else "",
@@ -447,20 +486,44 @@ def _close_attempt(run: Run, step: StepRun, attempt: int, *, outcome: str, usage
         budget_settle(step_id=step.id, attempt=attempt, actual=usage.cost_usd)
 
 
+def _routes_tried(attempt: int, usage: Usage) -> dict | None:
+    """The payload of `step.routes`, recorded when a model call of the attempt went past a
+    route (failed or skipped): every route tried, in order. None when each call's first route
+    answered: the attempt row says that much."""
+    routes = usage.meta.get("routes") or []
+    if all(entry["outcome"] == "answered" for entry in routes):
+        return None
+    return {"attempt": attempt, "routes": routes}
+
+
 def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: str,
-                 carry: Carry | None = None, reuse: Reuse | None = None) -> bool:
+                 carry: Carry | None = None, reuse: Reuse | None = None,
+                 trace: Trace | None = None) -> bool:
     """Commit a step's output and move the run forward. False if the attempt is stale.
 
     With a `carry`, a next step it takes is claimed in this transaction and handed to it
     (`Carry.taken`) once committed. With a `reuse` (results_cache), the output is a hit's,
-    recorded as `step.cache_hit`, or a miss's, kept for reuse."""
+    recorded as `step.cache_hit`, or a miss's, kept for reuse. The output is stored with the
+    attestation this process signs of the attempt, of what its `trace` saw it do
+    (engine/attestation.py).
+    """
+    # As a read of the saved row would give it (JSON: lists, string keys), since the plan reads
+    # it from the step's instance; signed here, before the run's lock is taken.
+    output = json.loads(json.dumps(output))
+    attestation = (trace or Trace(None)).record(step_id=step_id, attempt=attempt, worker=worker,
+                                                output=output, usage=usage)
     with transaction.atomic():
+        # The key that signed it is registered with the output, in this transaction: a
+        # process's first step opens no transaction of its own for it.
+        key_registered()
         # The run's steps are read once, here: the scheduler plans from them (step_ended).
         run, step, steps = lock_run_with_steps(step_id)
         if not fenced(step, attempt):
             _close_attempt(run, step, attempt, outcome="stale", usage=usage)
             return False
-        pending = []
+        routes = _routes_tried(attempt, usage)
+        pending = [build_row(Event, run=run, step=step, kind="step.routes", actor=f"worker:{worker}",
+                             payload=routes)] if routes else []
         if reuse is not None and reuse.hit is None:
             result_keep(run=run, step=step, reuse=reuse, output=output)
         elif reuse is not None:
@@ -472,17 +535,19 @@ def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: st
         # Its writes up to the events' INSERT (the step, its attempt, the next step's claim)
         # go to the database in one round trip; the ledger's entries at the block's end.
         with held_writes("step_succeed"):
-            # As a read of the saved row would give it (JSON: lists, string keys), since the
-            # plan reads it from this instance.
-            step.complete(output=json.loads(json.dumps(output)))
+            step.complete(output=output)
+            step.attestation = attestation
             _charge(run, step, usage)
             save_row(step, COMPLETED_FIELDS)
-            _close_attempt(run, step, attempt, outcome="succeeded", usage=usage)
-            # Written with the run's next transitions, in one INSERT (step_ended, run_advance).
+            _close_attempt(run, step, attempt, outcome="succeeded", usage=usage,
+                           attestation=attestation)
+            # Written with the run's next transitions, in one INSERT (step_ended, run_advance);
+            # its ledger entry chains the attestation's hash.
             completed = build_row(Event, run=run, step=step, kind="step.completed",
                                   actor=f"worker:{worker}",
                                   payload={"attempt": attempt, "tokens_in": usage.tokens_in,
-                                           "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd)})
+                                           "tokens_out": usage.tokens_out, "cost_usd": str(usage.cost_usd),
+                                           "attestation": attestation_digest(attestation)})
             carried = step_ended(run, step, actor=worker_actor(worker), pending=[*pending, completed],
                                  steps=steps, eager=carry)
     if carried is not None:
@@ -493,7 +558,7 @@ def step_succeed(*, step_id: int, attempt: int, output, usage: Usage, worker: st
 # The columns `StepRun.complete` and `_charge` set: the input (every upstream output) is not
 # written back.
 COMPLETED_FIELDS = ("state", "output", "error", "finished_at", "lease_owner", "lease_expires_at",
-                    "tokens_in", "tokens_out", "cost_usd")
+                    "tokens_in", "tokens_out", "cost_usd", "attestation")
 
 
 def step_fail(*, step_id: int, attempt: int, error: StepError, usage: Usage, worker: str) -> bool:
@@ -505,6 +570,10 @@ def step_fail(*, step_id: int, attempt: int, error: StepError, usage: Usage, wor
             return False
         _charge(run, step, usage)
         _close_attempt(run, step, attempt, outcome="failed", usage=usage, error=error)
+        routes = _routes_tried(attempt, usage)
+        if routes:
+            event_record(run=run, step=step, kind="step.routes", actor=f"worker:{worker}",
+                         payload=routes)
         _fail_or_retry(run, step, error, actor=worker_actor(worker))
     return True
 
