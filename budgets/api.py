@@ -49,6 +49,9 @@ from .services import budget_limit_create, model_price_create
 # The longest range one report covers: a year and a day (a leap year).
 MAX_RANGE_DAYS = 366
 DEFAULT_RANGE_DAYS = 30
+# Grouped by run, a report has a row per run of its range; it lists the costliest of them.
+DEFAULT_RUN_ROWS = 100
+MAX_RUN_ROWS = 1000
 
 
 class CostQueryForm(QueryForm):
@@ -57,6 +60,7 @@ class CostQueryForm(QueryForm):
     group_by = forms.ChoiceField(choices=[(g, g) for g in GROUPS], required=False)
     to = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
     team = forms.SlugField(required=False, max_length=50)
+    limit = forms.IntegerField(required=False, min_value=1, max_value=MAX_RUN_ROWS)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -69,6 +73,8 @@ class CostQueryForm(QueryForm):
             self.add_error("from", "from must not be after to")
         elif since and until and (until - since).days >= MAX_RANGE_DAYS:
             self.add_error("to", f"a report covers at most {MAX_RANGE_DAYS} days")
+        if cleaned.get("limit") is not None and cleaned.get("group_by") != "run":
+            self.add_error("limit", "limit applies to group_by=run only: every other grouping lists all its groups")
         return cleaned
 
 
@@ -86,6 +92,9 @@ class CostsView(ServiceErrorsMixin, APIView):
                              f"At most {MAX_RANGE_DAYS} days after `from`."),
             OpenApiParameter("team", {"type": "string", "pattern": r"^[-a-zA-Z0-9_]+$", "maxLength": 50},
                              description="One team's slug (default: every team of yours)."),
+            OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": MAX_RUN_ROWS},
+                             description=f"With group_by=run, how many runs to list, costliest first "
+                                         f"(default {DEFAULT_RUN_ROWS}). Other groupings list every group."),
         ],
         responses={200: CostReportSerializer,
                    400: OpenApiResponse(ErrorsSerializer, description="A parameter is not valid.")},
@@ -104,9 +113,10 @@ class CostsView(ServiceErrorsMixin, APIView):
         group_by = values.get("group_by") or "day"
         team = values.get("team") or None
         rows = cost_report(user=request.user, group_by=group_by, since=since, until=until, team=team)
+        listed = rows[:values.get("limit") or DEFAULT_RUN_ROWS] if group_by == "run" else rows
         body = {"group_by": group_by, "from_date": since, "to_date": until, "team": team,
-                "total_usd": sum((r.cost_usd for r in rows), start=0),
-                "rows": [r.__dict__ for r in rows]}
+                "total_usd": sum((r.cost_usd for r in rows), start=0), "groups": len(rows),
+                "rows": [r.__dict__ for r in listed]}
         return Response(CostReportSerializer(body).data)
 
 

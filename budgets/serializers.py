@@ -20,7 +20,10 @@ class CostReportSerializer(serializers.Serializer):
     from_date = serializers.DateField(help_text="First day covered (inclusive).")
     to_date = serializers.DateField(help_text="Last day covered (inclusive).")
     team = serializers.CharField(allow_null=True, help_text="The team asked for, or null: all yours.")
-    total_usd = serializers.DecimalField(max_digits=14, decimal_places=6)
+    total_usd = serializers.DecimalField(max_digits=14, decimal_places=6,
+                                         help_text="What every group of the range cost, listed or not.")
+    groups = serializers.IntegerField(help_text="How many groups the range has; grouped by run, "
+                                                "rows lists the costliest `limit` of them.")
     rows = CostRowSerializer(many=True)
 
 

@@ -78,6 +78,17 @@ def test_costs_per_run_and_of_map_items(api, team, spend):
     assert models["fast"] == "0.200000"  # 0.10 of an attempt + 2 x 0.05 of map items
 
 
+def test_by_run_the_report_lists_the_costliest_runs_and_counts_and_totals_them_all(api, team, spend):
+    costliest = Run.objects.get(version__workflow__name="reply")
+    body = api.get("/api/v1/costs/?group_by=run&limit=1").json()
+    assert [(r["group"], r["cost_usd"]) for r in body["rows"]] == [(str(costliest.id), "1.000000")]
+    assert body["groups"] == 2 and body["total_usd"] == "1.500000"
+    spent_run(team, "many", {f"s{k}": ("fast", "0.01") for k in range(3)})  # one more run
+    body = api.get("/api/v1/costs/?group_by=run").json()  # the default lists up to 100
+    assert body["groups"] == 3 and len(body["rows"]) == 3
+    assert api.get("/api/v1/costs/?group_by=model").json()["groups"] == 2
+
+
 def test_an_outsider_sees_only_their_team(outsider_api, spend):
     assert [r["group"] for r in outsider_api.get("/api/v1/costs/?group_by=team").json()["rows"]] == ["other"]
 
@@ -85,7 +96,8 @@ def test_an_outsider_sees_only_their_team(outsider_api, spend):
 @pytest.mark.parametrize("query, path", [
     ("group_by=week", "group_by"), ("from=yesterday", "from"), ("from=2026-02-01&to=2026-01-01", "from"),
     ("from=2024-01-01&to=2025-12-31", "to"), ("group_by=day&group_by=model", "group_by"), ("team=", "team"),
-    ("team=a%20b", "team"),
+    ("team=a%20b", "team"), ("group_by=day&limit=5", "limit"), ("limit=5", "limit"),
+    ("group_by=run&limit=0", "limit"), ("group_by=run&limit=1001", "limit"), ("group_by=run&limit=", "limit"),
 ])
 def test_a_query_the_report_cannot_use_is_a_400_naming_it(api, query, path):
     response = api.get(f"/api/v1/costs/?{query}")
