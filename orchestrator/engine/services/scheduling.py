@@ -307,9 +307,13 @@ def steps_stop(run: Run, *, reason: str, actor: Actor) -> int:
     Returns how many steps are still running.
     """
     who = label(actor)
+    # Locked as read: a worker moves a step under the step's row lock alone (not the run's), so
+    # the cancel waits for such a move and reads the step as it left it, not as it was before.
     # Owners last: a loop's release stops the steps of its iteration, which must not be
     # cancelled a second time from this (then stale) list.
-    stoppable = sorted(run.steps.filter(state__in=STEP_CANCELLABLE_NOW), key=lambda s: s.kind in CONTROL_KINDS)
+    stoppable = sorted(run.steps.filter(state__in=STEP_CANCELLABLE_NOW).order_by("id")
+                       .select_for_update(of=("self",), no_key=True),
+                       key=lambda s: s.kind in CONTROL_KINDS)
     for step in stoppable:
         step.cancel(reason=reason)
         save_row(step)
