@@ -29,9 +29,9 @@ from orchestrator.engine.services.kinds.human_gate import (
     approval_revoke,
 )
 from orchestrator.engine.services.kinds.human_input import input_answer
-from orchestrator.models import Workflow
+from orchestrator.models import Run, StepRun, Workflow, WorkflowVersion
 from orchestrator.web.admin_display import ReadOnlyAdminMixin, badge_column, money, state_badge
-from orchestrator.web.admin_paging import HistoryListMixin, recent_values_filter
+from orchestrator.web.admin_paging import HistoryListMixin, documents, recent_values_filter
 
 from .actions import action_summary
 from .authority import (
@@ -137,6 +137,8 @@ class ApprovalRequestAdmin(HistoryListMixin, ReadOnlyAdminMixin, admin.ModelAdmi
     list_filter = [StateFilter, AssignedFilter, TierFilter, WorkflowFilter,
                    recent_values_filter("approvers")]
     list_select_related = ["run__version__workflow", "run__created_by", "step"]
+    list_defer = (documents(Run, "run__") + documents(WorkflowVersion, "run__version__")
+                  + documents(Workflow, "run__version__workflow__") + documents(StepRun, "step__"))
     search_fields = ["run__id", "step__name", "approvers", "instructions"]
     ordering = ["deadline_at", "id"]
 

@@ -27,7 +27,7 @@ from django.utils.module_loading import import_string
 from django.utils.safestring import mark_safe
 
 from budgets.selectors import run_budget
-from orchestrator.web.admin_paging import HistoryListMixin, recent_values_filter
+from orchestrator.web.admin_paging import HistoryListMixin, documents, recent_values_filter
 
 from .engine.authz import Action, may, teams_where, visible
 from .engine.clock import now
@@ -485,6 +485,9 @@ class RunAdmin(HistoryListMixin, TeamScopedAdminMixin, ReadOnlyAdminMixin, admin
                    recent_values_filter("trigger", newest=("-created_at", "-id")), "created_at"]
     list_select_related = ["team", "version__workflow", "created_by", "trigger_firing__trigger",
                            "parent_step__run"]
+    list_defer = (tuple(f for f in documents(Run) if f != "provenance")  # "started by" reads it
+                  + documents(Workflow, "version__workflow__") + documents(StepRun, "parent_step__")
+                  + documents(Run, "parent_step__run__"))
     search_fields = ["id", "idempotency_key", "version__workflow__name"]
     # Newest first along `run_created_id`; no date hierarchy (it reads every run's day).
     ordering = ["-created_at", "-id"]
@@ -807,6 +810,7 @@ class StepRunAdmin(HistoryListMixin, TeamScopedAdminMixin, ReadOnlyAdminMixin, a
                     "finished_at"]
     list_filter = ["state", "kind"]
     list_select_related = ["run"]
+    list_defer = ("input", "output", "error") + documents(Run, "run__")
     search_fields = ["name", "run__id"]
     # Newest first along the primary key: the model's own order (by its run's creation) sorts
     # the join of every step with its run.
@@ -827,6 +831,7 @@ class EventAdmin(HistoryListMixin, TeamScopedAdminMixin, ReadOnlyAdminMixin, adm
     list_display = ["created_at", "kind", "run", "step", "actor"]
     list_filter = [recent_values_filter("kind")]
     list_select_related = ["run", "step"]
+    list_defer = ("payload",) + documents(Run, "run__") + documents(StepRun, "step__")
     search_fields = ["run__id", "kind", "actor"]
     ordering = ["-id"]
     fields = readonly_fields = ["created_at", "run", "step", "kind", "actor", "payload"]
@@ -876,6 +881,7 @@ class DeadLetterAdmin(HistoryListMixin, TeamScopedAdminMixin, ReadOnlyAdminMixin
     list_filter = ["status", recent_values_filter("error_class"), "created_at"]
     search_fields = ["run__id", "step__name", "trace_id", "error_message"]
     ordering = ["-created_at", "-id"]  # `dead_letter_created_id`
+    list_defer = documents(Run, "run__") + documents(StepRun, "step__")
     readonly_fields = ["run", "step", "error_class", "error_message", "attempts", "payload_ref",
                        "trace_id", "status", "created_at", "redriven_at", "redriven_by"]
     actions = ["redrive"]

@@ -10,6 +10,7 @@ from functools import cached_property
 
 from django.contrib import admin
 from django.core.paginator import Paginator
+from django.db import models
 
 COUNT_CAP = 10_000
 
@@ -31,6 +32,27 @@ class HistoryListMixin:
 
     paginator = CappedCountPaginator
     show_full_result_count = False
+    # Columns the list never shows, of its rows or of the rows it joins (documents such as a
+    # run's input or a version's definition): loaded, each would be parsed for every row shown.
+    list_defer: tuple[str, ...] = ()
+
+    def get_changelist(self, request, **kwargs):
+        changelist = super().get_changelist(request, **kwargs)
+        if not self.list_defer:
+            return changelist
+        defer = self.list_defer
+
+        class Deferring(changelist):
+            def get_queryset(self, request, exclude_parameters=None):
+                return super().get_queryset(request, exclude_parameters).defer(*defer)
+
+        return Deferring
+
+
+def documents(model, path: str = "") -> tuple[str, ...]:
+    """The JSON documents of `model`, reached through `path` (for `list_defer`)."""
+    return tuple(f"{path}{field.name}" for field in model._meta.concrete_fields
+                 if isinstance(field, models.JSONField))
 
 
 # How many of the newest rows a filter's choices are read from (RecentValuesFilter).
