@@ -4,6 +4,7 @@ Websockets are authenticated by the Django session (the admin's sign-in), and on
 site's origins (`ALLOWED_HOSTS`); each consumer then checks who may watch what (`authz`).
 Every HTTP request body is bounded before Django reads it (`BodyLimit`).
 """
+import gc
 import json
 import os
 
@@ -84,3 +85,7 @@ application = ProtocolTypeRouter({
     "http": BodyLimit(django_asgi),
     "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
 })
+
+# What is loaded by now lives as long as the process. Frozen, it is left out of the collector's
+# full passes, which would otherwise walk it all in the middle of some request.
+gc.freeze()
