@@ -47,8 +47,15 @@ class Beat:
             stdout=self.log.open("a"), stderr=subprocess.STDOUT, start_new_session=True)
 
     def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a grace period, as a process manager does: on a loaded
+        machine a beat was seen to outlive its SIGTERM by minutes, still sending ticks, and what
+        these tests check is the runs, not how beat shuts down."""
         self.proc.terminate()
-        self.proc.wait(timeout=20)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=20)
 
 
 def test_a_schedule_on_real_beat_starts_one_run_per_slot_even_when_ticks_come_twice(workers, team):
