@@ -51,8 +51,8 @@ class HistoryListMixin:
 
 def documents(model, path: str = "") -> tuple[str, ...]:
     """The JSON documents of `model`, reached through `path` (for `list_defer`)."""
-    return tuple(f"{path}{field.name}" for field in model._meta.concrete_fields
-                 if isinstance(field, models.JSONField))
+    return tuple(f"{path}{field.name}" for field in model._meta.get_fields()
+                 if isinstance(field, models.JSONField) and field.concrete)
 
 
 # How many of the newest rows a filter's choices are read from (RecentValuesFilter).
