@@ -328,6 +328,9 @@ def _shard_problems(checkpoints: list[Checkpoint], report: chain.Report) -> list
                 signed.setdefault(shard, {}).setdefault(sequence, []).append((checkpoint, hash))
     problems = []
     for shard, by_sequence in sorted(signed.items()):
+        # Heads a prune has since deleted predate the chain as it stands (as in shard 0).
+        first = chain.first_sequence(shard) or 1
+        by_sequence = {sequence: signed for sequence, signed in by_sequence.items() if sequence >= first}
         head = report.heads.get(shard, (0, ""))[0]
         beyond = [sequence for sequence in by_sequence if sequence > head]
         if beyond:
@@ -359,7 +362,7 @@ def _missing(store: CheckpointStore, present: set[str], *, first: int, head: int
         .values_list("name", "sequence", "created_at", "store").iterator()
         if name not in present]
     if head and covered < head:
-        oldest = (AuditEntry.objects.filter(sequence__gt=covered).order_by("sequence")
+        oldest = (AuditEntry.objects.filter(shard=0, sequence__gt=covered).order_by("sequence")
                   .values_list("sequence", "created_at").first())
         window = settings.AUDIT_CHECKPOINT_INTERVAL_S + settings.AUDIT_CHECKPOINT_GRACE_S
         if oldest is not None and now() - oldest[1] > timedelta(seconds=window):

@@ -285,18 +285,27 @@ def verify_rows(rows: Iterable[Mapping], *, anchor: str, start: int) -> Report:
     return Report(count, first, expected_seq - 1 if count else None, last_hash)
 
 
-def checkpoints() -> dict[int, str]:
-    """through_sequence -> through_hash, from every prune checkpoint in the ledger."""
-    found = {}
+def prune_anchors() -> dict[int, dict[int, str]]:
+    """shard -> {through_sequence: through_hash}: where the prune checkpoints in the ledger left
+    each shard's chain (shard 0's at the payload's top level, the others' under "shards")."""
+    found: dict[int, dict[int, str]] = {}
     for text in AuditEntry.objects.filter(action=PRUNE_ACTION).values_list("payload", flat=True):
         data = json.loads(text)
-        found[int(data["through_sequence"])] = data["through_hash"]
+        parts = {**({"0": data} if "through_sequence" in data else {}), **data.get("shards", {})}
+        for shard, part in parts.items():
+            found.setdefault(int(shard), {})[int(part["through_sequence"])] = part["through_hash"]
     return found
 
 
+def first_sequence(shard: int) -> int | None:
+    """The sequence of `shard`'s oldest linked entry (after a prune, the first it kept)."""
+    return (AuditEntry.objects.filter(shard=shard, sequence__isnull=False).order_by("sequence")
+            .values_list("sequence", flat=True).first())
+
+
 def verify_ledger(*, progress: Callable[[int], None] | None = None) -> Report:
-    """Walk every shard's chain in the database. A pruned prefix of shard 0 is anchored by its
-    checkpoint; every other shard starts at the genesis hash.
+    """Walk every shard's chain in the database. A shard's pruned prefix is anchored by the prune
+    checkpoint that records where it ends; an unpruned chain starts at the genesis hash.
 
     `progress(count)` is called with the number of entries read, every `PROGRESS_EVERY`.
     The report's count is every shard's; its sequences and head are shard 0's, and `heads`
@@ -327,13 +336,13 @@ def _offset(progress: Callable[[int], None] | None, before: int) -> Callable[[in
 
 def _verify_shard(shard: int, progress: Callable[[int], None] | None) -> Report:
     sealed = AuditEntry.objects.filter(shard=shard, sequence__isnull=False)
-    first = sealed.order_by("sequence").values_list("sequence", flat=True).first()
+    first = first_sequence(shard)
     if first is None:
         return Report(0, None, None, None)
     if first == 1:
         anchor = GENESIS_HASH
     else:
-        anchor = checkpoints().get(first - 1) if shard == 0 else None
+        anchor = prune_anchors().get(shard, {}).get(first - 1)
         if anchor is None:
             entry_id = sealed.values_list("id", flat=True).get(sequence=first)
             return Report(0, None, None, None, Break(
@@ -370,7 +379,8 @@ def verify_ledger_after(*, sequence: int, hash: str, heads: Mapping[int, tuple[i
                         progress: Callable[[int], None] | None = None) -> Report:
     """Walk only the entries after `sequence` in shard 0, whose entry must have `hash` (a link
     already known intact: an incremental verification starts from one), and in every other
-    shard those after its head in `heads` (the whole chain of a shard not in it). The report
+    shard those after its head in `heads` (the whole chain of a shard not in it, or pruned
+    past it). The report
     counts the entries walked; its head is shard 0's entry at `sequence` when there are none.
     """
     seal_pending()
@@ -378,10 +388,13 @@ def verify_ledger_after(*, sequence: int, hash: str, heads: Mapping[int, tuple[i
     if unsealed is not None:
         return Report(0, None, None, None, Break(None, unsealed, "entry was never linked into the chain"))
     known = {**(heads or {}), 0: (sequence, hash)}
+    # A shard pruned past its known head since is walked from where the prune left it.
+    pruned = {shard: max(anchors) for shard, anchors in prune_anchors().items()}
     total, found_heads, zero = 0, {}, Report(0, None, None, None)
     for shard in sorted({0, *shards_present()}):
         counted = _offset(progress, total)
-        report = (_verify_shard_after(shard, *known[shard], counted) if shard in known
+        report = (_verify_shard_after(shard, *known[shard], counted)
+                  if shard in known and known[shard][0] > pruned.get(shard, 0)
                   else _verify_shard(shard, counted))
         total += report.count
         if report.head_sequence is not None:

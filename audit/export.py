@@ -72,10 +72,17 @@ def _selected(start: datetime, end: datetime):
     return sealed.filter(ranges).order_by("shard", "sequence")
 
 
+def _sequences(ranges: dict[int, tuple[int, int]]):
+    which = Q(pk__in=[])
+    for shard, (first, last) in ranges.items():
+        which |= Q(shard=shard, sequence__gte=first, sequence__lte=last)
+    return AuditEntry.objects.filter(which).order_by("shard", "sequence")
+
+
 def export_range(*, start: datetime, end: datetime, fmt: str, path: Path,
-                 sequences: tuple[int, int] | None = None) -> ExportResult:
+                 sequences: dict[int, tuple[int, int]] | None = None) -> ExportResult:
     """Write the entries of [start, end) to `path` in `fmt`, and the manifest beside it; with
-    `sequences` (first, last), exactly those entries (what a prune is about to delete)."""
+    `sequences` {shard: (first, last)}, exactly those entries (what a prune is about to delete)."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -88,9 +95,7 @@ def export_range(*, start: datetime, end: datetime, fmt: str, path: Path,
         writer = csv.DictWriter(out, fieldnames=FIELDS) if fmt == "csv" else None
         if writer:
             writer.writeheader()
-        selected = (_selected(start, end) if sequences is None else
-                    AuditEntry.objects.filter(shard=0, sequence__gte=sequences[0], sequence__lte=sequences[1])
-                    .order_by("sequence"))
+        selected = _selected(start, end) if sequences is None else _sequences(sequences)
         for entry in selected.iterator(chunk_size=2000):
             row = {"id": entry.id, **chain.entry_row(entry)}
             if writer:

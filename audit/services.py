@@ -353,15 +353,26 @@ def external_call_authorize(*, ctx: CallContext, spec: dict, step_input: dict, k
 
 
 @dataclass(frozen=True)
+class ShardPrune:
+    """What a prune removes from one shard's chain: sequences `first`..`through`."""
+    first: int
+    through: int
+    through_hash: str
+    count: int
+
+
+@dataclass(frozen=True)
 class PruneResult:
     deleted: int
-    through_sequence: int | None
+    through_sequence: int | None   # shard 0's last deleted entry (None: none of shard 0's)
     checkpoint: AuditEntry | None
     archive: str = ""   # the export of what was deleted, in the archive storage
+    shards: dict[int, ShardPrune] | None = None
 
 
 def audit_prune(*, before: datetime, actor: str, dry_run: bool = False) -> PruneResult:
-    """Delete the oldest entries, all created before `before`, leaving a checkpoint.
+    """Delete the oldest entries of every shard's chain, all created before `before`, leaving a
+    checkpoint.
 
     With an archive storage (`STORAGES["audit_archive"]`), what is deleted is exported there
     first, as a JSON Lines file and its manifest (`audit_verify --export` checks them offline).
@@ -370,66 +381,111 @@ def audit_prune(*, before: datetime, actor: str, dry_run: bool = False) -> Prune
     Raises ImproperlyConfigured without a signing key, and the stores' errors (OSError,
     botocore's), which leave the ledger as it was.
 
-    Deletes a prefix of the chain (sequences 1..N, or the first remaining..N after an earlier
-    prune), where N is the last entry such that it and every entry before it are older than
-    `before`. First appends an `audit.pruned` entry holding N and the hash of entry N, so
-    `audit_verify` can anchor the remaining chain. The triggers let a DELETE through only
-    inside this transaction (PostgreSQL: `SET LOCAL stepwise.audit_prune = 'on'`; SQLite: the
-    delete guard is dropped and recreated) and only for entries a checkpoint covers.
-    Only shard 0's chain is pruned: the other shards' (AUDIT_LEDGER_SHARDS > 1) are kept whole.
+    From each shard deletes a prefix of its chain (sequences 1..N, or the first remaining..N
+    after an earlier prune), where N is the last entry such that it and every entry before it
+    are older than `before`; a shard keeps its newest entry, the head its next entry links to
+    (shard 0's head is the prune's own entry). First appends an `audit.pruned` entry (shard 0)
+    holding each shard's N and the hash of its entry N, and the anchors of earlier prunes of
+    the shards it leaves alone, so `audit_verify` can anchor every remaining chain. The
+    triggers let a DELETE through only inside this transaction (PostgreSQL: `SET LOCAL
+    stepwise.audit_prune = 'on'`; SQLite: the delete guard is dropped and recreated) and only
+    for entries a checkpoint of their shard covers.
     """
     with transaction.atomic(durable=True):
         chain.chain_lock()
         chain.seal_pending()
-        # Shard 0's chain (`audit.chain`): the only one a prune checkpoint anchors.
-        sealed = AuditEntry.objects.filter(shard=0, sequence__isnull=False)
-        first_kept = (sealed.filter(created_at__gte=before).order_by("sequence")
-                      .values_list("sequence", flat=True).first())
-        through = (sealed.filter(sequence__lt=first_kept) if first_kept else sealed).order_by(
-            "-sequence").values_list("sequence", "hash").first()
-        if through is None:
+        plan = _prune_plan(before)
+        if not plan:
             return PruneResult(0, None, None)
-        doomed = sealed.filter(sequence__lte=through[0])
-        count = doomed.count()
+        count = sum(part.count for part in plan.values())
+        through = plan[0].through if 0 in plan else None
         if dry_run:
-            return PruneResult(count, through[0], None)
-        first = doomed.order_by("sequence").values_list("sequence", flat=True).first()
+            return PruneResult(count, through, None, shards=plan)
         # What goes is first archived (when an archive is configured) and covered by a signed
-        # checkpoint, both of the head before this prune's own entry, which could still roll back.
-        archived = _archive(first, through[0]) if ARCHIVE in settings.STORAGES else ""
-        if not archived and not CheckpointRecord.objects.filter(sequence__gte=through[0]).exists():
+        # checkpoint, both of the heads before this prune's own entry, which could still roll back.
+        archived = _archive(plan) if ARCHIVE in settings.STORAGES else ""
+        if not archived and not _signed(plan):
             anchoring.checkpoint_write(reason="prune")
         checkpoint = audit_record(
             action=chain.PRUNE_ACTION, actor=actor, subject_type=SubjectType.LEDGER,
             subject_id="audit_entry", outcome="pruned",
-            payload={"through_sequence": through[0], "through_hash": through[1],
-                     "from_sequence": first, "deleted": count, "before": before.isoformat(),
+            payload={**_anchors(plan), "deleted": count, "before": before.isoformat(),
                      **({"archive": archived} if archived else {})})
         # Link the checkpoint now, while the entries it covers are still the head. Sealed at
         # COMMIT (PostgreSQL), after the delete, it would find no head once every entry was
         # pruned, and start the chain again at sequence 1 from the genesis hash.
         chain.seal_pending()
         with _deletes_allowed():
-            deleted, _ = doomed.delete()
-    # The new head, the prune's own entry in it, signed once the prune is committed.
+            deleted = sum(AuditEntry.objects.filter(shard=shard, sequence__lte=part.through).delete()[0]
+                          for shard, part in plan.items())
+    # The new heads, the prune's own entry among them, signed once the prune is committed.
     anchoring.checkpoint_write(reason="pruned")
-    return PruneResult(deleted, through[0], checkpoint, archived)
+    return PruneResult(deleted, through, checkpoint, archived, plan)
+
+
+def _prune_plan(before: datetime) -> dict[int, ShardPrune]:
+    """shard -> what a prune before `before` deletes from it, for each shard it deletes from."""
+    plan = {}
+    for shard in chain.shards_present():
+        sealed = AuditEntry.objects.filter(shard=shard, sequence__isnull=False)
+        first_kept = (sealed.filter(created_at__gte=before).order_by("sequence")
+                      .values_list("sequence", flat=True).first())
+        if first_kept is None and shard:
+            # The head stays: a chain with no entry left would start again at sequence 1.
+            first_kept = sealed.order_by("-sequence").values_list("sequence", flat=True).first()
+        through = (sealed.filter(sequence__lt=first_kept) if first_kept else sealed).order_by(
+            "-sequence").values_list("sequence", "hash").first()
+        if through is None:
+            continue
+        first = chain.first_sequence(shard)
+        plan[shard] = ShardPrune(first, through[0], through[1], through[0] - first + 1)
+    return plan
+
+
+def _anchors(plan: dict[int, ShardPrune]) -> dict:
+    """The prune entry's anchors: shard 0's at the top level, the others' under "shards"; a
+    shard pruned before and not now keeps its last anchor, which its chain still starts after."""
+    anchors = {shard: {"through_sequence": max(found), "through_hash": found[max(found)]}
+               for shard, found in chain.prune_anchors().items() if shard not in plan}
+    for shard, part in plan.items():
+        anchors[shard] = {"through_sequence": part.through, "through_hash": part.through_hash,
+                          "from_sequence": part.first, "deleted": part.count}
+    others = {str(shard): anchors[shard] for shard in sorted(anchors) if shard}
+    return {**{name: value for name, value in anchors.get(0, {}).items() if name != "deleted"},
+            **({"shards": others} if others else {})}
+
+
+def _signed(plan: dict[int, ShardPrune]) -> bool:
+    """Whether the newest signed checkpoint covers every entry the prune deletes."""
+    record = CheckpointRecord.objects.order_by("-sequence", "-created_at").only("sequence", "heads").first()
+    if record is None:
+        return False
+    signed = {int(shard): head[0] for shard, head in record.heads.items()} | {0: record.sequence}
+    return all(signed.get(shard, 0) >= part.through for shard, part in plan.items())
 
 
 ARCHIVE = "audit_archive"
 
 
-def _archive(first: int, last: int) -> str:
-    """Export entries first..last with their signed manifest into the archive storage
+def _archive(plan: dict[int, ShardPrune]) -> str:
+    """Export the entries `plan` deletes with their signed manifest into the archive storage
     (`STORAGES["audit_archive"]`); the file's name there. Raises the storage's errors (OSError,
     botocore's), which leave the ledger unpruned."""
     storage = storages[ARCHIVE]
+    ranges = {shard: (part.first, part.through) for shard, part in plan.items()}
+    name = (f"audit-ledger-{plan[0].first:012d}-{plan[0].through:012d}" if set(plan) == {0}
+            else f"audit-ledger-{now():%Y%m%dT%H%M%S%f}-{len(plan)}-shards")
     with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / f"audit-ledger-{first:012d}-{last:012d}.jsonl"
-        result = export_range(start=_EPOCH, end=now(), fmt="jsonl", path=path, sequences=(first, last))
-        if result.manifest["last_sequence"] != last or result.manifest["count"] != last - first + 1:
-            raise OSError(f"the archive export holds {result.manifest['count']} entries, not "
-                          f"sequences {first}..{last}")
+        path = Path(directory) / f"{name}.jsonl"
+        result = export_range(start=_EPOCH, end=now(), fmt="jsonl", path=path, sequences=ranges)
+        manifest = result.manifest
+        parts = manifest.get("shards") or {"0": {"count": manifest["count"],
+                                                 "last_sequence": manifest["last_sequence"]}}
+        exported = {int(shard): (part["count"], part["last_sequence"]) for shard, part in parts.items()}
+        expected = {shard: (part.count, part.through) for shard, part in plan.items()}
+        if exported != expected:
+            raise OSError(f"the archive export holds (count, last sequence) {exported} per shard, "
+                          f"not {expected}")
         names = []
         for written in (result.path, result.manifest_path):
             with written.open("rb") as handle:

@@ -112,11 +112,11 @@ def _holes_before(base: _Base) -> str:
     is not the first (1, or in shard 0 just after a prune's checkpoint). One index probe per
     shard, so the check costs the same however long the history; an entry removed from the
     middle, like one edited in place, is what the next full verification finds."""
-    pruned = chain.checkpoints()
+    pruned = chain.prune_anchors()
     for shard, (sequence, _hash) in sorted({**base.heads, 0: (base.sequence, base.hash)}.items()):
         first = (AuditEntry.objects.filter(shard=shard, sequence__isnull=False, sequence__lte=sequence)
                  .order_by("sequence").values_list("sequence", flat=True).first())
-        if first is None or first == 1 or (shard == 0 and first - 1 in pruned):
+        if first is None or first == 1 or first - 1 in pruned.get(shard, {}):
             continue
         where = f" of shard {shard}" if shard else ""
         return (f"{first - 1} entries{where} before sequence {first} are missing and no prune "
@@ -158,7 +158,9 @@ def ledger_check(*, allow_missing_checkpoint: bool = False, incremental: bool = 
             return LedgerCheck(False, f"{WHAT}: BROKEN before the checkpoint at sequence "
                                       f"{base.sequence}: {holes}", report, warnings, "incremental", base.name)
         # The signed checkpoints from the base on are compared, the base's included.
-        mode, anchored_from = "incremental", replace(report, first_sequence=base.sequence)
+        # A prune since may have removed the base's own entry.
+        mode, anchored_from = "incremental", replace(
+            report, first_sequence=max(base.sequence, chain.first_sequence(0) or 0))
     if report.broken is not None:
         return LedgerCheck(False, f"{WHAT}: BROKEN at {report.broken} "
                                   f"({report.count} entries verified before it)", report, warnings,

@@ -6,12 +6,14 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
-from audit import chain
+from audit import anchoring, chain
 from audit.chain import verify_ledger
 from audit.models import AuditEntry
-from audit.services import audit_prune
+from audit.services import audit_prune, audit_record
 from audit.triggers import SQLITE_NO_DELETE
+from audit.verification import ledger_check, ledger_verification_request, ledger_verification_run
 from orchestrator.engine import clock
+from orchestrator.engine.hashing import canonical_json
 
 from .conftest import ledger
 
@@ -97,3 +99,127 @@ def test_the_command_applies_the_configured_retention(old_and_new, settings, cap
     assert "checkpoint entry" in capsys.readouterr().out
     assert not AuditEntry.objects.filter(action="test.old").exists()
     call_command("audit_verify")
+
+
+# --- a sharded ledger (PostgreSQL: SQLite keeps one shard) ----------------------------------------
+
+postgresql_only = pytest.mark.skipif("connection.vendor != 'postgresql'",
+                                     reason="SQLite keeps one shard: its writer lock serializes every commit")
+
+
+def in_shard(shard: int) -> str:
+    """A run subject whose entries fall in `shard` of a ledger with 16."""
+    return next(subject for n in range(10_000) if chain.shard_of(
+        {"subject_type": "run", "subject_id": (subject := f"prune-shard-{n}")}, 16) == shard)
+
+
+def record_in(subject: str, n: int) -> None:
+    audit_record(action="test.sharded", actor="service:test", subject_type="run",
+                 subject_id=subject, payload={"n": n})
+
+
+@pytest.fixture
+def sharded_history(settings, monkeypatch, auditor):
+    """Shard 5: three entries 400 days old, then one today; shard 9: three old ones; shard 12:
+    one today; shard 0: `old_and_new`'s. A verification passed over the old ones, behind a
+    signed checkpoint of their heads."""
+    settings.AUDIT_LEDGER_SHARDS = 16
+    today = clock.now()
+    monkeypatch.setattr(clock, "_source", lambda: today - timedelta(days=400))
+    with transaction.atomic():
+        for n in range(3):
+            record_in(in_shard(5), n)
+            record_in(in_shard(9), n)
+    anchoring.checkpoint_write(reason="test")
+    verified = ledger_verification_run(verification_id=ledger_verification_request(actor=auditor).pk)
+    assert verified.state == "passed", verified.result
+    monkeypatch.setattr(clock, "_source", lambda: today)
+    with transaction.atomic():
+        record_in(in_shard(5), 3)
+        record_in(in_shard(12), 0)
+    return today
+
+
+def shard_chain(shard: int) -> list[AuditEntry]:
+    chain.seal_pending()
+    return list(AuditEntry.objects.filter(shard=shard).order_by("sequence"))
+
+
+@postgresql_only
+def test_every_shards_old_prefix_is_pruned_and_every_chain_still_verifies(old_and_new, sharded_history):
+    result = audit_prune(before=sharded_history - timedelta(days=365), actor="user:compliance")
+
+    assert {shard: (part.first, part.through) for shard, part in result.shards.items() if shard} == {
+        5: (1, 3), 9: (1, 2)}  # shard 9 keeps its head, the entry its next one links to
+    assert [entry.sequence for entry in shard_chain(5)] == [4]
+    assert [entry.sequence for entry in shard_chain(9)] == [3]
+    assert [entry.sequence for entry in shard_chain(12)] == [1]
+    [checkpoint] = ledger(action=chain.PRUNE_ACTION)
+    assert checkpoint.data["shards"] == {
+        "5": {"through_sequence": 3, "through_hash": result.shards[5].through_hash, "from_sequence": 1,
+              "deleted": 3},
+        "9": {"through_sequence": 2, "through_hash": result.shards[9].through_hash, "from_sequence": 1,
+              "deleted": 2}}
+    assert checkpoint.data["through_sequence"] == result.through_sequence == old_and_new[0][-1].sequence
+    assert verify_ledger().ok
+    assert ledger_check().ok, ledger_check().message
+    # The verification that passed was anchored at heads the prune has since deleted.
+    incremental = ledger_check(incremental=True)
+    assert incremental.ok and incremental.mode == "incremental", incremental.message
+
+    record_in(in_shard(9), 3)
+    assert [(entry.sequence, entry.prev_hash) for entry in shard_chain(9)][1] == (4, shard_chain(9)[0].hash)
+    assert verify_ledger().ok
+
+
+@postgresql_only
+def test_a_later_prune_keeps_the_anchors_of_the_shards_it_leaves_alone(old_and_new, sharded_history, monkeypatch):
+    audit_prune(before=sharded_history - timedelta(days=365), actor="user:x")
+    # A year on, shards 0 and 5 have entries to prune, 9 and 12 only their heads: shard 0's
+    # prune removes the first prune's entry, whose anchor of shard 9 the second one carries.
+    monkeypatch.setattr(clock, "_source", lambda: sharded_history + timedelta(days=400))
+    with transaction.atomic():
+        record_in(in_shard(5), 4)
+    result = audit_prune(before=sharded_history + timedelta(days=35), actor="user:x")
+
+    assert set(result.shards) == {0, 5}
+    [second] = ledger(action=chain.PRUNE_ACTION)
+    assert second.data["shards"]["9"] == {"through_sequence": 2,
+                                          "through_hash": second.data["shards"]["9"]["through_hash"]}
+    assert verify_ledger().ok
+
+
+@postgresql_only
+def test_a_prune_deletes_nothing_another_shards_anchor_would_cover(old_and_new, sharded_history):
+    audit_prune(before=sharded_history - timedelta(days=365), actor="user:x")
+    # Shard 0's anchor (about 8) and shard 5's (3) do not reach shard 12's only entry, sequence 1.
+    [entry] = shard_chain(12)
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL stepwise.audit_prune = 'on'")
+            cursor.execute("DELETE FROM audit_entry WHERE id = %s", [entry.id])
+
+
+@postgresql_only
+def test_a_shards_pruned_prefix_without_its_anchor_is_reported(old_and_new, sharded_history):
+    from .conftest import tamper
+
+    audit_prune(before=sharded_history - timedelta(days=365), actor="user:x")
+    [checkpoint] = ledger(action=chain.PRUNE_ACTION)
+    data = checkpoint.data
+    del data["shards"]["9"]
+    # Shard 0 rewritten from the prune's entry on, its digests and links recomputed, so that
+    # only shard 9's missing anchor is left to find.
+    prev = checkpoint.prev_hash
+    for entry in [entry for entry in shard_chain(0) if entry.sequence >= checkpoint.sequence]:
+        row = chain.entry_row(entry)
+        if entry.id == checkpoint.id:
+            row["payload"] = canonical_json(data)
+        digest = chain.content_digest(row)
+        new_hash = chain.link_hash(prev, entry.sequence, digest)
+        tamper("UPDATE audit_entry SET payload = %s, digest = %s, prev_hash = %s, hash = %s WHERE id = %s",
+               [row["payload"], digest, prev, new_hash, entry.id])
+        prev = new_hash
+
+    report = verify_ledger()
+    assert not report.ok and report.broken.shard == 9 and "no prune checkpoint" in report.broken.reason

@@ -28,12 +28,14 @@ class Command(BaseCommand):
             raise CommandError("--days must be at least 1")
         cutoff = retention_cutoff(days)
         result = audit_prune(before=cutoff, actor=actor, dry_run=dry_run)
-        if result.through_sequence is None:
+        if not result.shards:
             self.stdout.write(f"nothing to prune before {cutoff:%Y-%m-%d %H:%M:%S}")
-        elif dry_run:
-            self.stdout.write(f"would delete {result.deleted} entries (through sequence "
-                              f"{result.through_sequence})")
+            return
+        where = ", ".join(f"shard {shard} through sequence {part.through}"
+                          for shard, part in sorted(result.shards.items()))
+        if dry_run:
+            self.stdout.write(f"would delete {result.deleted} entries ({where})")
         else:
-            self.stdout.write(f"deleted {result.deleted} entries through sequence "
-                              f"{result.through_sequence}; checkpoint entry {result.checkpoint.id}"
+            self.stdout.write(f"deleted {result.deleted} entries ({where}); checkpoint entry "
+                              f"{result.checkpoint.id}"
                               + (f"; archived as {result.archive}" if result.archive else ""))
