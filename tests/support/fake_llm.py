@@ -14,12 +14,13 @@ Behaviours queued with `then(...)` answer the next requests in order; rules adde
 `when_prompt_contains(text, behaviour)` answer any request whose messages contain `text` —
 that is how the fake "obeys" a prompt injection. Otherwise `default` answers. Every request
 is recorded (path, headers, body, time) for the test to inspect, and counted as a provider
-would meter it: the most requests in flight at once (`most_in_flight`) and the tokens answered
-in each calendar minute (`tokens_by_minute`).
+would meter it: the most requests in flight at once (`most_in_flight`, and per requested model
+`most_in_flight_of`) and the tokens answered in each calendar minute (`tokens_by_minute`).
 """
 import json
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -77,6 +78,8 @@ class FakeLLM:
         self.rules: list[tuple[str, Behaviour]] = []
         self.requests: list[dict] = []
         self.in_flight = self.most_in_flight = 0
+        self.in_flight_of: Counter = Counter()       # by the request's "model"
+        self.most_in_flight_of: Counter = Counter()
         self.tokens_by_minute: dict[int, int] = {}
         self._lock = threading.Lock()
         fake = self
@@ -94,11 +97,15 @@ class FakeLLM:
                     behaviour = fake._choose(body)
                     fake.in_flight += 1
                     fake.most_in_flight = max(fake.most_in_flight, fake.in_flight)
+                    model = body.get("model")
+                    fake.in_flight_of[model] += 1
+                    fake.most_in_flight_of[model] = max(fake.most_in_flight_of[model], fake.in_flight_of[model])
                 try:
                     fake._answer(self, body, behaviour)
                 finally:
                     with fake._lock:
                         fake.in_flight -= 1
+                        fake.in_flight_of[model] -= 1
                         if behaviour.kind != "status":
                             minute = int(time.time() // 60)
                             fake.tokens_by_minute[minute] = (fake.tokens_by_minute.get(minute, 0)
@@ -130,6 +137,7 @@ class FakeLLM:
             # A request still being answered stays counted: zeroed, its end would take the
             # count below zero and hide one request of the next test.
             self.most_in_flight = self.in_flight
+            self.most_in_flight_of = Counter(self.in_flight_of)
             self.tokens_by_minute.clear()
 
     @property
