@@ -6,15 +6,21 @@ the holder sends anything — the reaper's sweeps and every schedule's ticks. Wh
 dies, a follower takes the lease over once it expires, re-reads the schedule from the database
 and goes on: recovery waits at most the lease, and a schedule slot missed meanwhile is caught
 up or skipped under the schedule's policy (the slot key makes any tick sent twice harmless).
+
+Celery's SIGTERM handler closes the scheduler, which writes the schedule, then raises SystemExit;
+Celery's loop closes it once more as it ends. A handler that ran while the scheduler was in a
+query would reach the same connection from inside it and wait on it forever, so that first close
+is skipped: the second one, after the query has been abandoned, writes the schedule.
 """
 import logging
 import os
 import secrets
 import socket
 import time
+from contextlib import contextmanager
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, connection
 from django_celery_beat.schedulers import DatabaseScheduler
 
 from .engine.services.leadership import leadership_hold, leadership_release
@@ -30,6 +36,7 @@ class LeaderScheduler(DatabaseScheduler):
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.leading = False
         self._renew_at = 0.0  # monotonic time of the next renewal
+        self._in_database = False  # tick or sync is talking to the database
         super().__init__(*args, **kwargs)
 
     @property
@@ -37,9 +44,26 @@ class LeaderScheduler(DatabaseScheduler):
         return float(settings.STEPWISE_BEAT_LEASE_S)
 
     def tick(self, *args, **kwargs):
-        if not self._leader():
-            return self.lease_s / 3  # a follower: contend again later, send nothing
-        return min(super().tick(*args, **kwargs), max(self._renew_at - time.monotonic(), 0))
+        with self._talking():
+            if not self._leader():
+                return self.lease_s / 3  # a follower: contend again later, send nothing
+            return min(super().tick(*args, **kwargs), max(self._renew_at - time.monotonic(), 0))
+
+    def sync(self):
+        with self._talking():
+            super().sync()
+
+    @contextmanager
+    def _talking(self):
+        outer, self._in_database = self._in_database, True
+        try:
+            yield
+        except (SystemExit, KeyboardInterrupt):
+            if not outer:
+                connection.close()  # its query was abandoned midway: the last sync opens another
+            raise
+        finally:
+            self._in_database = outer
 
     def _leader(self) -> bool:
         if self.leading and time.monotonic() < self._renew_at:
@@ -60,6 +84,8 @@ class LeaderScheduler(DatabaseScheduler):
         return leading
 
     def close(self):
+        if self._in_database:
+            return  # a signal handler, inside this scheduler's own query (the module's docstring)
         if self.leading:
             try:
                 leadership_release(name=LEASE_NAME, holder=self.holder)

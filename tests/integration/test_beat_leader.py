@@ -1,15 +1,21 @@
 """More than one beat, safely: real `celery beat` processes on Stepwise's scheduler
 (`orchestrator.beat.LeaderScheduler`) contend for the beat leader lease, only the leader sends
 the reaper's sweeps and the schedules' ticks, and when the leader is SIGKILLed during a
-schedule's slots the follower takes over within the lease — no slot lost, none doubled."""
+schedule's slots the follower takes over within the lease — no slot lost, none doubled; a beat
+told to stop in the middle of a query stops."""
 import os
 import signal
+import subprocess
+import threading
+import time
 from collections import Counter
 from datetime import timedelta
 
 import pytest
+from django.db import connection, connections, transaction
 
 from orchestrator.beat import LEASE_NAME
+from orchestrator.engine.clock import now
 from orchestrator.engine.services.workflows import workflow_save
 from orchestrator.models import Leadership, Run
 from tests.factories import SETUP
@@ -74,3 +80,55 @@ def test_only_the_leader_beat_sends_and_killing_it_mid_schedule_neither_loses_no
     runs = Run.objects.filter(trigger="schedule")
     assert runs.count() == len(slots)
     assert Counter(runs.values_list("idempotency_key", flat=True)).most_common(1)[0][1] == 1
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'",
+                    reason="holds a row lock the beat's query waits on; SQLite locks the whole database")
+def test_a_beat_told_to_stop_in_the_middle_of_a_query_stops():
+    """Celery's SIGTERM handler closes the scheduler, which releases the lease and writes the
+    schedule. Run while the scheduler's own query waited, that close waited for the connection
+    the query held, forever."""
+    beat = Beat("stopped-mid-query", scheduler="orchestrator.beat:LeaderScheduler",
+                env={"STEPWISE_BEAT_LEASE_S": str(LEASE_S)})
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_lease_row():
+        try:
+            with transaction.atomic():
+                list(Leadership.objects.select_for_update().filter(name=LEASE_NAME))
+                locked.set()
+                release.wait(60)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_the_lease_row)
+    try:
+        # The leader, having sent the reaper's sweeps: its schedule has entries to write.
+        wait_for(lambda: holder_pid() == beat.proc.pid and SENT in beat.log.read_text(), timeout=60)
+        holder.start()
+        assert locked.wait(30)
+        wait_for(beat_waits_on_the_lease, timeout=30, interval=0.05)  # its renewal, in flight
+        beat.proc.send_signal(signal.SIGTERM)
+        time.sleep(1)  # the handler has run, inside the renewal
+        release.set()
+        try:
+            code = beat.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code is not None, "beat did not stop within 15 s of its SIGTERM:\n" + beat.log.read_text()[-3000:]
+        # Its last close, on a connection of its own, gave the lease up for the next beat.
+        assert Leadership.objects.get(name=LEASE_NAME).expires_at <= now()
+    finally:
+        release.set()
+        if holder.is_alive():
+            holder.join(30)
+        if beat.proc.poll() is None:
+            beat.proc.kill()
+            beat.proc.wait(30)
+
+
+def beat_waits_on_the_lease() -> bool:
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                       "AND query ILIKE %s AND pid <> pg_backend_pid()", ["%leadership%"])
+        return cursor.fetchone()[0] > 0
