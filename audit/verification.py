@@ -109,7 +109,7 @@ def _incremental_base() -> tuple[_Base | None, str]:
 
 def _holes_before(base: _Base) -> str:
     """Entries missing from the start of a shard's chain at or before the base: its first entry
-    is not the first (1, or in shard 0 just after a prune's checkpoint). One index probe per
+    is not the first (1, or the one just after its prune checkpoint). One index probe per
     shard, so the check costs the same however long the history; an entry removed from the
     middle, like one edited in place, is what the next full verification finds."""
     pruned = chain.prune_anchors()
