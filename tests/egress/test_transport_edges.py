@@ -239,7 +239,8 @@ def test_a_deadline_already_over_before_connecting_is_a_connect_timeout_that_say
 
 
 def test_a_deadline_under_a_second_is_enough_for_a_prompt_server(server):
-    response = egress.request("GET", f"{server.url}/ok", policy=LOOPBACK, deadline_s=0.5)
+    # Just under a second: a loaded test machine has left the server's thread waiting half of one.
+    response = egress.request("GET", f"{server.url}/ok", policy=LOOPBACK, deadline_s=0.95)
     assert response.status_code == 200
 
 
