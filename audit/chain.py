@@ -316,9 +316,10 @@ def verify_ledger(*, progress: Callable[[int], None] | None = None) -> Report:
     if unsealed is not None:
         return Report(0, None, None, None, Break(None, unsealed, "entry was never linked into the chain"))
     total, heads, zero = 0, {}, Report(0, None, None, None)
+    anchors = prune_anchors()
     for shard in shards_present():
         counted = _offset(progress, total)
-        report = _verify_shard(shard, counted)
+        report = _verify_shard(shard, anchors.get(shard, {}), counted)
         total += report.count
         if report.head_sequence is not None:
             heads[shard] = (report.head_sequence, report.head_hash)
@@ -334,7 +335,10 @@ def _offset(progress: Callable[[int], None] | None, before: int) -> Callable[[in
     return None if progress is None else (lambda count: progress(before + count))
 
 
-def _verify_shard(shard: int, progress: Callable[[int], None] | None) -> Report:
+def _verify_shard(shard: int, anchors: Mapping[int, str],
+                  progress: Callable[[int], None] | None) -> Report:
+    """`shard`'s chain, from its first entry: 1, or one after a prune anchor in `anchors`
+    (through_sequence -> through_hash)."""
     sealed = AuditEntry.objects.filter(shard=shard, sequence__isnull=False)
     first = first_sequence(shard)
     if first is None:
@@ -342,7 +346,7 @@ def _verify_shard(shard: int, progress: Callable[[int], None] | None) -> Report:
     if first == 1:
         anchor = GENESIS_HASH
     else:
-        anchor = prune_anchors().get(shard, {}).get(first - 1)
+        anchor = anchors.get(first - 1)
         if anchor is None:
             entry_id = sealed.values_list("id", flat=True).get(sequence=first)
             return Report(0, None, None, None, Break(
@@ -388,14 +392,14 @@ def verify_ledger_after(*, sequence: int, hash: str, heads: Mapping[int, tuple[i
     if unsealed is not None:
         return Report(0, None, None, None, Break(None, unsealed, "entry was never linked into the chain"))
     known = {**(heads or {}), 0: (sequence, hash)}
-    # A shard pruned past its known head since is walked from where the prune left it.
-    pruned = {shard: max(anchors) for shard, anchors in prune_anchors().items()}
+    anchors = prune_anchors()
     total, found_heads, zero = 0, {}, Report(0, None, None, None)
     for shard in sorted({0, *shards_present()}):
         counted = _offset(progress, total)
+        # A shard pruned past its known head since is walked from where the prune left it.
         report = (_verify_shard_after(shard, *known[shard], counted)
-                  if shard in known and known[shard][0] > pruned.get(shard, 0)
-                  else _verify_shard(shard, counted))
+                  if shard in known and known[shard][0] > max(anchors.get(shard, {0: ""}))
+                  else _verify_shard(shard, anchors.get(shard, {}), counted))
         total += report.count
         if report.head_sequence is not None:
             found_heads[shard] = (report.head_sequence, report.head_hash)
