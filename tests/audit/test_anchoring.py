@@ -46,14 +46,15 @@ def checkpoint_files() -> list[Path]:
 
 
 def rewrite_and_rechain(entry: AuditEntry, **changes) -> None:
-    """Drop the triggers, edit `entry`, recompute every digest and hash from it to the head,
-    restore the triggers: what a database owner can do to make the chain consistent again."""
+    """Drop the triggers, edit `entry`, recompute every digest and hash from it to its shard's
+    head, restore the triggers: what a database owner can do to make the chain consistent again."""
     with triggers_bypassed(), connection.cursor() as cursor:
         for column, value in changes.items():
             cursor.execute(f"UPDATE audit_entry SET {column} = %s WHERE id = %s", [value, entry.id])
-        previous = (AuditEntry.objects.filter(sequence=entry.sequence - 1)
+        chain = AuditEntry.objects.filter(shard=entry.shard)
+        previous = (chain.filter(sequence=entry.sequence - 1)
                     .values_list("hash", flat=True).first() or GENESIS_HASH)
-        for row in AuditEntry.objects.filter(sequence__gte=entry.sequence).order_by("sequence"):
+        for row in chain.filter(sequence__gte=entry.sequence).order_by("sequence"):
             digest = content_digest(entry_row(row))
             linked = link_hash(previous, row.sequence, digest)
             cursor.execute("UPDATE audit_entry SET digest = %s, prev_hash = %s, hash = %s "

@@ -9,13 +9,15 @@ from django.db import DatabaseError, connection, transaction
 from audit import anchoring, chain
 from audit.chain import verify_ledger
 from audit.models import AuditEntry
-from audit.services import audit_prune, audit_record
+from audit.services import audit_prune
 from audit.triggers import SQLITE_NO_DELETE
 from audit.verification import ledger_check, ledger_verification_request, ledger_verification_run
 from orchestrator.engine import clock
 from orchestrator.engine.hashing import canonical_json
 
 from .conftest import ledger
+from .test_anchoring import rewrite_and_rechain
+from .test_shards import chain_of, postgresql_only, record, subject_in
 
 # The ledger is append-only and outlives test flushes, so these run first in a session of their
 # own (`make test`: the `ledger_prefix` tests, the API fuzzer and on the embedded default the
@@ -103,20 +105,6 @@ def test_the_command_applies_the_configured_retention(old_and_new, settings, cap
 
 # --- a sharded ledger (PostgreSQL: SQLite keeps one shard) ----------------------------------------
 
-postgresql_only = pytest.mark.skipif("connection.vendor != 'postgresql'",
-                                     reason="SQLite keeps one shard: its writer lock serializes every commit")
-
-
-def in_shard(shard: int) -> str:
-    """A run subject whose entries fall in `shard` of a ledger with 16."""
-    return next(subject for n in range(10_000) if chain.shard_of(
-        {"subject_type": "run", "subject_id": (subject := f"prune-shard-{n}")}, 16) == shard)
-
-
-def record_in(subject: str, n: int) -> None:
-    audit_record(action="test.sharded", actor="service:test", subject_type="run",
-                 subject_id=subject, payload={"n": n})
-
 
 @pytest.fixture
 def sharded_history(settings, monkeypatch, auditor):
@@ -128,21 +116,16 @@ def sharded_history(settings, monkeypatch, auditor):
     monkeypatch.setattr(clock, "_source", lambda: today - timedelta(days=400))
     with transaction.atomic():
         for n in range(3):
-            record_in(in_shard(5), n)
-            record_in(in_shard(9), n)
+            record(subject_in(5), n)
+            record(subject_in(9), n)
     anchoring.checkpoint_write(reason="test")
     verified = ledger_verification_run(verification_id=ledger_verification_request(actor=auditor).pk)
     assert verified.state == "passed", verified.result
     monkeypatch.setattr(clock, "_source", lambda: today)
     with transaction.atomic():
-        record_in(in_shard(5), 3)
-        record_in(in_shard(12), 0)
+        record(subject_in(5), 3)
+        record(subject_in(12), 0)
     return today
-
-
-def shard_chain(shard: int) -> list[AuditEntry]:
-    chain.seal_pending()
-    return list(AuditEntry.objects.filter(shard=shard).order_by("sequence"))
 
 
 @postgresql_only
@@ -151,9 +134,9 @@ def test_every_shards_old_prefix_is_pruned_and_every_chain_still_verifies(old_an
 
     assert {shard: (part.first, part.through) for shard, part in result.shards.items() if shard} == {
         5: (1, 3), 9: (1, 2)}  # shard 9 keeps its head, the entry its next one links to
-    assert [entry.sequence for entry in shard_chain(5)] == [4]
-    assert [entry.sequence for entry in shard_chain(9)] == [3]
-    assert [entry.sequence for entry in shard_chain(12)] == [1]
+    assert [entry.sequence for entry in chain_of(5)] == [4]
+    assert [entry.sequence for entry in chain_of(9)] == [3]
+    assert [entry.sequence for entry in chain_of(12)] == [1]
     [checkpoint] = ledger(action=chain.PRUNE_ACTION)
     assert checkpoint.data["shards"] == {
         "5": {"through_sequence": 3, "through_hash": result.shards[5].through_hash, "from_sequence": 1,
@@ -167,8 +150,8 @@ def test_every_shards_old_prefix_is_pruned_and_every_chain_still_verifies(old_an
     incremental = ledger_check(incremental=True)
     assert incremental.ok and incremental.mode == "incremental", incremental.message
 
-    record_in(in_shard(9), 3)
-    assert [(entry.sequence, entry.prev_hash) for entry in shard_chain(9)][1] == (4, shard_chain(9)[0].hash)
+    record(subject_in(9), 3)
+    assert [(entry.sequence, entry.prev_hash) for entry in chain_of(9)][1] == (4, chain_of(9)[0].hash)
     assert verify_ledger().ok
 
 
@@ -179,7 +162,7 @@ def test_a_later_prune_keeps_the_anchors_of_the_shards_it_leaves_alone(old_and_n
     # prune removes the first prune's entry, whose anchor of shard 9 the second one carries.
     monkeypatch.setattr(clock, "_source", lambda: sharded_history + timedelta(days=400))
     with transaction.atomic():
-        record_in(in_shard(5), 4)
+        record(subject_in(5), 4)
     result = audit_prune(before=sharded_history + timedelta(days=35), actor="user:x")
 
     assert set(result.shards) == {0, 5}
@@ -193,7 +176,7 @@ def test_a_later_prune_keeps_the_anchors_of_the_shards_it_leaves_alone(old_and_n
 def test_a_prune_deletes_nothing_another_shards_anchor_would_cover(old_and_new, sharded_history):
     audit_prune(before=sharded_history - timedelta(days=365), actor="user:x")
     # Shard 0's anchor (about 8) and shard 5's (3) do not reach shard 12's only entry, sequence 1.
-    [entry] = shard_chain(12)
+    [entry] = chain_of(12)
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL stepwise.audit_prune = 'on'")
@@ -202,24 +185,13 @@ def test_a_prune_deletes_nothing_another_shards_anchor_would_cover(old_and_new, 
 
 @postgresql_only
 def test_a_shards_pruned_prefix_without_its_anchor_is_reported(old_and_new, sharded_history):
-    from .conftest import tamper
-
     audit_prune(before=sharded_history - timedelta(days=365), actor="user:x")
     [checkpoint] = ledger(action=chain.PRUNE_ACTION)
     data = checkpoint.data
     del data["shards"]["9"]
     # Shard 0 rewritten from the prune's entry on, its digests and links recomputed, so that
     # only shard 9's missing anchor is left to find.
-    prev = checkpoint.prev_hash
-    for entry in [entry for entry in shard_chain(0) if entry.sequence >= checkpoint.sequence]:
-        row = chain.entry_row(entry)
-        if entry.id == checkpoint.id:
-            row["payload"] = canonical_json(data)
-        digest = chain.content_digest(row)
-        new_hash = chain.link_hash(prev, entry.sequence, digest)
-        tamper("UPDATE audit_entry SET payload = %s, digest = %s, prev_hash = %s, hash = %s WHERE id = %s",
-               [row["payload"], digest, prev, new_hash, entry.id])
-        prev = new_hash
+    rewrite_and_rechain(checkpoint, payload=canonical_json(data))
 
     report = verify_ledger()
     assert not report.ok and report.broken.shard == 9 and "no prune checkpoint" in report.broken.reason

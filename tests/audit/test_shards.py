@@ -15,8 +15,6 @@ from audit import anchoring
 from audit.chain import (
     GENESIS_HASH,
     chain_heads,
-    content_digest,
-    entry_row,
     ledger_shards,
     link_hash,
     seal_pending,
@@ -30,6 +28,7 @@ from audit.verification import ledger_check
 from orchestrator.engine import clock
 
 from .conftest import tamper
+from .test_anchoring import rewrite_and_rechain
 
 SHARDS = 16
 postgresql_only = pytest.mark.skipif("connection.vendor != 'postgresql'",
@@ -209,16 +208,7 @@ def test_a_truncated_or_rewritten_shard_no_longer_matches_the_checkpoint(sharded
     # Shard 5 rewritten from its second entry on, digests and links recomputed: intact, but
     # not what the checkpoint signed.
     tamper("DELETE FROM audit_entry WHERE shard = 12")
-    entries = chain_of(5)
-    prev = entries[0].hash
-    for entry in entries[1:]:
-        row = entry_row(entry)
-        row["payload"] = '{"n":99}' if entry.sequence == 2 else row["payload"]
-        digest = content_digest(row)
-        new_hash = link_hash(prev, entry.sequence, digest)
-        tamper("UPDATE audit_entry SET payload = %s, digest = %s, prev_hash = %s, hash = %s WHERE id = %s",
-               [row["payload"], digest, prev, new_hash, entry.id])
-        prev = new_hash
+    rewrite_and_rechain(chain_of(5)[1], payload='{"n":99}')
     assert verify_ledger().ok
     check = ledger_check()
     assert not check.ok and "history was rewritten in shard 5: the entry at sequence 3" in check.message
