@@ -46,6 +46,13 @@ def _unavailable(reason: str):
     pytest.skip(reason)
 
 
+def expect(locator):
+    """Playwright's retrying assertions: a count or a text read right after a click may read the
+    page the click is leaving."""
+    from playwright.sync_api import expect as playwright_expect
+    return playwright_expect(locator)
+
+
 @pytest.fixture(scope="session")
 def browser():
     try:

@@ -14,7 +14,7 @@ from orchestrator.models import Role
 from tests.evaluation.conftest import SAMPLES
 from tests.factories import SETUP, example_definition, member
 
-from .conftest import wait_for_run
+from .conftest import expect, wait_for_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -43,8 +43,8 @@ def test_an_editor_uploads_cases_and_adds_a_corrected_run(browser_page, screensh
     page.click("#upload-form input[type=submit]")
     page.wait_for_selector("text=Version 2: 30 cases.")
     page.click("#cases >> text=high")
-    assert page.locator("#cases h2").inner_text() == "Cases of version 2 (10 high)"
-    assert page.locator("tr.case-row").count() == 10
+    expect(page.locator("#cases h2")).to_have_text("Cases of version 2 (10 high)")
+    expect(page.locator("tr.case-row")).to_have_count(10)
     screenshot(page, "evaluation-dataset")
 
     page.goto(f"{web_server}/admin/orchestrator/run/{run.id}/change/")

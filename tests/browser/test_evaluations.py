@@ -21,6 +21,8 @@ from tests.evaluation.canned import scored, started
 from tests.evaluation.conftest import sample_cases
 from tests.factories import SETUP, example_definition, member
 
+from .conftest import expect
+
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 #: The draft's failures: it raised the refund limit, so large refunds go out without approval.
@@ -96,7 +98,7 @@ def test_an_editor_evaluates_a_draft_and_reads_its_results(browser_page, screens
     assert "n=10" in unauthorized.locator("td").nth(1).inner_text()
     assert page.locator("#cancel-form").count() == 0
     page.click("#cases >> text=failed")
-    assert page.locator("tr.case-row").count() == 6
+    expect(page.locator("tr.case-row")).to_have_count(6)
     page.click("#cases >> text=all")
     screenshot(page, "evaluation-run")
 
