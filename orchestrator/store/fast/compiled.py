@@ -701,7 +701,9 @@ def insert_json_rows(model: type[Model], rows: list[dict], *, using: str = DEFAU
     connection = connections[using]
     if connection.vendor != "postgresql":
         return False
-    sql, columns = _json_insert_plan(model, connection)
+    if model not in _JSON_INSERTS:
+        _JSON_INSERTS[model] = _json_insert_plan(model, connection)
+    sql, columns = _JSON_INSERTS[model]
     if not columns <= rows[0].keys():
         raise ValueError(f"rows of {model.__name__} lack {sorted(columns - rows[0].keys())}")
     params = [json.dumps(rows, separators=(",", ":"))]
@@ -713,7 +715,11 @@ def insert_json_rows(model: type[Model], rows: list[dict], *, using: str = DEFAU
     return True
 
 
-@cache
+# By model only: Django makes a connection object per thread (under ASGI, per request), and
+# a cache keyed by it would keep every one alive, with its cursors.
+_JSON_INSERTS: dict[type[Model], tuple[str, frozenset[str]]] = {}
+
+
 def _json_insert_plan(model: type[Model], connection) -> tuple[str, frozenset[str]]:
     opts, quote = model._meta, connection.ops.quote_name
     columns = [f.column for f in opts.concrete_fields if not f.primary_key]
@@ -769,15 +775,13 @@ def _preparers(fields: list, connection) -> list[Callable[[Model, bool], Any]]:
     """One function per field giving an instance's value as the database takes it.
 
     `fields` is a plan's list, kept as long as the plan: found by identity, since hashing its
-    fields cost more than preparing their values."""
-    key = (connection.vendor, id(fields))
-    found = _PREPARERS.get(key)
+    fields cost more than preparing their values. The functions call the connection's
+    operations, so they are kept on the connection and go with it."""
+    kept = connection.__dict__.setdefault("_stepwise_preparers", {})
+    found = kept.get(id(fields))
     if found is None or found[0] is not fields:
-        found = _PREPARERS[key] = (fields, [_preparer(field, connection) for field in fields])
+        found = kept[id(fields)] = (fields, [_preparer(field, connection) for field in fields])
     return found[1]
-
-
-_PREPARERS: dict[tuple, tuple[list, list]] = {}
 
 
 def _preparer(field, connection) -> Callable[[Model, bool], Any]:
