@@ -129,6 +129,10 @@ def test_a_process_registers_its_key_inside_its_first_step_s_transactions(chain,
     """A new worker process (a key never registered) opens no transaction of its own for the
     registration: the key is registered with the first output it signs."""
     first, middle, last = chain
+    # What this process remembers of its key and of others' belongs to the databases of
+    # earlier tests: the first step registers its key again here, and the middle step reads it.
+    monkeypatch.setattr(attestations, "_registered_in", None)
+    attestation.keys_forget()
     step_execute(step_id=first, worker="w")
     fresh = Ed25519PrivateKey.generate()
     monkeypatch.setattr(attestation, "_load_private", lambda: (fresh, "generated"))
