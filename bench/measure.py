@@ -440,6 +440,9 @@ def scale_phases(args, result: dict, *, base_url: str, token: str, server, worke
             result["api_poisson"]["drained_s"] = scale.runs_drained("bench-single",
                                                                     deadline=until())
             checkpoint()
+        # A web process's memory after every POST above: a request that left something behind
+        # shows here as growth with --api-requests.
+        result["api_web_rss_mb"] = server.peak_rss()
     if args.fanout_items:
         say(f"fan-out: {args.fanout_items} map items while single-step runs start one at a time")
         result["fanout"] = scale.fanout(base_url, token, items=args.fanout_items,

@@ -175,6 +175,10 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# The API phases of `bench.measure.scale_phases`, in the order they run.
+API_PHASES = ("api_load", "api_paced", "api_executing", "api_poisson")
+
+
 def scale_rows(b: str, r: dict, row, lines: list[str]) -> None:
     """The rows of the scale phases (bench.scale), where they ran."""
     if r.get("api_load"):
@@ -198,6 +202,10 @@ def scale_rows(b: str, r: dict, row, lines: list[str]) -> None:
             api["latency_ms"])
         lines.append(f"{b:<10}API Poisson  {api['requests_per_s']} requests/s, statuses "
                      f"{api['statuses']}, runs drained {_fmt(api['drained_s'])} s after")
+    if r.get("api_web_rss_mb"):
+        rss, posts = r["api_web_rss_mb"], sum(r[k]["requests"] for k in API_PHASES if r.get(k))
+        lines.append(f"{b:<10}API web process peak RSS  {rss['max_mb']:.0f} MB (largest of "
+                     f"{rss['processes']}) after {posts} POSTs")
     if r.get("fanout"):
         fan = r["fanout"]
         row(b, f"single step's wait, {fan['items']}-item fan-out (ms)", fan["probe_wait_ms"])

@@ -4,7 +4,7 @@ import statistics
 from datetime import UTC, datetime, timedelta
 
 from bench.scale import due_times, wake_times
-from bench.stats import lags_ms
+from bench.stats import lags_ms, scale_rows
 
 T = datetime(2026, 12, 6, 18, 0, tzinfo=UTC)
 
@@ -45,3 +45,15 @@ def test_poisson_arrivals_keep_the_rate_with_gaps_as_random_as_an_exponential_s(
     assert 0.9 < statistics.pstdev(gaps) / statistics.mean(gaps) < 1.1
     assert due_times(0.0, index=3, clients=8, count=5, rate=50, poisson=True) == due_times(
         0.0, index=3, clients=8, count=5, rate=50, poisson=True)  # the same each run
+
+
+def test_the_web_processs_memory_is_reported_with_the_posts_it_served():
+    phase = {"clients": 16, "requests": 400, "latency_ms": {}, "offered_per_s": None,
+             "requests_per_s": 40.0, "statuses": {"202": 400}, "drained_s": 0.2}
+    result = {"api_load": phase, "api_executing": phase, "api_poisson": {**phase, "requests": 200},
+              "api_web_rss_mb": {"processes": 1, "total_mb": 150.2, "max_mb": 150.2}}
+    lines: list[str] = []
+
+    scale_rows("postgres", result, lambda *row: None, lines)
+
+    assert "API web process peak RSS  150 MB (largest of 1) after 1000 POSTs" in lines[-1]
