@@ -701,9 +701,7 @@ def insert_json_rows(model: type[Model], rows: list[dict], *, using: str = DEFAU
     connection = connections[using]
     if connection.vendor != "postgresql":
         return False
-    if model not in _JSON_INSERTS:
-        _JSON_INSERTS[model] = _json_insert_plan(model, connection)
-    sql, columns = _JSON_INSERTS[model]
+    sql, columns = _json_insert_plan(model, connection)
     if not columns <= rows[0].keys():
         raise ValueError(f"rows of {model.__name__} lack {sorted(columns - rows[0].keys())}")
     params = [json.dumps(rows, separators=(",", ":"))]
@@ -721,6 +719,12 @@ _JSON_INSERTS: dict[type[Model], tuple[str, frozenset[str]]] = {}
 
 
 def _json_insert_plan(model: type[Model], connection) -> tuple[str, frozenset[str]]:
+    if model not in _JSON_INSERTS:
+        _JSON_INSERTS[model] = _build_json_insert(model, connection)
+    return _JSON_INSERTS[model]
+
+
+def _build_json_insert(model: type[Model], connection) -> tuple[str, frozenset[str]]:
     opts, quote = model._meta, connection.ops.quote_name
     columns = [f.column for f in opts.concrete_fields if not f.primary_key]
     listed = ", ".join(quote(c) for c in columns)
@@ -777,7 +781,9 @@ def _preparers(fields: list, connection) -> list[Callable[[Model, bool], Any]]:
     `fields` is a plan's list, kept as long as the plan: found by identity, since hashing its
     fields cost more than preparing their values. The functions call the connection's
     operations, so they are kept on the connection and go with it."""
-    kept = connection.__dict__.setdefault("_stepwise_preparers", {})
+    kept = getattr(connection, "_stepwise_preparers", None)
+    if kept is None:
+        kept = connection._stepwise_preparers = {}
     found = kept.get(id(fields))
     if found is None or found[0] is not fields:
         found = kept[id(fields)] = (fields, [_preparer(field, connection) for field in fields])
