@@ -186,15 +186,15 @@ def test_the_process_s_relay_is_started_once_and_again_after_it_stopped(settings
             return [t for t in asyncio.all_tasks() if t.get_name() == "stepwise-outbox-relay" and not t.done()]
 
         settings.STEPWISE_LIVE_RELAY = False
-        off = ensure_started()
+        off = await ensure_started()
         settings.STEPWISE_LIVE_RELAY = True
-        first = ensure_started()
-        again = ensure_started()
+        first = await ensure_started()
+        again = await ensure_started()
         tasks = running()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        restarted = ensure_started()
+        restarted = await ensure_started()
         after_restart = running()
         for task in after_restart:
             task.cancel()
@@ -206,3 +206,33 @@ def test_the_process_s_relay_is_started_once_and_again_after_it_stopped(settings
     assert isinstance(first, Relay) and again is first and restarted is first
     assert tasks == 1 and after_restart == 1
     assert relay_module._task.done()
+
+
+def test_a_relay_a_connection_starts_has_read_where_it_starts_before_the_connection_reads_on(
+        settings, monkeypatch, version, starter):
+    """A page re-reads what it shows after its connection's hello. Had the new relay read the
+    newest event later than that, an event committed in between would never be nudged: the
+    first page of a process could stay stale until the run changed again."""
+    polling_only()
+    monkeypatch.setattr(relay_module, "_relay", None)
+    monkeypatch.setattr(relay_module, "_task", None)
+    settings.STEPWISE_LIVE_RELAY = True
+    team_group_name = team_group(version.workflow.team_id)
+
+    async def scenario():
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(team_group_name, channel)
+        started = await ensure_started()
+        where = started.last_id
+        run = await sync_to_async(run_start)(version=version, input={}, actor=starter)
+        try:
+            nudge = await asyncio.wait_for(layer.receive(channel), timeout=10)
+        finally:
+            relay_module._task.cancel()
+            await asyncio.gather(relay_module._task, return_exceptions=True)
+        return where, run, nudge
+
+    where, run, nudge = run_async(scenario)
+    assert where is not None and where < newest(run)
+    assert nudge == {"type": "run.changed", "run": str(run.id), "event": newest(run)}

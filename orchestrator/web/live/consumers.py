@@ -23,7 +23,6 @@ class _Nudged(AsyncJsonWebsocketConsumer):
     groups_joined: list[str]
 
     async def _open(self, groups: list[str], newest: int) -> None:
-        relay.ensure_started()
         self.groups_joined = groups
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -46,15 +45,17 @@ class RunConsumer(_Nudged):
 
     async def connect(self) -> None:
         run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        newest = await database_sync_to_async(self._newest_if_visible)(run_id)
-        if newest is None:
+        if not await database_sync_to_async(self._visible)(run_id):
             await self.close(code=REFUSED)
             return
-        await self._open([run_group(run_id)], newest)
+        await relay.ensure_started()  # before the newest event is read: nothing falls between
+        await self._open([run_group(run_id)], await database_sync_to_async(self._newest)(run_id))
 
-    def _newest_if_visible(self, run_id) -> int | None:
-        if not visible(Run.objects.filter(id=run_id), self.scope["user"]).exists():
-            return None
+    def _visible(self, run_id) -> bool:
+        return visible(Run.objects.filter(id=run_id), self.scope["user"]).exists()
+
+    @staticmethod
+    def _newest(run_id) -> int:
         return Event.objects.filter(run_id=run_id).order_by("-id").values_list("id", flat=True).first() or 0
 
 
@@ -66,6 +67,7 @@ class RunListConsumer(_Nudged):
         if groups is None:
             await self.close(code=REFUSED)
             return
+        await relay.ensure_started()  # before the newest event is read: nothing falls between
         await self._open(groups, await database_sync_to_async(relay.latest_event_id)())
 
     def _groups(self) -> list[str] | None:

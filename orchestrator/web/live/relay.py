@@ -179,14 +179,26 @@ _relay: Relay | None = None
 _task: asyncio.Task | None = None
 
 
-def ensure_started() -> Relay | None:
+def _stopped(loop) -> bool:
+    return _task is None or _task.done() or _task.get_loop() is not loop
+
+
+async def ensure_started() -> Relay | None:
     """Start this process's relay on the running event loop, once (the first websocket); None
-    when the relay is off (`STEPWISE_LIVE_RELAY`)."""
+    when the relay is off (`STEPWISE_LIVE_RELAY`).
+
+    A new relay has read where it starts before this returns: a connection reads the state it
+    shows after that, so an event committed in between is nudged rather than lost."""
     global _relay, _task
     if not settings.STEPWISE_LIVE_RELAY:
         return None
     loop = asyncio.get_running_loop()
-    if _task is None or _task.done() or _task.get_loop() is not loop:
+    if _stopped(loop):
         _relay = _relay or Relay()
-        _task = loop.create_task(_relay.run(), name="stepwise-outbox-relay")
+        if _relay.last_id is None:
+            newest = await database_sync_to_async(latest_event_id)()
+            if _relay.last_id is None:  # another connection may have read it meanwhile
+                _relay.last_id = newest
+        if _stopped(loop):
+            _task = loop.create_task(_relay.run(), name="stepwise-outbox-relay")
     return _relay
