@@ -102,10 +102,11 @@ soak: install
 	$(BIN)/python manage.py stepwise_soak --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED)
 
 # The API fuzzer at the budget CI runs (tests/api/test_openapi_fuzz.py, docs/security.md);
-# `make test` runs it at a small one.
+# `make test` runs it at a small one, with the coverage phase as the owner only.
 FUZZ_EXAMPLES ?= 15
 fuzz: install
-	STEPWISE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -p no:xdist -q -m fuzz
+	STEPWISE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) STEPWISE_FUZZ_COVERAGE=all \
+		$(BIN)/pytest -p no:xdist -q -m fuzz
 
 bench: install
 	$(BIN)/python bench/run.py --backend embedded

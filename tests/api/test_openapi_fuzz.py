@@ -13,9 +13,11 @@ body), and on invalid input the API accepts. Settings live in `schemathesis.toml
 Three callers: an owner of the team who is also an approver (every endpoint reachable), an
 editor (saves workflows and starts runs, may not publish against a gate or manage the team), and
 a plain member (mostly 403s and 404s, which must be documented too). The budget is bounded:
-`STEPWISE_FUZZ_EXAMPLES` cases per operation and phase (1, as `make test` runs it, beside the
-coverage phase's boundary and invalid values, which no budget bounds; 15 in CI and `make fuzz`)
-and a fixed seed; run it longer locally with a larger budget and
+`STEPWISE_FUZZ_EXAMPLES` cases per operation and phase (1, as `make test` runs it; 15 in CI and
+`make fuzz`) and a fixed seed. The coverage phase sends every parameter's boundary and invalid
+values, about five thousand requests per caller that no budget bounds: `make test` runs it as the
+owner only, who reaches every endpoint past its permission check, and CI and `make fuzz` as every
+caller (`STEPWISE_FUZZ_COVERAGE`). Run it longer locally with a larger budget and
 `STEPWISE_FUZZ_SEED=random`.
 
 Runs in a session of its own (marker `fuzz`; `make test` runs that session beside the parallel
@@ -58,6 +60,9 @@ pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
 
 EXAMPLES_PER_OPERATION = int(os.environ.get("STEPWISE_FUZZ_EXAMPLES", "1"))
 SEED = os.environ.get("STEPWISE_FUZZ_SEED", "20260101")
+# The callers whose run includes the coverage phase ("all" for every one).
+COVERAGE_CALLERS = os.environ.get("STEPWISE_FUZZ_COVERAGE", "owner")
+CALLERS = ("owner", "editor", "member")
 # Per caller, so a stall fails the test instead of hanging CI: 10 minutes up to the CI budget,
 # more for a larger one.
 WALL_CLOCK_S = 24 * max(EXAMPLES_PER_OPERATION, 25)
@@ -213,11 +218,23 @@ def with_seeded_ids(config: Path) -> Path:
     return config
 
 
-def schemathesis_run(server: LiveServer, token: str, tmp_path: Path) -> subprocess.CompletedProcess:
+def phases(caller: str, coverage_callers: str = COVERAGE_CALLERS) -> list[str]:
+    """Every phase, or every one but the coverage phase for a caller STEPWISE_FUZZ_COVERAGE
+    leaves out."""
+    chosen = CALLERS if coverage_callers == "all" else coverage_callers.split(",")
+    unknown = set(chosen) - set(CALLERS)
+    if unknown:
+        raise ValueError(f"STEPWISE_FUZZ_COVERAGE names no caller {sorted(unknown)}: "
+                         f"'all' or some of {', '.join(CALLERS)}")
+    return ["examples", *(["coverage"] if caller in chosen else []), "fuzzing", "stateful"]
+
+
+def schemathesis_run(server: LiveServer, caller: str, token: str,
+                     tmp_path: Path) -> subprocess.CompletedProcess:
     config = with_seeded_ids(tmp_path / "schemathesis.toml")
     cmd = [Path(sys.executable).with_name("schemathesis"), "--config-file", config, "run",
            f"{server.url}/api/v1/schema/", "--header", f"Authorization: Token {token}",
-           "--max-examples", str(EXAMPLES_PER_OPERATION)]
+           "--max-examples", str(EXAMPLES_PER_OPERATION), "--phases", ",".join(phases(caller))]
     if SEED != "random":
         cmd += ["--seed", SEED]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=WALL_CLOCK_S,
@@ -225,14 +242,14 @@ def schemathesis_run(server: LiveServer, token: str, tmp_path: Path) -> subproce
 
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
-@pytest.mark.parametrize("caller", ["owner", "editor", "member"])
+@pytest.mark.parametrize("caller", CALLERS)
 def test_every_response_matches_the_published_schema(server, caller, tmp_path):
     user = seed()[caller]
     token = Token.objects.create(user=user).key
 
     report = Path(server.log.parent, f"fuzz-{caller}.txt")
     try:
-        result = schemathesis_run(server, token, tmp_path)
+        result = schemathesis_run(server, caller, token, tmp_path)
     except subprocess.TimeoutExpired as stalled:
         partial = stalled.stdout or b""  # bytes on POSIX, even with text=True
         report.write_text(partial.decode(errors="replace") if isinstance(partial, bytes) else partial)
@@ -241,6 +258,7 @@ def test_every_response_matches_the_published_schema(server, caller, tmp_path):
                     pytrace=False)
 
     report.write_text(result.stdout + result.stderr)
+    assert ("Coverage (in" in result.stdout) == ("coverage" in phases(caller)), result.stdout[-3000:]
     server_log = server.errors_logged()
     if result.returncode != 0:
         pytest.fail(f"schemathesis found problems as the {caller} (seed {SEED}; the whole "
