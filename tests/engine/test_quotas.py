@@ -105,11 +105,18 @@ def test_a_reservation_is_taken_through_the_shared_store_and_settled_to_what_was
 
 @pytest.mark.django_db
 def test_quota_in_use_is_exported_per_dependency_and_class_and_shown_to_operators(
-        client, settings, operator):
+        client, settings, operator, monkeypatch):
     from django.contrib.auth import get_user_model
     from django.urls import reverse
+    from django.utils import timezone
     from prometheus_client.parser import text_string_to_metric_families
 
+    from orchestrator.engine import clock
+
+    # Tokens count per calendar minute: the clock stands still, so a minute that ends between
+    # the reservation and the readings does not zero what they read.
+    still = timezone.now()
+    monkeypatch.setattr(clock, "_source", lambda: still)
     watched = f"model:watched-{uuid.uuid4().hex[:8]}"
     settings.STEPWISE_QUOTAS = {watched: {"concurrent": 5, "tokens_per_minute": 1000}}
     held = quota_reserve(watched, "evaluation", 120, hold_s=60)
