@@ -82,7 +82,20 @@ def test_tokens_of_a_minute_are_shared_the_same_way_and_a_new_minute_starts_at_z
     assert ask(state, "evaluation", quota=quota, tokens=200, at=AT + 60)[1] is None
 
 
-def test_a_reservation_is_taken_through_the_shared_store_and_settled_to_what_was_used(settings):
+@pytest.fixture
+def clock_still(monkeypatch):
+    """Tokens count per calendar minute: with the engine's clock standing still, a minute that
+    ends between a test's reservation and its readings does not zero what they read."""
+    from django.utils import timezone
+
+    from orchestrator.engine import clock
+
+    still = timezone.now()
+    monkeypatch.setattr(clock, "_source", lambda: still)
+
+
+def test_a_reservation_is_taken_through_the_shared_store_and_settled_to_what_was_used(
+        settings, clock_still):
     metered = f"model:metered-{uuid.uuid4().hex[:8]}"  # a record no earlier test wrote
     settings.STEPWISE_QUOTAS = {metered: {"concurrent": 1, "tokens_per_minute": 100}}
 
@@ -105,18 +118,11 @@ def test_a_reservation_is_taken_through_the_shared_store_and_settled_to_what_was
 
 @pytest.mark.django_db
 def test_quota_in_use_is_exported_per_dependency_and_class_and_shown_to_operators(
-        client, settings, operator, monkeypatch):
+        client, settings, operator, clock_still):
     from django.contrib.auth import get_user_model
     from django.urls import reverse
-    from django.utils import timezone
     from prometheus_client.parser import text_string_to_metric_families
 
-    from orchestrator.engine import clock
-
-    # Tokens count per calendar minute: the clock stands still, so a minute that ends between
-    # the reservation and the readings does not zero what they read.
-    still = timezone.now()
-    monkeypatch.setattr(clock, "_source", lambda: still)
     watched = f"model:watched-{uuid.uuid4().hex[:8]}"
     settings.STEPWISE_QUOTAS = {watched: {"concurrent": 5, "tokens_per_minute": 1000}}
     held = quota_reserve(watched, "evaluation", 120, hold_s=60)
