@@ -47,7 +47,7 @@ class Read:
     """A read defined once, `build(*values) -> QuerySet`, run with new values by `rows(*values)`.
 
     `placeholders` are values of the filters' types (the fast store compiles the queryset
-    with them once per connection). Values are given as the database takes them
+    with them once per process). Values are given as the database takes them
     (`field.get_db_prep_value`), in the order the queryset's filters take them; only plain
     filters on model columns belong here (no expressions, no `IN` lists of varying length).
     """

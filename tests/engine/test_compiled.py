@@ -533,9 +533,9 @@ def test_every_shortcut_gives_what_the_fields_own_chain_gives():
                     expected = field.get_db_prep_save(value, connection)
                 except Exception as error:  # the field refuses it: so must the shortcut
                     with pytest.raises(type(error)):
-                        quick(obj, False)
+                        quick(obj, False, connection)
                     continue
-                got = quick(obj, False)
+                got = quick(obj, False, connection)
                 assert type(got) is type(expected), (model, field.name, value)
                 # psycopg's wrappers (Jsonb, Int8...) compare by what they wrap
                 assert getattr(got, "obj", got) == getattr(expected, "obj", expected), (model, field.name, value)

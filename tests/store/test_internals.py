@@ -51,10 +51,31 @@ def test_djangos_compiler_says_where_each_models_columns_are_after_as_sql():
     assert compiler.annotation_col_map == {} and compiler.has_extra_select is False
     fields = [column[0] for column in compiler.select[:compiler.col_count]]
     assert isinstance(compiler.get_converters(fields), dict)
-    assert list(inspect.signature(compiler.apply_converters).parameters) == ["rows", "converters"]
     assert len(get_related_populators(info, compiler.select, "default")) == 1
     assert queryset._prefetch_related_lookups == ()
     assert StepRun.objects.select_for_update().query.select_for_update is True
+
+
+@pytest.mark.django_db
+def test_a_compiled_reads_converters_give_what_djangos_apply_converters_gives(run):
+    """The fast store applies a plan's converters itself (with the connection reading, since a
+    plan outlives the connection it was compiled on): what `apply_converters` gives, for a
+    row whose columns each database converts (JSON, UUIDs, timestamps, booleans, decimals)."""
+    from orchestrator.store.fast.compiled import CompiledRead, _converted
+
+    read = CompiledRead(lambda key: Run.objects.filter(id=key), run.id)
+    queryset = Run.objects.filter(id=run.id)
+    compiler = queryset.query.get_compiler(using="default")
+    sql, params = compiler.as_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    fields = [column[0] for column in compiler.select[:compiler.col_count]]
+    expected = [list(row) for row in compiler.apply_converters(rows, compiler.get_converters(fields))]
+    plan = read._plan(connection, "default")
+    assert plan.converters or connection.vendor == "postgresql"
+    assert _converted(rows, plan.converters, connection) == expected
+    assert read.rows(Run._meta.pk.get_db_prep_value(run.id, connection))[0].input == run.input
 
 
 def test_an_instance_is_built_from_a_model_state_with_adding_and_db():

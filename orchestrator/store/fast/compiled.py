@@ -31,7 +31,6 @@ compares each with the ORM's own path. Values are prepared by the fields themsel
 from __future__ import annotations
 
 import json
-import threading
 import time as clock
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -59,15 +58,14 @@ class _Plan:
     model: type[Model]
     init_list: list[str]
     span: slice
-    converters: dict
+    converters: list
     populators: list
-    compiler: Any
     locks: bool
     build: Callable[[str, list, tuple], Model]
 
 
 class CompiledRead:
-    """`build(*placeholders)` once per connection, then `rows(*values)` with the values in the
+    """`build(*placeholders)` once per process and alias, then `rows(*values)` with the values in the
     order the queryset's filters take them.
 
     The placeholders only have to be of the filters' types: their values are replaced. Compiling
@@ -77,7 +75,9 @@ class CompiledRead:
     def __init__(self, build: Callable[..., QuerySet], *placeholders: Any) -> None:
         self._build = build
         self._placeholders = placeholders
-        self._plans = threading.local()  # a connection belongs to one thread
+        # Per alias, not per connection object: Django makes one per thread (under ASGI, per
+        # request), and plans kept per object were compiled again for every request.
+        self._plans: dict[tuple[str, str], _Plan] = {}
 
     def rows(self, *values: Any, using: str = DEFAULT_DB_ALIAS) -> list[Model]:
         """The instances the queryset would give for `values` (already in the database's form:
@@ -97,11 +97,10 @@ class CompiledRead:
         return plan
 
     def _plan(self, connection, using: str) -> _Plan:
-        plans = self._plans.__dict__
-        key = (using, id(connection), connection.vendor)
-        plan = plans.get(key)
+        key = (using, connection.vendor)
+        plan = self._plans.get(key)
         if plan is None:
-            plan = plans[key] = self._compile(using)
+            plan = self._plans[key] = self._compile(using)
         return plan
 
     def _compile(self, using: str) -> _Plan:
@@ -113,19 +112,29 @@ class CompiledRead:
         select, klass_info = compiler.select, compiler.klass_info
         first, last = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
         fields = [column[0] for column in select[0:compiler.col_count]]
+        ops = compiler.connection.ops
         return _Plan(
             sql=sql, arity=len(params), model=klass_info["model"],
             init_list=[column[0].target.attname for column in select[first:last]],
-            span=slice(first, last), converters=compiler.get_converters(fields),
-            populators=get_related_populators(klass_info, select, using), compiler=compiler,
+            span=slice(first, last),
+            converters=[(position, [_unbound(convert, ops) for convert in functions], expression)
+                        for position, (functions, expression) in compiler.get_converters(fields).items()],
+            populators=get_related_populators(klass_info, select, using),
             locks=bool(queryset.query.select_for_update), build=_from_db(klass_info["model"]))
 
+
+def _unbound(function: Callable, ops) -> tuple[bool, Callable]:
+    """(whether it is a method of the connection's operations, the function): a plan keeps no
+    connection, so such a method is called with the operations of the connection reading."""
+    if getattr(function, "__self__", None) is ops:
+        return True, function.__func__
+    return False, function
 
 
 def _built(plan: _Plan, using: str, fetched: list) -> list[Model]:
     """The instances of a read's rows, as `QuerySet.__iter__` builds them."""
     if plan.converters:
-        fetched = plan.compiler.apply_converters(fetched, plan.converters)
+        fetched = _converted(fetched, plan.converters, connections[using])
     found = []
     build = plan.build
     for row in fetched:
@@ -134,6 +143,21 @@ def _built(plan: _Plan, using: str, fetched: list) -> list[Model]:
             populator.populate(row, obj)
         found.append(obj)
     return found
+
+
+def _converted(rows: list, converters: list, connection) -> list[list]:
+    """What `SQLCompiler.apply_converters` gives, with this thread's connection."""
+    ops = connection.ops
+    converted = []
+    for row in map(list, rows):
+        for position, functions, expression in converters:
+            value = row[position]
+            for of_ops, convert in functions:
+                value = (convert(ops, value, expression, connection) if of_ops
+                         else convert(value, expression, connection))
+            row[position] = value
+        converted.append(row)
+    return converted
 
 
 def read_together(*reads: tuple[CompiledRead, tuple], using: str = DEFAULT_DB_ALIAS) -> list[list[Model]]:
@@ -674,7 +698,7 @@ def insert_rows(objs: list[Model], *, using: str = DEFAULT_DB_ALIAS, keys: bool 
         if not returns_key and not obj._is_pk_set():
             obj.pk = pk.get_pk_value_on_save(obj)
         obj._prepare_related_fields_for_save(operation_name="bulk_create")
-        values.extend([prepare(obj, True) for prepare in preparers])
+        values.extend([prepare(obj, True, connection) for prepare in preparers])
     behind = None if keys else _sending_behind(connection)
     if behind is not None:
         behind.send(sql, values, lambda cursor: returns_key and _set_keys(objs, cursor.fetchall()))
@@ -775,23 +799,24 @@ def _build_insert(model: type[Model], connection, rows: int) -> tuple[str, list,
     return sql, fields, returns_key
 
 
-def _preparers(fields: list, connection) -> list[Callable[[Model, bool], Any]]:
-    """One function per field giving an instance's value as the database takes it.
+# By the fields' list (a plan's, kept as long as the plan: found by identity, since hashing
+# its fields cost more than preparing their values) and the alias; shared by the process's
+# threads, as the plans are, so they keep no connection: each call is given the one writing.
+_PREPARERS: dict[tuple[int, str], tuple[list, list]] = {}
 
-    `fields` is a plan's list, kept as long as the plan: found by identity, since hashing its
-    fields cost more than preparing their values. The functions call the connection's
-    operations, so they are kept on the connection and go with it."""
-    kept = getattr(connection, "_stepwise_preparers", None)
-    if kept is None:
-        kept = connection._stepwise_preparers = {}
-    found = kept.get(id(fields))
+
+def _preparers(fields: list, connection) -> list[Callable[[Model, bool, Any], Any]]:
+    """One function per field, `prepare(obj, add, connection)`, giving an instance's value as
+    the database takes it."""
+    key = (id(fields), connection.alias)
+    found = _PREPARERS.get(key)
     if found is None or found[0] is not fields:
-        found = kept[id(fields)] = (fields, [_preparer(field, connection) for field in fields])
+        found = _PREPARERS[key] = (fields, [_preparer(field, connection) for field in fields])
     return found[1]
 
 
-def _preparer(field, connection) -> Callable[[Model, bool], Any]:
-    def prepare(obj: Model, add: bool) -> Any:
+def _preparer(field, connection) -> Callable[[Model, bool, Any], Any]:
+    def prepare(obj: Model, add: bool, connection) -> Any:
         return field.get_db_prep_save(field.pre_save(obj, add), connection)
 
     shortcut = _shortcut(field, connection)
@@ -799,9 +824,9 @@ def _preparer(field, connection) -> Callable[[Model, bool], Any]:
         return prepare
     attname = field.attname
 
-    def quick(obj: Model, add: bool) -> Any:
-        value = shortcut(getattr(obj, attname))
-        return prepare(obj, add) if value is _SLOW else value
+    def quick(obj: Model, add: bool, connection) -> Any:
+        value = shortcut(getattr(obj, attname), connection.ops)
+        return prepare(obj, add, connection) if value is _SLOW else value
 
     return quick
 
@@ -818,32 +843,34 @@ _INTEGER_FIELDS = frozenset({models.IntegerField, models.BigIntegerField, models
 _AUTO_FIELDS = frozenset({models.AutoField, models.BigAutoField, models.SmallAutoField})
 
 
-def _shortcut(field, connection) -> Callable[[Any], Any] | None:
-    """`field.get_db_prep_save` for the value types the engine writes, in one call: the last
-    step of Django's own chain (`get_prep_value` is the identity for these types), or _SLOW.
+def _shortcut(field, connection) -> Callable[[Any, Any], Any] | None:
+    """`shortcut(value, ops)`: `field.get_db_prep_save` for the value types the engine writes,
+    in one call (the last step of Django's own chain: `get_prep_value` is the identity for
+    these types), or _SLOW; `ops` is the writing connection's operations.
     `tests/engine/test_compiled.py` compares every shortcut with the field's own chain."""
-    kind, ops = type(field), connection.ops
+    kind, operations = type(field), type(connection.ops)
     if kind is models.ForeignKey and type(field.target_field) in (*_AUTO_FIELDS, models.UUIDField):
         target = _shortcut(field.target_field, connection)
-        return lambda value: None if value is None else target(value)
+        return lambda value, ops: None if value is None else target(value, ops)
     if kind in _TEXT_FIELDS:
-        return lambda value: value if value is None or type(value) is str else _SLOW
+        return lambda value, ops: value if value is None or type(value) is str else _SLOW
     if kind in _INTEGER_FIELDS:
-        adapt, internal_type = ops.adapt_integerfield_value, field.get_internal_type()
-        return lambda value: adapt(value, internal_type) if value is None or type(value) is int else _SLOW
+        adapt, internal_type = operations.adapt_integerfield_value, field.get_internal_type()
+        return lambda value, ops: (adapt(ops, value, internal_type) if value is None or type(value) is int
+                                   else _SLOW)
     if kind in _AUTO_FIELDS:
-        validate = ops.validate_autopk_value
-        return lambda value: validate(value) if type(value) is int else _SLOW
+        validate = operations.validate_autopk_value
+        return lambda value, ops: validate(ops, value) if type(value) is int else _SLOW
     if kind is models.UUIDField:
         native = connection.features.has_native_uuid_field
-        return lambda value: (
+        return lambda value, ops: (
             None if value is None else (value if native else value.hex) if type(value) is UUID else _SLOW)
     if kind is models.DateTimeField and not (field.auto_now or field.auto_now_add):
-        adapt = ops.adapt_datetimefield_value
-        return lambda value: (adapt(value) if value is None or (type(value) is datetime and value.tzinfo is UTC)
-                              else _SLOW)
+        adapt = operations.adapt_datetimefield_value
+        return lambda value, ops: (adapt(ops, value) if value is None
+                                   or (type(value) is datetime and value.tzinfo is UTC) else _SLOW)
     if kind is models.BooleanField:
-        return lambda value: value if type(value) is bool else _SLOW
+        return lambda value, ops: value if type(value) is bool else _SLOW
     return None
 
 
@@ -873,7 +900,7 @@ def update_row(obj: Model, fields: tuple[str, ...] | None = None, *, using: str 
             fields = _changed_since_read(obj, fields, loaded)
     sql, columns, guards = _update_plan(model, connection, tuple(fields), guarded)
     obj._prepare_related_fields_for_save(operation_name="save")
-    values = [prepare(obj, False) for prepare in _preparers(columns, connection)]
+    values = [prepare(obj, False, connection) for prepare in _preparers(columns, connection)]
     values.append(model._meta.pk.get_db_prep_value(obj.pk, connection))
     if guards:
         initial = obj._ConcurrentTransitionMixin__initial_states
