@@ -121,6 +121,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: every middleware above runs in the request's thread (orchestrator/web/onethread.py).
+    "orchestrator.web.onethread.OneThreadPerRequest",
 ]
 
 # Every response's Content-Security-Policy (orchestrator/web/csp.py): scripts from this server's own
