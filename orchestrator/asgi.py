@@ -89,3 +89,8 @@ application = ProtocolTypeRouter({
 # What is loaded by now lives as long as the process. Frozen, it is left out of the collector's
 # full passes, which would otherwise walk it all in the middle of some request.
 gc.freeze()
+# A request leaves cycles behind (its thread's connection object, cursors, serializer fields).
+# Young passes every 700 allocations promoted them while their request still ran, to pile up
+# for full passes that stopped every request at once; every 20,000, most are freed young
+# (docs/benchmark.md, "The API under load").
+gc.set_threshold(20_000, *gc.get_threshold()[1:])
