@@ -75,7 +75,7 @@ def test_a_compiled_reads_converters_give_what_djangos_apply_converters_gives(ru
     plan = read._plan(connection, "default")
     assert plan.converters or connection.vendor == "postgresql"
     assert _converted(rows, plan.converters, connection) == expected
-    assert read.rows(Run._meta.pk.get_db_prep_value(run.id, connection))[0].input == run.input
+    assert read.rows(Run._meta.get_field("id").get_db_prep_value(run.id, connection))[0].input == run.input
 
 
 def test_an_instance_is_built_from_a_model_state_with_adding_and_db():

@@ -112,7 +112,7 @@ class CompiledRead:
         select, klass_info = compiler.select, compiler.klass_info
         first, last = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
         fields = [column[0] for column in select[0:compiler.col_count]]
-        ops = compiler.connection.ops
+        ops = connections[using].ops
         return _Plan(
             sql=sql, arity=len(params), model=klass_info["model"],
             init_list=[column[0].target.attname for column in select[first:last]],
